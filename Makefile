@@ -1,0 +1,55 @@
+# seedd: `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
+JOBS ?= 2
+BUILD ?= build
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+FUZZ_SECONDS ?= 10
+
+.PHONY: all deps build test unit-test fuzz-smoke asan-test demo bench fuzz format clean
+
+all: build
+
+deps:
+	@bash scripts/setup.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every test: unit, integration, end to end, interop; each fuzz target for
+# $(FUZZ_SECONDS) s; the unit and transport tests again under ASan+UBSan.
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600
+	$(MAKE) fuzz-smoke
+	$(MAKE) asan-test
+
+asan-test: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSEEDD_SANITIZE=ON -DSEEDD_BENCH=OFF
+	cmake --build build-asan -j $(JOBS) --target seedd_unit_tests seedd_transport_tests
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure --timeout 900 -L sanitize
+
+build-fuzz/build.ninja: | deps
+	CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEEDD_FUZZ=ON
+
+fuzz-build: build-fuzz/build.ninja
+	cmake --build build-fuzz -j $(JOBS)
+
+fuzz-smoke: fuzz-build
+	bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+fuzz:
+	$(MAKE) fuzz-smoke FUZZ_SECONDS=60
+
+demo: build
+	bash scripts/demo.sh $(BUILD)/bin
+
+bench: build
+	bash bench/run.sh $(BUILD)/bin
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,0 +1,198 @@
+// seedctl: the operator's tool. Sends one request to a daemon, or adopts one artifact.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/logging.h"
+#include "seedd/artifact_kind.h"
+#include "seedd/daemon.h"
+#include "seedd/seed_transport.h"
+#include "wire/json_text.h"
+
+namespace {
+
+// Exit statuses shared by the subcommands.
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;  // bad flags, or no response (transport failure)
+constexpr int kExitMiss = 3;
+constexpr int kExitError = 4;  // an error response, or a rejected payload
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "seedctl: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+struct Common {
+  std::string source;
+  std::string token_file;
+  double timeout_s = 300;
+};
+
+void AddCommon(CLI::App* cmd, Common* c) {
+  cmd->add_option("--source", c->source, "HOST:PORT or [V6ADDR]:PORT of the daemon")->required();
+  cmd->add_option("--token-file", c->token_file,
+                  "file holding the shared token (default: the SEEDD_TOKEN environment variable)");
+  cmd->add_option("--timeout", c->timeout_s, "seconds to wait for the response")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
+}
+
+// Builds the transport for `c`; on failure prints why and returns nullptr.
+std::unique_ptr<seedd::SeedTransport> MakeTransport(const Common& c, int* exit_code) {
+  *exit_code = kExitUsage;
+  auto source = seedd::ParseHostPort(c.source);
+  if (!source.ok()) {
+    Fail("--source: " + source.status().message());
+    return nullptr;
+  }
+  std::optional<std::filesystem::path> path;
+  if (!c.token_file.empty()) path = c.token_file;
+  auto token = seedd::LoadToken(path);
+  if (!token.ok()) {
+    Fail(token.status().message());
+    return nullptr;
+  }
+  seedd::SeedConfig config;
+  config.source = *source;
+  config.token = *token;
+  seedd::TransportOptions options;
+  options.response_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
+  std::vector<seedd::SeedablePtr> seedables;
+  seedables.push_back(seedd::NewArtifactSeedable(seedd::NewMemoryArtifactStore()));
+  auto transport = seedd::SeedTransport::Create(std::move(seedables), config, options);
+  if (!transport.ok()) {
+    Fail(transport.status().message());
+    return nullptr;
+  }
+  return std::move(*transport);
+}
+
+int RunRequest(const Common& c, const std::string& kind, const std::vector<std::string>& params,
+               const std::vector<std::string>& json_params) {
+  seedd::Json request = seedd::Json::object();
+  request["kind"] = kind;
+  auto add = [&](const std::string& kv, bool as_json) -> std::optional<std::string> {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return "expected KEY=VALUE, got '" + kv + "'";
+    std::string key = kv.substr(0, eq);
+    if (key == "kind" || key == "token") return "'" + key + "' cannot be set as a parameter";
+    if (!as_json) {
+      request[key] = kv.substr(eq + 1);
+      return std::nullopt;
+    }
+    auto value = seedd::ParseJson(kv.substr(eq + 1));
+    if (!value.ok()) return "--param-json " + key + ": " + value.status().message();
+    request[key] = std::move(*value);
+    return std::nullopt;
+  };
+  for (const auto& p : params) {
+    if (auto err = add(p, false)) return Fail(*err);
+  }
+  for (const auto& p : json_params) {
+    if (auto err = add(p, true)) return Fail(*err);
+  }
+  int code = 0;
+  auto transport = MakeTransport(c, &code);
+  if (transport == nullptr) return code;
+  std::optional<seedd::Json> response = transport->Request(request);
+  if (!response.has_value()) return kExitUsage;
+  std::printf("%s\n", seedd::DumpJson(*response).c_str());
+  auto status = response->find("status");
+  if (status != response->end() && *status == "ok") return kExitOk;
+  if (status != response->end() && *status == "miss") return kExitMiss;
+  return kExitError;
+}
+
+int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
+             const std::string& filename, const std::string& cache_dir) {
+  seedd::Json ctx = {{"namespace", ns}, {"config_hash", hash}, {"filename", filename}};
+  auto key = seedd::ArtifactKeyFromFields(ctx);
+  if (!key.ok()) return Fail(key.status().message());
+  int code = 0;
+  auto transport = MakeTransport(c, &code);
+  if (transport == nullptr) return code;
+  std::filesystem::path dir =
+      cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
+  auto seedable = seedd::NewArtifactSeedable(dir);
+  auto start = std::chrono::steady_clock::now();
+  seedd::AdoptOutcome outcome = transport->Adopt(*seedable, ctx);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
+  switch (outcome) {
+    case seedd::AdoptOutcome::kAdopted: {
+      std::filesystem::path path = dir / ns / hash / filename;
+      std::error_code ec;
+      auto size = std::filesystem::file_size(path, ec);
+      std::printf("fetched %s (%llu bytes) from %s in %.1f ms into %s\n",
+                  key->ToString().c_str(), static_cast<unsigned long long>(ec ? 0 : size),
+                  c.source.c_str(), ms, path.c_str());
+      return kExitOk;
+    }
+    case seedd::AdoptOutcome::kMiss:
+      std::fprintf(stderr, "seedctl: %s: not found on %s\n", key->ToString().c_str(),
+                   c.source.c_str());
+      return kExitMiss;
+    case seedd::AdoptOutcome::kNoResponse:
+      return kExitUsage;
+    case seedd::AdoptOutcome::kNotOk:
+    case seedd::AdoptOutcome::kRejected:
+      return kExitError;
+  }
+  return kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  CLI::App app{
+      "seedctl: talk to seedd daemons. The shared token comes from --token-file or\n"
+      "SEEDD_TOKEN. Exit status: 0 ok, 2 bad usage or no response, 3 miss, 4 error."};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+
+  Common req_common;
+  std::string kind;
+  std::vector<std::string> params;
+  std::vector<std::string> json_params;
+  CLI::App* request = app.add_subcommand(
+      "request", "send one request and print the response JSON on stdout");
+  AddCommon(request, &req_common);
+  request->add_option("--kind", kind, "the seed kind, e.g. artifact")->required();
+  request->add_option("--param", params, "KEY=VALUE key field, VALUE sent as a string")
+      ->take_all();
+  request->add_option("--param-json", json_params, "KEY=JSON key field, JSON parsed")->take_all();
+
+  Common fetch_common;
+  std::string ns;
+  std::string hash;
+  std::string filename;
+  std::string cache_dir;
+  CLI::App* fetch = app.add_subcommand(
+      "fetch", "adopt one artifact from a daemon into a local cache directory");
+  AddCommon(fetch, &fetch_common);
+  fetch->add_option("--namespace", ns, "artifact namespace, [a-z0-9_.-]{1,64}")->required();
+  fetch->add_option("--config-hash", hash, "lowercase hex, 16-128 digits")->required();
+  fetch->add_option("--filename", filename, "file name, [A-Za-z0-9_.-]{1,255}")->required();
+  fetch->add_option("--cache-dir", cache_dir,
+                    "local cache directory (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Fail(e.what());
+  }
+  if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
+  if (request->parsed()) return RunRequest(req_common, kind, params, json_params);
+  if (fetch->parsed()) return RunFetch(fetch_common, ns, hash, filename, cache_dir);
+  return Fail("no subcommand");
+}

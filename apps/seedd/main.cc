@@ -1,0 +1,106 @@
+// seedd: the seeding daemon. Parses flags and runs a seedd::Daemon until SIGINT/SIGTERM.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "common/logging.h"
+#include "seedd/daemon.h"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "seedd: %s\n", message.c_str());
+  return 2;
+}
+
+// Idle peers and many concurrent seeds need descriptors; take what the hard limit allows.
+void RaiseFileLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "seedd: the seeding daemon. Serves this host's warm state (artifacts in its cache\n"
+      "directory) to peer daemons over an authenticated control channel, and seeds a cold\n"
+      "host from a warm peer. The shared token comes from --token-file or SEEDD_TOKEN;\n"
+      "never put it on a command line."};
+  std::string listen = "127.0.0.1:7420";
+  std::string source;
+  std::string token_file;
+  std::string cache_dir;
+  std::string log_level = "info";
+  size_t max_connections = 1024;
+  app.add_option("--listen", listen,
+                 "HOST:PORT or [V6ADDR]:PORT to serve peers on; port 0 picks a free port. "
+                 "The channel is not encrypted: keep it on a trusted network")
+      ->capture_default_str();
+  app.add_option("--source", source,
+                 "HOST:PORT of the warm peer daemon that kinds adopting at start seed from");
+  app.add_option("--token-file", token_file,
+                 "file holding the shared token (default: the SEEDD_TOKEN environment variable)");
+  app.add_option("--cache-dir", cache_dir,
+                 "local artifact store (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--max-connections", max_connections,
+                 "open peer connections beyond this are closed at once")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Fail(e.what());
+  }
+
+  if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
+  seedd::DaemonOptions options;
+  auto parsed_listen = seedd::ParseHostPort(listen);
+  if (!parsed_listen.ok()) return Fail("--listen: " + parsed_listen.status().message());
+  options.seed.listen = *parsed_listen;
+  if (!source.empty()) {
+    auto parsed_source = seedd::ParseHostPort(source);
+    if (!parsed_source.ok()) return Fail("--source: " + parsed_source.status().message());
+    options.seed.source = *parsed_source;
+  }
+  std::optional<std::filesystem::path> token_path;
+  if (!token_file.empty()) token_path = token_file;
+  auto token = seedd::LoadToken(token_path);
+  if (!token.ok()) return Fail(token.status().message());
+  options.seed.token = *token;
+  options.cache_dir = cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
+  options.transport.max_connections = max_connections;
+
+  RaiseFileLimit();
+  // Block the stop signals before any thread starts so only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto daemon = seedd::Daemon::Create(std::move(options));
+  if (!daemon.ok()) return Fail(daemon.status().message());
+  auto bound = (*daemon)->Start();
+  if (!bound.ok()) return Fail(bound.status().message());
+  std::printf("seedd: serving on %s\n", (*bound)->ToString().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  seedd::Logger().info("Received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*daemon)->Stop();
+  seedd::Logger().info("Stopped");
+  return 0;
+}

@@ -1,0 +1,75 @@
+// Artifact stores: byte values under validated keys "<kind>/<config_hash>/<filename>".
+//
+// Thread safety: every ArtifactStore implementation is thread-safe; concurrent
+// Puts of one key leave exactly one complete value.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "seedd/status.h"
+
+namespace seedd {
+
+// Each part is 1-255 bytes, has no '/', '\\' or NUL, is not "." or "..", and does
+// not start with the reserved temporary-file prefix ".seedd~".
+class ArtifactKey {
+ public:
+  static Result<ArtifactKey> Make(std::string_view kind, std::string_view config_hash,
+                                  std::string_view filename);
+  // Parses "<kind>/<config_hash>/<filename>".
+  static Result<ArtifactKey> Parse(std::string_view text);
+  // Validates one part; the error names it ("invalid kind '...': ...").
+  static Status ValidatePart(std::string_view what, std::string_view part);
+
+  const std::string& kind() const { return kind_; }
+  const std::string& config_hash() const { return config_hash_; }
+  const std::string& filename() const { return filename_; }
+  std::string ToString() const { return kind_ + "/" + config_hash_ + "/" + filename_; }
+
+ private:
+  ArtifactKey(std::string k, std::string h, std::string f)
+      : kind_(std::move(k)), config_hash_(std::move(h)), filename_(std::move(f)) {}
+  std::string kind_;
+  std::string config_hash_;
+  std::string filename_;
+};
+
+class ArtifactStore {
+ public:
+  ArtifactStore() = default;
+  ArtifactStore(const ArtifactStore&) = delete;
+  ArtifactStore& operator=(const ArtifactStore&) = delete;
+  virtual ~ArtifactStore() = default;
+
+  // The value, nullopt on a miss, or an error (I/O, over the size limit, ...).
+  virtual Result<std::optional<std::string>> Get(const ArtifactKey& key) = 0;
+  // Stores `value` atomically: readers see the old value or the new one, whole.
+  virtual Status Put(const ArtifactKey& key, std::string_view value) = 0;
+  // A short description for logs (no credentials).
+  virtual std::string Describe() const = 0;
+};
+
+using ArtifactStorePtr = std::unique_ptr<ArtifactStore>;
+
+// Values in a map; for unit tests.
+ArtifactStorePtr NewMemoryArtifactStore();
+
+struct DiskStoreOptions {
+  // Get fails for larger files instead of reading them.
+  uint64_t max_value_bytes = 64ull * 1024 * 1024;
+};
+
+// Files under `root`. With a non-empty `kind`, only keys of that kind are accepted
+// and "<kind>/<hash>/<file>" maps to root/<hash>/<file>; with an empty `kind`,
+// any key maps to root/<kind>/<hash>/<file>. Writes go to a temporary file in the
+// same directory, are fsynced, renamed into place and the directory fsynced.
+// Symbolic links under root are never followed.
+ArtifactStorePtr NewDiskArtifactStore(std::string kind, std::filesystem::path root,
+                                      DiskStoreOptions options = {});
+
+}  // namespace seedd

@@ -1,0 +1,54 @@
+// Daemon: one seedd process's lifecycle: its seedables, its local store and its
+// D2D transport.
+//
+// Thread safety: Start and Stop from one controlling thread; transport() is
+// thread-safe once Start returned.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "seedd/seed_config.h"
+#include "seedd/seed_transport.h"
+#include "seedd/status.h"
+
+namespace seedd {
+
+struct DaemonOptions {
+  SeedConfig seed;
+  std::filesystem::path cache_dir;
+  TransportOptions transport;
+};
+
+// $XDG_CACHE_HOME/seedd, else $HOME/.cache/seedd, else ./.seedd-cache.
+std::filesystem::path DefaultCacheDir();
+
+// Reads the shared token from `token_file` when given (at most 4 KiB, trailing
+// whitespace dropped), else from the environment variable SEEDD_TOKEN; empty when
+// neither is set. An unreadable or empty file is an error.
+Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
+
+class Daemon {
+ public:
+  static Result<std::unique_ptr<Daemon>> Create(DaemonOptions options);
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  ~Daemon();
+
+  // Starts serving; returns the bound listen address (nullopt without a listener).
+  Result<std::optional<HostPort>> Start();
+  // Stops serving; in-flight requests finish or hit their deadline. Idempotent.
+  void Stop();
+
+  SeedTransport& transport() { return *transport_; }
+  const DaemonOptions& options() const { return options_; }
+
+ private:
+  Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport);
+  DaemonOptions options_;
+  std::unique_ptr<SeedTransport> transport_;
+};
+
+}  // namespace seedd

@@ -1,0 +1,90 @@
+// SeedTransport: the daemon's D2D seeding endpoint. It serves seedables to peers
+// (listener) and fetches them from a source daemon (Request, Adopt).
+//
+// Thread safety: all public methods are thread-safe. The listener runs its own
+// event-loop thread plus a pool of resolver threads; Close (or the destructor)
+// stops them and returns only once none is left.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "seedd/json.h"
+#include "seedd/seed_config.h"
+#include "seedd/seedable.h"
+#include "seedd/status.h"
+
+namespace seedd {
+
+// Protocol limits (SPEC §2).
+inline constexpr size_t kMaxRemoteRequestBytes = 64 * 1024;
+inline constexpr size_t kMaxResponseBytes = 64 * 1024 * 1024;
+inline constexpr std::chrono::milliseconds kRemoteRequestTimeout{5000};
+inline constexpr std::chrono::milliseconds kAuthenticatedTimeout{300000};
+
+struct TransportOptions {
+  // Server: the request frame must arrive whole within this time.
+  std::chrono::milliseconds request_timeout = kRemoteRequestTimeout;
+  // Server: deadline for resolving and writing once authenticated.
+  std::chrono::milliseconds authenticated_timeout = kAuthenticatedTimeout;
+  // Server: connections beyond this are closed at once, with a log line.
+  size_t max_connections = 1024;
+  // Server: threads running Resolve, off the event loop.
+  size_t resolver_threads = 8;
+  // Client: connect timeout, and the deadline for the whole response.
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds response_timeout = kAuthenticatedTimeout;
+};
+
+// What Adopt did; each outcome has logged its SPEC §2 line.
+enum class AdoptOutcome {
+  kNoResponse,   // no source, transport failure, or a malformed response
+  kMiss,         // the source answered "miss"
+  kNotOk,        // the source answered another non-"ok" status ("error", ...)
+  kRejected,     // ValidatePayload or Install failed
+  kAdopted,
+};
+
+class SeedTransport {
+ public:
+  // REQUIRES: seedables have distinct kinds.
+  static Result<std::unique_ptr<SeedTransport>> Create(std::vector<SeedablePtr> seedables,
+                                                       SeedConfig config,
+                                                       TransportOptions options = {});
+  SeedTransport(const SeedTransport&) = delete;
+  SeedTransport& operator=(const SeedTransport&) = delete;
+  ~SeedTransport();
+
+  // Starts serving this daemon's seedables. Binds IPv6 when the host has ':';
+  // port 0 picks a free port. Returns the bound address, or nullopt when no
+  // listener is configured.
+  Result<std::optional<HostPort>> StartListener();
+
+  // Sends {...payload, "token": token} to the source and reads one response.
+  // Returns nullopt (with a warning) when there is no source, on any transport
+  // failure, or when the response is not a JSON object.
+  std::optional<Json> Request(const Json& payload) const;
+
+  // Best-effort: fetch and install `seedable`'s state for `ctx` from the source.
+  AdoptOutcome Adopt(Seedable& seedable, const Json& ctx) const;
+
+  // Source side: answer one authenticated request (dispatch by kind).
+  Json HandleRequest(const Json& request) const;
+
+  // Stops the listener: no new connections; idle connections are closed;
+  // in-flight requests finish or hit their deadline. Idempotent.
+  void Close();
+
+  // Connections the listener holds open now (for tests and metrics).
+  size_t open_connections() const;
+
+ private:
+  struct Rep;
+  explicit SeedTransport(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace seedd

@@ -1,0 +1,24 @@
+// Hashing, encoding and comparison helpers (OpenSSL). Pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace seedd {
+
+// Lowercase hex SHA-256 of data.
+std::string Sha256Hex(std::string_view data);
+
+// Standard base64 (RFC 4648, with padding).
+std::string Base64Encode(std::string_view data);
+// Strict decoding: no whitespace, correct padding; nullopt on any malformed input.
+std::optional<std::string> Base64Decode(std::string_view text);
+
+// Compares in time independent of where the contents differ.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+// `n` random bytes from the OS CSPRNG, hex encoded.
+std::string RandomHex(size_t n);
+
+}  // namespace seedd

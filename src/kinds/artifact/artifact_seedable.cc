@@ -1,0 +1,151 @@
+
+#include "common/crypto.h"
+#include "seedd/artifact_kind.h"
+
+namespace seedd {
+namespace {
+
+bool AllOf(std::string_view s, bool (*ok)(char)) {
+  for (char c : s) {
+    if (!ok(c)) return false;
+  }
+  return true;
+}
+
+bool NamespaceChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+bool HexChar(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+bool FilenameChar(char c) {
+  return NamespaceChar(c) || (c >= 'A' && c <= 'Z');
+}
+
+Result<std::string> StringField(const Json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end()) return Status::InvalidArgument(std::string("missing field '") + name + "'");
+  if (!it->is_string()) {
+    return Status::InvalidArgument(std::string("field '") + name + "' must be a string");
+  }
+  return it->get<std::string>();
+}
+
+class ArtifactSeedable final : public Seedable {
+ public:
+  explicit ArtifactSeedable(ArtifactStorePtr store) : store_(std::move(store)) {}
+
+  std::string_view kind() const override { return kArtifactKind; }
+
+  Result<Json> RequestParams(const Json& ctx) const override {
+    Result<ArtifactKey> key = ArtifactKeyFromFields(ctx);
+    if (!key.ok()) return key.status();
+    return Json{{"namespace", key->kind()},
+                {"config_hash", key->config_hash()},
+                {"filename", key->filename()}};
+  }
+
+  Result<std::optional<Json>> Resolve(const Json& request) const override {
+    Result<ArtifactKey> key = ArtifactKeyFromFields(request);
+    if (!key.ok()) return key.status();
+    Result<std::optional<std::string>> data = store_->Get(*key);
+    if (!data.ok()) return data.status();
+    if (!data->has_value()) return std::optional<Json>();
+    const std::string& bytes = **data;
+    if (bytes.size() > kMaxArtifactBytes) {
+      return Status::ResourceExhausted("artifact " + key->ToString() + " is larger than 16 MiB");
+    }
+    return std::optional<Json>(Json{{"filename", key->filename()},
+                                    {"size", bytes.size()},
+                                    {"sha256", Sha256Hex(bytes)},
+                                    {"data", Base64Encode(bytes)}});
+  }
+
+  Result<Json> ValidatePayload(const Json& payload) const override {
+    Result<std::string> data = Decode(payload);
+    if (!data.ok()) return data.status();
+    return payload;
+  }
+
+  Status Install(const Json& ctx, const Json& payload) override {
+    Result<ArtifactKey> key = ArtifactKeyFromFields(ctx);
+    if (!key.ok()) return key.status();
+    Result<std::string> data = Decode(payload);
+    if (!data.ok()) return data.status();
+    if (payload["filename"] != key->filename()) {
+      return Status::InvalidArgument("payload is for '" + payload["filename"].get<std::string>() +
+                                     "', not the requested '" + key->filename() + "'");
+    }
+    return store_->Put(*key, *data);
+  }
+
+ private:
+  // Checks every payload field and returns the verified bytes.
+  static Result<std::string> Decode(const Json& payload) {
+    if (!payload.is_object()) return Status::InvalidArgument("artifact payload must be an object");
+    Result<std::string> filename = StringField(payload, "filename");
+    if (!filename.ok()) return filename.status();
+    if (filename->empty() || filename->size() > 255 || *filename == "." || *filename == ".." ||
+        !AllOf(*filename, FilenameChar)) {
+      return Status::InvalidArgument("invalid filename in payload");
+    }
+    auto size = payload.find("size");
+    if (size == payload.end() || !size->is_number_unsigned() ||
+        size->get<uint64_t>() > kMaxArtifactBytes) {
+      return Status::InvalidArgument("field 'size' must be an integer from 0 to 16 MiB");
+    }
+    Result<std::string> sha = StringField(payload, "sha256");
+    if (!sha.ok()) return sha.status();
+    if (sha->size() != 64 || !AllOf(*sha, HexChar)) {
+      return Status::InvalidArgument("field 'sha256' must be 64 lowercase hex digits");
+    }
+    Result<std::string> text = StringField(payload, "data");
+    if (!text.ok()) return text.status();
+    if (text->size() > (kMaxArtifactBytes + 2) / 3 * 4) {
+      return Status::InvalidArgument("field 'data' is larger than 16 MiB");
+    }
+    std::optional<std::string> data = Base64Decode(*text);
+    if (!data.has_value()) return Status::InvalidArgument("field 'data' is not valid base64");
+    if (data->size() != size->get<uint64_t>()) {
+      return Status::DataLoss("size mismatch: payload says " + std::to_string(size->get<uint64_t>()) +
+                              " bytes, data has " + std::to_string(data->size()));
+    }
+    if (Sha256Hex(*data) != *sha) return Status::DataLoss("sha256 mismatch");
+    return std::move(*data);
+  }
+
+  ArtifactStorePtr store_;
+};
+
+}  // namespace
+
+Result<ArtifactKey> ArtifactKeyFromFields(const Json& fields) {
+  if (!fields.is_object()) return Status::InvalidArgument("artifact key must be a JSON object");
+  Result<std::string> ns = StringField(fields, "namespace");
+  if (!ns.ok()) return ns.status();
+  if (ns->empty() || ns->size() > 64 || *ns == "." || *ns == ".." || !AllOf(*ns, NamespaceChar)) {
+    return Status::InvalidArgument("invalid namespace (expected [a-z0-9_.-]{1,64})");
+  }
+  Result<std::string> hash = StringField(fields, "config_hash");
+  if (!hash.ok()) return hash.status();
+  if (hash->size() < 16 || hash->size() > 128 || !AllOf(*hash, HexChar)) {
+    return Status::InvalidArgument("invalid config_hash");
+  }
+  Result<std::string> filename = StringField(fields, "filename");
+  if (!filename.ok()) return filename.status();
+  if (filename->empty() || filename->size() > 255 || *filename == "." || *filename == ".." ||
+      !AllOf(*filename, FilenameChar)) {
+    return Status::InvalidArgument("invalid filename (expected [A-Za-z0-9_.-]{1,255})");
+  }
+  return ArtifactKey::Make(*ns, *hash, *filename);
+}
+
+SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir) {
+  DiskStoreOptions options;
+  options.max_value_bytes = kMaxArtifactBytes;
+  return NewArtifactSeedable(NewDiskArtifactStore("", cache_dir, options));
+}
+
+SeedablePtr NewArtifactSeedable(ArtifactStorePtr store) {
+  return std::make_shared<ArtifactSeedable>(std::move(store));
+}
+
+}  // namespace seedd

@@ -1,0 +1,151 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/errno_status.h"
+#include "common/unique_fd.h"
+#include "seedd/artifact_store.h"
+
+namespace seedd {
+namespace {
+
+class DiskArtifactStore final : public ArtifactStore {
+ public:
+  DiskArtifactStore(std::string kind, std::filesystem::path root, DiskStoreOptions options)
+      : kind_(std::move(kind)), root_(std::move(root)), options_(options) {}
+
+  Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
+    Result<std::vector<std::string>> dirs = DirsFor(key);
+    if (!dirs.ok()) return dirs.status();
+    Result<UniqueFd> dir = OpenDirs(*dirs, /*create=*/false);
+    if (!dir.ok()) {
+      if (dir.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+      return dir.status();
+    }
+    UniqueFd fd(::openat(dir->get(), key.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == ENOENT) return std::optional<std::string>();
+      return ErrnoStatus("open " + PathFor(key), errno);
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + PathFor(key), errno);
+    if (!S_ISREG(st.st_mode)) {
+      return Status::InvalidArgument(PathFor(key) + " is not a regular file");
+    }
+    if (static_cast<uint64_t>(st.st_size) > options_.max_value_bytes) {
+      return Status::ResourceExhausted(PathFor(key) + " has " + std::to_string(st.st_size) +
+                                       " bytes, over the limit of " +
+                                       std::to_string(options_.max_value_bytes));
+    }
+    std::string data(static_cast<size_t>(st.st_size), '\0');
+    size_t have = 0;
+    while (have < data.size()) {
+      ssize_t n = ::read(fd.get(), data.data() + have, data.size() - have);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus("read " + PathFor(key), errno);
+      if (n == 0) break;  // truncated underneath us: return what the file holds now
+      have += static_cast<size_t>(n);
+    }
+    data.resize(have);
+    return std::optional<std::string>(std::move(data));
+  }
+
+  Status Put(const ArtifactKey& key, std::string_view value) override {
+    Result<std::vector<std::string>> dirs = DirsFor(key);
+    if (!dirs.ok()) return dirs.status();
+    Result<UniqueFd> dir = OpenDirs(*dirs, /*create=*/true);
+    if (!dir.ok()) return dir.status();
+    const std::string tmp = ".seedd~" + RandomHex(8) + "~" + key.filename().substr(0, 200);
+    UniqueFd fd(::openat(dir->get(), tmp.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd.valid()) return ErrnoStatus("create a temporary file for " + PathFor(key), errno);
+    Status st = WriteAndSync(fd.get(), value, key);
+    fd.Reset();
+    if (st.ok() && ::renameat(dir->get(), tmp.c_str(), dir->get(), key.filename().c_str()) != 0) {
+      st = ErrnoStatus("rename into " + PathFor(key), errno);
+    }
+    if (!st.ok()) {
+      ::unlinkat(dir->get(), tmp.c_str(), 0);
+      return st;
+    }
+    // The rename is durable only once the directory is.
+    if (::fsync(dir->get()) != 0) return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
+    return Status::Ok();
+  }
+
+  std::string Describe() const override { return "disk:" + root_.string(); }
+
+ private:
+  Result<std::vector<std::string>> DirsFor(const ArtifactKey& key) const {
+    if (kind_.empty()) return std::vector<std::string>{key.kind(), key.config_hash()};
+    if (key.kind() != kind_) {
+      return Status::InvalidArgument("key " + key.ToString() + " is not of kind '" + kind_ + "'");
+    }
+    return std::vector<std::string>{key.config_hash()};
+  }
+
+  std::string PathFor(const ArtifactKey& key) const {
+    std::filesystem::path p = root_;
+    if (kind_.empty()) p /= key.kind();
+    return (p / key.config_hash() / key.filename()).string();
+  }
+
+  // Opens root, then each directory below it without following links.
+  Result<UniqueFd> OpenDirs(const std::vector<std::string>& dirs, bool create) const {
+    if (create) {
+      std::error_code ec;
+      std::filesystem::create_directories(root_, ec);
+      if (ec) return Status::IoError("create " + root_.string() + ": " + ec.message());
+    }
+    UniqueFd fd(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoStatus("open " + root_.string(), errno);
+    for (const std::string& name : dirs) {
+      UniqueFd next(
+          ::openat(fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!next.valid() && errno == ENOENT && create) {
+        if (::mkdirat(fd.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+          return ErrnoStatus("mkdir " + name + " under " + root_.string(), errno);
+        }
+        next.Reset(
+            ::openat(fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      }
+      if (!next.valid()) {
+        if (errno == ELOOP || errno == ENOTDIR) {
+          return Status::InvalidArgument(name + " under " + root_.string() +
+                                         " is not a directory (links are not followed)");
+        }
+        return ErrnoStatus("open " + name + " under " + root_.string(), errno);
+      }
+      fd = std::move(next);
+    }
+    return fd;
+  }
+
+  Status WriteAndSync(int fd, std::string_view value, const ArtifactKey& key) const {
+    while (!value.empty()) {
+      ssize_t n = ::write(fd, value.data(), value.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus("write " + PathFor(key), errno);
+      value.remove_prefix(static_cast<size_t>(n));
+    }
+    if (::fsync(fd) != 0) return ErrnoStatus("fsync " + PathFor(key), errno);
+    return Status::Ok();
+  }
+
+  const std::string kind_;
+  const std::filesystem::path root_;
+  const DiskStoreOptions options_;
+};
+
+}  // namespace
+
+ArtifactStorePtr NewDiskArtifactStore(std::string kind, std::filesystem::path root,
+                                      DiskStoreOptions options) {
+  return std::make_unique<DiskArtifactStore>(std::move(kind), std::move(root), options);
+}
+
+}  // namespace seedd

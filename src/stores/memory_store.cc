@@ -1,0 +1,33 @@
+#include <map>
+#include <mutex>
+
+#include "seedd/artifact_store.h"
+
+namespace seedd {
+namespace {
+
+class MemoryArtifactStore final : public ArtifactStore {
+ public:
+  Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(key.ToString());
+    if (it == values_.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  }
+  Status Put(const ArtifactKey& key, std::string_view value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key.ToString()] = std::string(value);
+    return Status::Ok();
+  }
+  std::string Describe() const override { return "memory"; }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> values_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+ArtifactStorePtr NewMemoryArtifactStore() { return std::make_unique<MemoryArtifactStore>(); }
+
+}  // namespace seedd

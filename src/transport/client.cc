@@ -1,0 +1,134 @@
+#include "transport/client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+
+#include "common/errno_status.h"
+#include "wire/frame.h"
+#include "wire/json_text.h"
+
+namespace seedd {
+namespace {
+
+int RemainingMs(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline: Ok, DeadlineExceeded, or an error.
+Status WaitFor(int fd, short events, Clock::time_point deadline, const char* what) {
+  for (;;) {
+    int ms = RemainingMs(deadline);
+    if (ms == 0) {
+      return Status::DeadlineExceeded(std::string("timed out ") + what);
+    }
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return Status::Ok();
+    if (rc < 0 && errno != EINTR) return ErrnoStatus("poll", errno);
+  }
+}
+
+Result<UniqueFd> ConnectOne(const addrinfo& ai, Clock::time_point deadline) {
+  UniqueFd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                       ai.ai_protocol));
+  if (!fd.valid()) return ErrnoStatus("socket", errno);
+  int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) return ErrnoStatus("connect", errno);
+    SEEDD_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, "connecting"));
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return ErrnoStatus("connect", err);
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(peer.port);
+  int rc = ::getaddrinfo(peer.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::Unavailable("cannot resolve " + peer.host + ": " + ::gai_strerror(rc));
+  }
+  Status last = Status::Unavailable("no address for " + peer.host);
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Result<UniqueFd> fd = ConnectOne(*ai, deadline);
+    if (fd.ok()) {
+      ::freeaddrinfo(res);
+      return fd;
+    }
+    last = fd.status();
+  }
+  ::freeaddrinfo(res);
+  return last;
+}
+
+Status WriteAll(int fd, std::string_view data, Clock::time_point deadline) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      SEEDD_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline, "sending the request"));
+      continue;
+    }
+    return ErrnoStatus("send", errno);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline) {
+  FrameReader reader(max_bytes);
+  std::array<char, 64 * 1024> buf;
+  while (!reader.done()) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n > 0) {
+      reader.Feed(std::string_view(buf.data(), static_cast<size_t>(n)));
+      if (reader.failed()) return reader.error();
+      continue;
+    }
+    if (n == 0) return reader.EndOfStreamError();
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      SEEDD_RETURN_IF_ERROR(WaitFor(fd, POLLIN, deadline, "waiting for the response"));
+      continue;
+    }
+    return ErrnoStatus("recv", errno);
+  }
+  return std::move(reader.body());
+}
+
+Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
+                          const ExchangeOptions& options) {
+  Result<UniqueFd> fd = ConnectTcp(peer, options.connect_timeout);
+  if (!fd.ok()) return fd.status();
+  const Clock::time_point deadline = Clock::now() + options.response_timeout;
+  SEEDD_RETURN_IF_ERROR(WriteAll(fd->get(), EncodeJsonFrame(request), deadline));
+  Result<std::string> body = ReadFrameBody(fd->get(), options.max_response_bytes, deadline);
+  if (!body.ok()) return body.status();
+  Result<Json> response = ParseJson(*body);
+  if (!response.ok()) return response.status().WithContext("response");
+  return response;
+}
+
+}  // namespace seedd

@@ -1,0 +1,39 @@
+// Blocking client side of the control channel: one request, one response, with a
+// connect timeout and a deadline for the whole response.
+//
+// Thread safety: free functions without shared state; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/unique_fd.h"
+#include "seedd/json.h"
+#include "seedd/seed_config.h"
+#include "seedd/status.h"
+
+namespace seedd {
+
+using Clock = std::chrono::steady_clock;
+
+// Connects to `peer` (every resolved address in turn) within `timeout`.
+Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout);
+
+// Writes all of `data` before `deadline`.
+Status WriteAll(int fd, std::string_view data, Clock::time_point deadline);
+
+// Reads one frame body of at most `max_bytes` before `deadline`.
+Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline);
+
+struct ExchangeOptions {
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds response_timeout{300000};
+  uint64_t max_response_bytes = 64 * 1024 * 1024;
+};
+
+// Sends `request` as one frame and returns the parsed response (any JSON value).
+Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
+                          const ExchangeOptions& options);
+
+}  // namespace seedd

@@ -1,0 +1,44 @@
+// RequestHandler: the source side of the protocol without sockets. It
+// authenticates a request and dispatches it to the seedable of its kind.
+//
+// Thread safety: immutable after construction; every method may be called from
+// any thread at once (seedables' Resolve must be thread-safe).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seedd/json.h"
+#include "seedd/seedable.h"
+
+namespace seedd {
+
+// Builds {"status":"error","message":message}.
+Json ErrorResponse(std::string_view message);
+
+class RequestHandler {
+ public:
+  // REQUIRES: seedables have distinct kinds.
+  RequestHandler(std::vector<SeedablePtr> seedables, std::string token);
+
+  // True when this daemon has a token and `request` is an object whose "token"
+  // is a string equal to it (compared in constant time).
+  bool Authenticate(const Json& request) const;
+
+  // Answers an authenticated request: ok / miss / error.
+  Json Handle(const Json& request) const;
+
+  // The whole source-side exchange for one received frame body: parse,
+  // authenticate, handle. Used by the fuzzer and by tests.
+  Json HandleFrameBody(std::string_view body) const;
+
+  const Seedable* Find(std::string_view kind) const;
+
+ private:
+  std::map<std::string, SeedablePtr, std::less<>> seedables_;
+  std::string token_;
+};
+
+}  // namespace seedd

@@ -1,0 +1,159 @@
+#include "seedd/seed_transport.h"
+
+#include <mutex>
+
+#include "common/logging.h"
+#include "transport/client.h"
+#include "transport/handler.h"
+#include "transport/server.h"
+
+namespace seedd {
+
+struct SeedTransport::Rep {
+  Rep(std::vector<SeedablePtr> seedables, SeedConfig c, TransportOptions o)
+      : config(std::move(c)), options(o), handler(std::move(seedables), config.token) {}
+
+  const SeedConfig config;
+  const TransportOptions options;
+  const RequestHandler handler;
+  std::mutex mu;
+  std::unique_ptr<SeedServer> server;  // GUARDED_BY(mu)
+};
+
+Result<std::unique_ptr<SeedTransport>> SeedTransport::Create(std::vector<SeedablePtr> seedables,
+                                                             SeedConfig config,
+                                                             TransportOptions options) {
+  SEEDD_RETURN_IF_ERROR(config.Validate());
+  for (size_t i = 0; i < seedables.size(); ++i) {
+    for (size_t j = i + 1; j < seedables.size(); ++j) {
+      if (seedables[i]->kind() == seedables[j]->kind()) {
+        return Status::InvalidArgument("two seedables share the kind '" +
+                                       std::string(seedables[i]->kind()) + "'");
+      }
+    }
+  }
+  if (options.resolver_threads == 0 || options.max_connections == 0) {
+    return Status::InvalidArgument("resolver_threads and max_connections must be positive");
+  }
+  return std::unique_ptr<SeedTransport>(new SeedTransport(
+      std::make_unique<Rep>(std::move(seedables), std::move(config), options)));
+}
+
+SeedTransport::SeedTransport(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+
+SeedTransport::~SeedTransport() { Close(); }
+
+Result<std::optional<HostPort>> SeedTransport::StartListener() {
+  const auto& listen = rep_->config.listen;
+  if (!listen.has_value()) {
+    return std::optional<HostPort>();
+  }
+  std::lock_guard<std::mutex> lock(rep_->mu);
+  if (rep_->server != nullptr) {
+    return Status::FailedPrecondition("the listener was already started");
+  }
+  auto server = std::make_unique<SeedServer>(rep_->handler, rep_->options);
+  Result<HostPort> bound = server->Start(*listen);
+  if (!bound.ok()) {
+    return bound.status();
+  }
+  rep_->server = std::move(server);
+  return std::optional<HostPort>(*bound);
+}
+
+std::optional<Json> SeedTransport::Request(const Json& payload) const {
+  const auto& source = rep_->config.source;
+  if (!source.has_value()) {
+    return std::nullopt;
+  }
+  std::string label = "payload";
+  if (payload.is_object() && payload.contains("kind") && payload["kind"].is_string()) {
+    label = payload["kind"].get<std::string>();
+  }
+  Json request = payload.is_object() ? payload : Json::object();
+  request["token"] = rep_->config.token;
+  ExchangeOptions options;
+  options.connect_timeout = rep_->options.connect_timeout;
+  options.response_timeout = rep_->options.response_timeout;
+  options.max_response_bytes = kMaxResponseBytes;
+  Result<Json> response = ExchangeJson(*source, request, options);
+  if (!response.ok()) {
+    Logger().warn("Cannot fetch {} from {} over D2D; falling back locally: {}", label,
+                  source->ToString(), response.status().message());
+    return std::nullopt;
+  }
+  if (!response->is_object()) {
+    Logger().warn("Source {} sent a malformed response for {}; falling back locally",
+                  source->ToString(), label);
+    return std::nullopt;
+  }
+  return std::move(*response);
+}
+
+AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx) const {
+  Result<Json> params = seedable.RequestParams(ctx);
+  if (!params.ok() || !params->is_object()) {
+    Logger().warn("Rejected the remote {} seed; using the local path: {}", seedable.kind(),
+                  params.ok() ? "request parameters are not a JSON object"
+                              : params.status().message());
+    return AdoptOutcome::kRejected;
+  }
+  Json request = Json::object();
+  request["kind"] = std::string(seedable.kind());
+  request.update(*params);
+  std::optional<Json> response = Request(request);
+  if (!response.has_value()) {
+    return AdoptOutcome::kNoResponse;
+  }
+  auto status_it = response->find("status");
+  std::string status = "None";
+  if (status_it != response->end()) {
+    status = status_it->is_string() ? status_it->get<std::string>() : status_it->dump();
+  }
+  if (status != "ok") {
+    bool miss = status == "miss";
+    auto level = miss ? spdlog::level::info : spdlog::level::warn;
+    Logger().log(level, "No remote {} seed adopted (status {}); using the local path",
+                 seedable.kind(), status);
+    return miss ? AdoptOutcome::kMiss : AdoptOutcome::kNotOk;
+  }
+  static const Json kNull;
+  auto payload_it = response->find("payload");
+  const Json& payload = payload_it == response->end() ? kNull : *payload_it;
+  Status installed;
+  try {
+    Result<Json> valid = seedable.ValidatePayload(payload);
+    installed = valid.ok() ? seedable.Install(ctx, *valid) : valid.status();
+  } catch (const std::exception& e) {
+    installed = Status::Internal(e.what());
+  }
+  if (!installed.ok()) {
+    Logger().warn("Rejected the remote {} seed; using the local path: {}", seedable.kind(),
+                  installed.message());
+    return AdoptOutcome::kRejected;
+  }
+  Logger().info("Adopted remote {} seed", seedable.kind());
+  return AdoptOutcome::kAdopted;
+}
+
+Json SeedTransport::HandleRequest(const Json& request) const {
+  return rep_->handler.Handle(request);
+}
+
+void SeedTransport::Close() {
+  std::unique_ptr<SeedServer> server;
+  {
+    std::lock_guard<std::mutex> lock(rep_->mu);
+    server = std::move(rep_->server);
+  }
+  if (server != nullptr) {
+    server->Close();
+  }
+}
+
+size_t SeedTransport::open_connections() const {
+  std::lock_guard<std::mutex> lock(rep_->mu);
+  return rep_->server == nullptr ? 0 : rep_->server->open_connections();
+}
+
+}  // namespace seedd

@@ -1,0 +1,339 @@
+#include "transport/server.h"
+
+#include <array>
+#include <asio.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "common/logging.h"
+#include "wire/frame.h"
+#include "wire/json_text.h"
+
+namespace seedd {
+namespace {
+
+using asio::ip::tcp;
+using std::chrono::milliseconds;
+
+// A peer whose request was bad gets this long to read our error response.
+constexpr milliseconds kErrorWriteTimeout{1000};
+
+std::string Seconds(milliseconds d) {
+  double s = static_cast<double>(d.count()) / 1000.0;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+}  // namespace
+
+class Connection;
+
+struct SeedServer::Rep {
+  Rep(const RequestHandler& h, const TransportOptions& o)
+      : handler(h), options(o), acceptor(io), retry_timer(io), pool(o.resolver_threads) {}
+
+  void DoAccept();
+  void Register(Connection* c);
+  void Unregister(Connection* c);
+
+  const RequestHandler& handler;
+  const TransportOptions options;
+
+  // Declared before the I/O objects: connections unregister while those are destroyed.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_set<Connection*> connections;  // GUARDED_BY(mu)
+  size_t open = 0;                              // GUARDED_BY(mu)
+  bool closing = false;                         // loop thread only
+
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;
+  asio::thread_pool pool;
+  std::thread loop;
+  bool started = false;
+  bool closed = false;
+  std::chrono::steady_clock::time_point last_cap_log{};
+  size_t refused_since_log = 0;
+};
+
+// One peer's exchange: read one frame, authenticate, resolve off the loop, write
+// one response, close. Lives in shared_ptrs held by its pending handlers.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(SeedServer::Rep* server, tcp::socket socket)
+      : server_(server),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        reader_(kMaxRemoteRequestBytes) {
+    server_->Register(this);
+  }
+  ~Connection() { server_->Unregister(this); }
+
+  void Start() {
+    ArmDeadline(server_->options.request_timeout);
+    DoRead();
+  }
+
+  // Close() on the loop thread: a connection still reading its request is dropped.
+  void CloseIfReading() {
+    if (state_ == State::kReading) {
+      state_ = State::kDone;
+      CloseSocket();
+    }
+  }
+
+ private:
+  enum class State { kReading, kResolving, kWriting, kDone };
+
+  void ArmDeadline(milliseconds d) {
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
+      // expiry() check: a timer re-armed after firing must not act on the old expiry.
+      if (ec || self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
+      self->OnDeadline();
+    });
+  }
+
+  void OnDeadline() {
+    if (state_ == State::kReading) {
+      // Cancel the read; its handler answers with the reason.
+      deadline_hit_ = true;
+      asio::error_code ignored;
+      socket_.cancel(ignored);
+    } else {
+      state_ = State::kDone;
+      CloseSocket();
+    }
+  }
+
+  void DoRead() {
+    socket_.async_read_some(
+        asio::buffer(buf_), [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+          self->OnRead(ec, n);
+        });
+  }
+
+  void OnRead(const asio::error_code& ec, size_t n) {
+    if (state_ != State::kReading) return;
+    if (deadline_hit_) {
+      RespondError("Timed out after " + Seconds(server_->options.request_timeout) +
+                   " s reading the request");
+      return;
+    }
+    if (ec) {
+      if (ec != asio::error::eof || !reader_.started()) {
+        state_ = State::kDone;
+        CloseSocket();
+        return;
+      }
+      RespondError(reader_.EndOfStreamError().message());
+      return;
+    }
+    reader_.Feed(std::string_view(buf_.data(), n));
+    if (reader_.failed()) {
+      RespondError(reader_.error().message());
+      return;
+    }
+    if (!reader_.done()) {
+      DoRead();
+      return;
+    }
+    OnRequest();
+  }
+
+  void OnRequest() {
+    Result<Json> request = ParseJson(reader_.body());
+    reader_ = FrameReader(0);  // free the body
+    if (!request.ok()) {
+      RespondError("Invalid request: " + request.status().message());
+      return;
+    }
+    if (!server_->handler.Authenticate(*request)) {
+      RespondError("Unauthorized request");
+      return;
+    }
+    // Authenticated handlers (a manifest of a large model) may be slow.
+    state_ = State::kResolving;
+    ArmDeadline(server_->options.authenticated_timeout);
+    asio::post(server_->pool, [self = shared_from_this(), req = std::move(*request)]() mutable {
+      std::string frame = EncodeJsonFrame(self->server_->handler.Handle(req));
+      Connection* c = self.get();
+      asio::post(c->socket_.get_executor(), [self = std::move(self), frame = std::move(frame)]() mutable {
+        self->Write(std::move(frame));
+      });
+    });
+  }
+
+  void RespondError(const std::string& message) {
+    // Best effort: the peer may be gone or never read it.
+    ArmDeadline(kErrorWriteTimeout);
+    Write(EncodeJsonFrame(ErrorResponse(message)));
+  }
+
+  void Write(std::string frame) {
+    if (state_ == State::kDone) return;  // deadline passed while resolving
+    state_ = State::kWriting;
+    out_ = std::move(frame);
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](const asio::error_code&, size_t) {
+                        self->state_ = State::kDone;
+                        self->CloseSocket();
+                      });
+  }
+
+  void CloseSocket() {
+    asio::error_code ignored;
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  SeedServer::Rep* server_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  FrameReader reader_;
+  std::array<char, 16 * 1024> buf_;
+  std::string out_;
+  State state_ = State::kReading;
+  bool deadline_hit_ = false;
+};
+
+void SeedServer::Rep::Register(Connection* c) {
+  std::lock_guard<std::mutex> lock(mu);
+  connections.insert(c);
+  ++open;
+}
+
+void SeedServer::Rep::Unregister(Connection* c) {
+  std::lock_guard<std::mutex> lock(mu);
+  connections.erase(c);
+  --open;
+  cv.notify_all();
+}
+
+void SeedServer::Rep::DoAccept() {
+  acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
+    if (closing || ec == asio::error::operation_aborted) {
+      return;
+    }
+    if (ec) {
+      // Out of descriptors or a transient error: pause instead of spinning.
+      Logger().warn("Accepting a D2D connection failed: {}; retrying in 100 ms", ec.message());
+      retry_timer.expires_after(milliseconds(100));
+      retry_timer.async_wait([this](const asio::error_code& wait_ec) {
+        if (!wait_ec && !closing) DoAccept();
+      });
+      return;
+    }
+    size_t now_open;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      now_open = open;
+    }
+    if (now_open >= options.max_connections) {
+      asio::error_code ignored;
+      socket.close(ignored);
+      ++refused_since_log;
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_cap_log >= std::chrono::seconds(1)) {
+        Logger().warn("Refused {} D2D connection(s): {} open, the limit is {}", refused_since_log,
+                      now_open, options.max_connections);
+        last_cap_log = now;
+        refused_since_log = 0;
+      }
+    } else {
+      asio::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<Connection>(this, std::move(socket))->Start();
+    }
+    DoAccept();
+  });
+}
+
+SeedServer::SeedServer(const RequestHandler& handler, const TransportOptions& options)
+    : rep_(std::make_unique<Rep>(handler, options)) {}
+
+SeedServer::~SeedServer() { Close(); }
+
+Result<HostPort> SeedServer::Start(const HostPort& listen) {
+  if (rep_->started || rep_->closed) {
+    return Status::FailedPrecondition("the listener was already started");
+  }
+  asio::error_code ec;
+  asio::ip::address addr;
+  if (listen.is_ipv6() || !listen.host.empty()) {
+    addr = asio::ip::make_address(listen.host, ec);
+  }
+  if (ec) {
+    // A host name: resolve it (the reference binds names too).
+    tcp::resolver resolver(rep_->io);
+    auto results = resolver.resolve(listen.host, std::to_string(listen.port), ec);
+    if (ec || results.empty()) {
+      return Status::InvalidArgument("cannot resolve listen address " + listen.ToString() + ": " +
+                                     ec.message());
+    }
+    addr = results.begin()->endpoint().address();
+  }
+  tcp::endpoint endpoint(addr, listen.port);
+  auto& acceptor = rep_->acceptor;
+  if (acceptor.open(endpoint.protocol(), ec); ec) {
+    return Status::Unavailable("cannot open a socket for " + listen.ToString() + ": " +
+                               ec.message());
+  }
+  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (endpoint.address().is_v6()) {
+    acceptor.set_option(asio::ip::v6_only(true), ec);
+  }
+  if (acceptor.bind(endpoint, ec); ec) {
+    return Status::Unavailable("cannot listen on " + listen.ToString() + ": " + ec.message());
+  }
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) {
+    return Status::Unavailable("cannot listen on " + listen.ToString() + ": " + ec.message());
+  }
+  tcp::endpoint bound = acceptor.local_endpoint(ec);
+  rep_->started = true;
+  rep_->DoAccept();
+  rep_->loop = std::thread([rep = rep_.get()] {
+    auto guard = asio::make_work_guard(rep->io);
+    rep->io.run();
+  });
+  return HostPort{bound.address().to_string(), bound.port()};
+}
+
+void SeedServer::Close() {
+  Rep& rep = *rep_;
+  if (rep.closed) {
+    return;
+  }
+  rep.closed = true;
+  if (rep.started) {
+    asio::post(rep.io, [&rep] {
+      rep.closing = true;
+      asio::error_code ignored;
+      rep.acceptor.close(ignored);
+      rep.retry_timer.cancel();
+      std::lock_guard<std::mutex> lock(rep.mu);
+      for (Connection* c : rep.connections) {
+        c->CloseIfReading();
+      }
+    });
+    {
+      std::unique_lock<std::mutex> lock(rep.mu);
+      rep.cv.wait(lock, [&rep] { return rep.open == 0; });
+    }
+    rep.io.stop();
+    rep.loop.join();
+  }
+  rep.pool.join();
+}
+
+size_t SeedServer::open_connections() const {
+  std::lock_guard<std::mutex> lock(rep_->mu);
+  return rep_->open;
+}
+
+}  // namespace seedd

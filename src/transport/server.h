@@ -1,0 +1,41 @@
+// SeedServer: the listener of a SeedTransport. One event-loop thread owns every
+// socket; Resolve runs on a resolver pool so a slow one never delays other peers.
+// Each connection has a whole-frame deadline before authentication and a longer
+// one after; the number of open connections is capped.
+//
+// Thread safety: Start and Close may be called from any thread (not concurrently
+// with each other); open_connections is thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "seedd/seed_config.h"
+#include "seedd/seed_transport.h"
+#include "seedd/status.h"
+#include "transport/handler.h"
+
+namespace seedd {
+
+class Connection;
+
+class SeedServer {
+ public:
+  // REQUIRES: handler outlives the server.
+  SeedServer(const RequestHandler& handler, const TransportOptions& options);
+  SeedServer(const SeedServer&) = delete;
+  SeedServer& operator=(const SeedServer&) = delete;
+  ~SeedServer();
+
+  // Binds and starts serving; returns the bound address.
+  Result<HostPort> Start(const HostPort& listen);
+  // Stops accepting, closes idle connections, waits for in-flight ones. Idempotent.
+  void Close();
+  size_t open_connections() const;
+
+ private:
+  friend class Connection;
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace seedd
