@@ -88,7 +88,7 @@ class ArtifactSeedable final : public Seedable {
       return Status::InvalidArgument("invalid filename in payload");
     }
     auto size = payload.find("size");
-    if (size == payload.end() || !size->is_number_unsigned() ||
+    if (size == payload.end() || !size->is_number_integer() || size->get<int64_t>() < 0 ||
         size->get<uint64_t>() > kMaxArtifactBytes) {
       return Status::InvalidArgument("field 'size' must be an integer from 0 to 16 MiB");
     }

@@ -1,0 +1,129 @@
+#include "support/test_util.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include "common/crypto.h"
+#include "common/logging.h"
+#include "transport/client.h"
+#include "wire/frame.h"
+#include "wire/json_text.h"
+
+namespace seedd::testing {
+
+TempDir::TempDir() {
+  path_ = std::filesystem::temp_directory_path() / ("seedd-test-" + RandomHex(8));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+class LogCapture::Sink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::vector<LogLine> Lines() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lines_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    lines_.push_back({msg.level, std::string(msg.payload.data(), msg.payload.size())});
+  }
+  void flush_() override {}
+
+ private:
+  std::vector<LogLine> lines_;
+};
+
+LogCapture::LogCapture() : sink_(std::make_shared<Sink>()) {
+  old_level_ = Logger().level();
+  Logger().set_level(spdlog::level::trace);
+  Logger().sinks().push_back(sink_);
+}
+
+LogCapture::~LogCapture() {
+  auto& sinks = Logger().sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  Logger().set_level(old_level_);
+}
+
+std::vector<LogLine> LogCapture::lines() const { return sink_->Lines(); }
+
+bool LogCapture::Contains(spdlog::level::level_enum level, const std::string& text) const {
+  for (const auto& line : lines()) {
+    if (line.level == level && line.text.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string LogCapture::Dump() const {
+  std::string out;
+  for (const auto& line : lines()) {
+    out += std::string(spdlog::level::to_string_view(line.level).data()) + ": " + line.text + "\n";
+  }
+  return out;
+}
+
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
+UniqueFd ConnectRaw(const HostPort& peer) {
+  Result<UniqueFd> fd = ConnectTcp(peer, std::chrono::seconds(5));
+  if (!fd.ok()) return UniqueFd();
+  // ConnectTcp leaves the socket non-blocking; the tests want blocking reads.
+  int flags = fcntl(fd->get(), F_GETFL);
+  fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
+  return std::move(*fd);
+}
+
+void SendAll(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string ReadToEof(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Json ReadResponse(int fd) {
+  Result<std::string> body =
+      ReadFrameBody(fd, 64 << 20, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  if (!body.ok()) return Json();
+  Result<Json> value = ParseJson(*body);
+  return value.ok() ? *value : Json();
+}
+
+std::string Header(uint64_t n) {
+  std::string h(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    h[i] = static_cast<char>(n & 0xff);
+    n >>= 8;
+  }
+  return h;
+}
+
+}  // namespace seedd::testing

@@ -1,0 +1,66 @@
+// Helpers shared by the tests: temporary directories, a capturing log sink,
+// polling with a deadline, and raw protocol sockets.
+#pragma once
+
+#include <spdlog/sinks/base_sink.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "seedd/json.h"
+#include "seedd/seed_config.h"
+
+namespace seedd::testing {
+
+// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct LogLine {
+  spdlog::level::level_enum level;
+  std::string text;
+};
+
+// Attaches itself to the seedd logger for its lifetime and records every line.
+class LogCapture {
+ public:
+  LogCapture();
+  ~LogCapture();
+  std::vector<LogLine> lines() const;
+  // True when some line at `level` contains `text`.
+  bool Contains(spdlog::level::level_enum level, const std::string& text) const;
+  std::string Dump() const;
+
+ private:
+  class Sink;
+  std::shared_ptr<Sink> sink_;
+  spdlog::level::level_enum old_level_;
+};
+
+// Polls `pred` every millisecond until true or `timeout` passes.
+bool WaitUntil(const std::function<bool()>& pred,
+               std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// A blocking TCP connection to `peer` (no timeouts: tests bound themselves).
+UniqueFd ConnectRaw(const HostPort& peer);
+void SendAll(int fd, const std::string& bytes);
+// Reads until EOF or error; returns everything received.
+std::string ReadToEof(int fd);
+// Reads one response frame and parses it; a JSON null if the stream ended first.
+Json ReadResponse(int fd);
+// 8-byte big-endian length header for n.
+std::string Header(uint64_t n);
+
+}  // namespace seedd::testing

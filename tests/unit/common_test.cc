@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include "common/crypto.h"
+#include "seedd/seed_config.h"
+#include "seedd/status.h"
+
+namespace seedd {
+namespace {
+
+TEST(Status, CarriesCodeAndMessage) {
+  Status s = Status::NotFound("no such key");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.ToString(), "NotFound: no such key");
+  EXPECT_EQ(s.WithContext("get a/b/c").message(), "get a/b/c: no such key");
+  EXPECT_TRUE(Status::Ok().ok());
+  Result<int> r = 5;
+  EXPECT_EQ(*r, 5);
+  Result<int> e = Status::Internal("x");
+  EXPECT_EQ(e.status().code(), StatusCode::kInternal);
+}
+
+TEST(Crypto, Sha256MatchesKnownVector) {
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Crypto, Base64RoundTripsEveryLength) {
+  std::string data;
+  for (int i = 0; i < 300; ++i) {
+    auto decoded = Base64Decode(Base64Encode(data));
+    ASSERT_TRUE(decoded.has_value());
+    EXPECT_EQ(*decoded, data);
+    data.push_back(static_cast<char>(i * 37));
+  }
+  EXPECT_EQ(Base64Encode("hello"), "aGVsbG8=");
+}
+
+TEST(Crypto, Base64DecodeIsStrict) {
+  EXPECT_FALSE(Base64Decode("aGVsbG8").has_value());      // missing padding
+  EXPECT_FALSE(Base64Decode("aGV sbG8=").has_value());    // whitespace
+  EXPECT_FALSE(Base64Decode("aG=sbG8=").has_value());     // padding inside
+  EXPECT_FALSE(Base64Decode("aGVsbG9=").has_value());     // non-canonical trailing bits
+  EXPECT_FALSE(Base64Decode("aGVs====").has_value());
+  EXPECT_TRUE(Base64Decode("").has_value());
+}
+
+TEST(Crypto, ConstantTimeEqualsComparesContentAndLength) {
+  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+}
+
+TEST(ParseHostPort, ParsesIpv4HostnamesAndBracketedIpv6) {
+  auto a = ParseHostPort("127.0.0.1:7420");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 7420);
+  EXPECT_EQ(a->ToString(), "127.0.0.1:7420");
+  auto b = ParseHostPort("[::1]:0");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->host, "::1");
+  EXPECT_TRUE(b->is_ipv6());
+  EXPECT_EQ(b->ToString(), "[::1]:0");
+  auto c = ParseHostPort("warm-peer.example:65535");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->port, 65535);
+}
+
+TEST(ParseHostPort, RejectsMalformedAddresses) {
+  for (const char* bad : {"", "host", ":80", "host:", "host:65536", "host:-1", "host:8o",
+                          "::1:80", "[::1]80", "[::1", "[]:80", "[127.0.0.1]:80", "a b:80",
+                          "host:123456"}) {
+    auto r = ParseHostPort(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("expected HOST:PORT"), std::string::npos) << bad;
+    }
+  }
+}
+
+TEST(SeedConfig, ListenerOrSourceWithoutTokenIsAnError) {
+  SeedConfig config;
+  EXPECT_TRUE(config.Validate().ok());
+  config.listen = HostPort{"127.0.0.1", 0};
+  Status s = config.Validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "A daemon-to-daemon listener/source requires a token");
+  config.listen.reset();
+  config.source = HostPort{"127.0.0.1", 1};
+  EXPECT_EQ(config.Validate().message(), "A daemon-to-daemon listener/source requires a token");
+  config.token = "t";
+  EXPECT_TRUE(config.Validate().ok());
+}
+
+}  // namespace
+}  // namespace seedd

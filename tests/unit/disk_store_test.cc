@@ -1,0 +1,188 @@
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "seedd/artifact_store.h"
+#include "support/test_util.h"
+
+namespace seedd {
+namespace {
+
+using testing::TempDir;
+
+ArtifactKey Key(const std::string& file = "table.json") {
+  return *ArtifactKey::Make("flashinfer_autotune", "0123456789abcdef", file);
+}
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ArtifactKey, JoinsPartsWithSlashes) {
+  EXPECT_EQ(Key().ToString(), "flashinfer_autotune/0123456789abcdef/table.json");
+  auto parsed = ArtifactKey::Parse("a/b/c");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->filename(), "c");
+  EXPECT_FALSE(ArtifactKey::Parse("a/b").ok());
+  EXPECT_FALSE(ArtifactKey::Parse("a/b/c/d").ok());  // '/' inside the file name
+}
+
+TEST(ArtifactKey, RejectsTraversalSeparatorsNulAndOverlongParts) {
+  const std::string nul("a\0b", 3);
+  for (const std::string& bad : {std::string(""), std::string("."), std::string(".."),
+                                 std::string("../etc"), std::string("/etc/passwd"),
+                                 std::string("a\\b"), nul, std::string(256, 'a'),
+                                 std::string(".seedd~tmp")}) {
+    EXPECT_FALSE(ArtifactKey::Make("k", "h", bad).ok()) << bad;
+    EXPECT_FALSE(ArtifactKey::Make(bad, "h", "f").ok()) << bad;
+    EXPECT_FALSE(ArtifactKey::Make("k", bad, "f").ok()) << bad;
+  }
+  EXPECT_TRUE(ArtifactKey::Make("k", "h", std::string(255, 'a')).ok());
+  auto r = ArtifactKey::Make("k", "..", "f");
+  EXPECT_EQ(r.status().message(), "invalid config_hash '..': '.' and '..' are not names");
+}
+
+TEST(DiskArtifactStore, RoundTripsMissesAndOverwrites) {
+  TempDir dir;
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path());
+  auto miss = store->Get(Key());
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->has_value());
+  ASSERT_TRUE(store->Put(Key(), std::string("v1\0x", 4)).ok());
+  EXPECT_EQ(ReadFile(dir.path() / "0123456789abcdef" / "table.json"), std::string("v1\0x", 4));
+  ASSERT_TRUE(store->Put(Key(), "version two").ok());
+  EXPECT_EQ(**store->Get(Key()), "version two");
+  ASSERT_TRUE(store->Put(Key("empty"), "").ok());
+  EXPECT_EQ(**store->Get(Key("empty")), "");
+}
+
+TEST(DiskArtifactStore, WithoutAKindMapsTheKindToASubdirectory) {
+  TempDir dir;
+  auto store = NewDiskArtifactStore("", dir.path());
+  ASSERT_TRUE(store->Put(Key(), "x").ok());
+  EXPECT_EQ(ReadFile(dir.path() / "flashinfer_autotune" / "0123456789abcdef" / "table.json"), "x");
+}
+
+TEST(DiskArtifactStore, RejectsKeysOfAnotherKind) {
+  TempDir dir;
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path());
+  auto other = *ArtifactKey::Make("weights", "0123456789abcdef", "f");
+  EXPECT_FALSE(store->Put(other, "x").ok());
+  EXPECT_FALSE(store->Get(other).ok());
+}
+
+TEST(DiskArtifactStore, NeverFollowsLinksOutOfTheRoot) {
+  TempDir dir;
+  TempDir outside;
+  std::filesystem::create_directories(dir.path() / "root");
+  std::filesystem::create_directory_symlink(outside.path(), dir.path() / "root" / "0123456789abcdef");
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path() / "root");
+  EXPECT_FALSE(store->Put(Key(), "escaped").ok());
+  EXPECT_TRUE(std::filesystem::is_empty(outside.path()));
+  // A file link inside a real directory is not followed either.
+  std::filesystem::remove(dir.path() / "root" / "0123456789abcdef");
+  std::filesystem::create_directories(dir.path() / "root" / "0123456789abcdef");
+  std::ofstream(outside.path() / "secret") << "secret";
+  std::filesystem::create_symlink(outside.path() / "secret",
+                                  dir.path() / "root" / "0123456789abcdef" / "table.json");
+  EXPECT_FALSE(store->Get(Key()).ok());
+}
+
+TEST(DiskArtifactStore, RefusesFilesOverTheSizeLimit) {
+  TempDir dir;
+  DiskStoreOptions options;
+  options.max_value_bytes = 10;
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path(), options);
+  ASSERT_TRUE(store->Put(Key(), std::string(11, 'x')).ok());
+  auto r = store->Get(Key());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("over the limit of 10"), std::string::npos);
+}
+
+// Values are distinguishable and self-checking: every byte equals the first.
+std::string Value(int i, size_t size) { return std::string(size, static_cast<char>('A' + i)); }
+
+bool IsWholeValue(const std::string& v, size_t size) {
+  return v.size() == size && v.find_first_not_of(v[0]) == std::string::npos;
+}
+
+TEST(DiskArtifactStore, ConcurrentWritersAndReadersNeverSeeATornValue) {
+  TempDir dir;
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path());
+  constexpr size_t kSize = 1 << 20;
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    while (!stop) {
+      auto r = store->Get(Key());
+      if (r.ok() && r->has_value()) {
+        ++reads;
+        if (!IsWholeValue(**r, kSize)) ++torn;
+      }
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 8; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 5; ++i) EXPECT_TRUE(store->Put(Key(), Value(w, kSize)).ok());
+    });
+  }
+  for (auto& t : writers) t.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(torn, 0);
+  EXPECT_TRUE(IsWholeValue(**store->Get(Key()), kSize));
+  // No temporary file is left behind by writers that finished.
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path() / "0123456789abcdef")) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 1u);
+}
+
+TEST(DiskArtifactStore, AWriterKilledMidwayLeavesNoPartialFile) {
+  TempDir dir;
+  constexpr size_t kSize = 32 << 20;
+  for (int round = 0; round < 3; ++round) {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path());
+      for (int i = 0;; ++i) (void)store->Put(Key(), Value(i % 20, kSize));
+    }
+    auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path());
+    // Kill the writer while it writes: wait until a temporary file exists.
+    testing::WaitUntil([&] {
+      std::error_code ec;
+      for (auto& e : std::filesystem::directory_iterator(dir.path() / "0123456789abcdef", ec)) {
+        if (e.path().filename().string().rfind(".seedd~", 0) == 0) return true;
+      }
+      return false;
+    });
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    auto r = store->Get(Key());
+    ASSERT_TRUE(r.ok());
+    if (r->has_value()) {
+      EXPECT_TRUE(IsWholeValue(**r, kSize));
+    }
+  }
+}
+
+TEST(MemoryArtifactStore, RoundTripsAndMisses) {
+  auto store = NewMemoryArtifactStore();
+  EXPECT_FALSE(store->Get(Key())->has_value());
+  ASSERT_TRUE(store->Put(Key(), "v").ok());
+  EXPECT_EQ(**store->Get(Key()), "v");
+}
+
+}  // namespace
+}  // namespace seedd

@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+#include "wire/frame.h"
+#include "wire/json_text.h"
+
+namespace seedd {
+namespace {
+
+TEST(EncodeFrame, WritesEightByteBigEndianLengthThenBody) {
+  std::string frame = EncodeFrame(std::string(258, 'x'));
+  ASSERT_EQ(frame.size(), 8u + 258u);
+  EXPECT_EQ(frame.substr(0, 8), std::string("\0\0\0\0\0\0\x01\x02", 8));
+  EXPECT_EQ(frame.substr(8), std::string(258, 'x'));
+}
+
+TEST(FrameReader, DecodesAFrameFedOneByteAtATime) {
+  std::string frame = EncodeJsonFrame(Json{{"kind", "artifact"}});
+  FrameReader reader(1024);
+  for (char c : frame) {
+    EXPECT_FALSE(reader.done());
+    EXPECT_EQ(reader.Feed(std::string_view(&c, 1)), 1u);
+  }
+  ASSERT_TRUE(reader.done());
+  EXPECT_EQ(reader.body(), R"({"kind":"artifact"})");
+}
+
+TEST(FrameReader, LeavesBytesAfterTheFrameUnconsumed) {
+  std::string bytes = EncodeFrame("{}") + "trailing";
+  FrameReader reader(1024);
+  EXPECT_EQ(reader.Feed(bytes), 10u);
+  EXPECT_TRUE(reader.done());
+  EXPECT_EQ(reader.Feed("more"), 0u);
+}
+
+TEST(FrameReader, RejectsOneTebibyteHeaderWithoutAllocating) {
+  FrameReader reader(64 * 1024);
+  reader.Feed(testing::Header(1ull << 40));
+  ASSERT_TRUE(reader.failed());
+  EXPECT_EQ(reader.error().message(), "Message size 1099511627776 exceeds limit 65536");
+  EXPECT_EQ(reader.body().capacity(), std::string().capacity());
+}
+
+TEST(FrameReader, AcceptsBodyExactlyAtTheLimit) {
+  FrameReader reader(4);
+  reader.Feed(EncodeFrame("1234"));
+  EXPECT_TRUE(reader.done());
+  FrameReader over(3);
+  over.Feed(EncodeFrame("1234"));
+  EXPECT_TRUE(over.failed());
+  EXPECT_EQ(over.error().message(), "Message size 4 exceeds limit 3");
+}
+
+TEST(FrameReader, DescribesWhereTheStreamEnded) {
+  FrameReader empty(100);
+  EXPECT_FALSE(empty.started());
+  EXPECT_EQ(empty.EndOfStreamError().message(), "connection closed before a message arrived");
+  FrameReader header(100);
+  header.Feed(std::string("\0\0\0", 3));
+  EXPECT_EQ(header.EndOfStreamError().message(),
+            "connection closed inside a message header (3 of 8 bytes)");
+  FrameReader body(100);
+  body.Feed(EncodeFrame("hello").substr(0, 10));
+  EXPECT_EQ(body.EndOfStreamError().message(), "connection closed inside a message (2 of 5 bytes)");
+}
+
+TEST(ParseJson, ParsesObjectsAndRejectsGarbage) {
+  auto ok = ParseJson(R"({"a": [1, 2]})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)["a"][1], 2);
+  auto bad = ParseJson("{not json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "not valid JSON");
+  EXPECT_FALSE(ParseJson("").ok());
+}
+
+TEST(ParseJson, RejectsNestingBeyondTheLimitBeforeParsing) {
+  std::string deep(kMaxJsonDepth + 1, '[');
+  deep += std::string(kMaxJsonDepth + 1, ']');
+  auto r = ParseJson(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "JSON nesting deeper than 128 levels");
+  std::string ok(kMaxJsonDepth, '[');
+  ok += std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(ParseJson(ok).ok());
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(ParseJson("\"" + std::string(1000, '[') + "\"").ok());
+}
+
+TEST(DumpJson, ReplacesInvalidUtf8InsteadOfThrowing) {
+  Json j = std::string("bad \xff byte");
+  EXPECT_EQ(DumpJson(j), "\"bad \xEF\xBF\xBD byte\"");
+}
+
+}  // namespace
+}  // namespace seedd
