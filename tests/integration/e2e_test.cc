@@ -1,0 +1,186 @@
+// End to end with the real binaries: seedd daemons and seedctl on loopback.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <random>
+
+#include "support/process.h"
+#include "support/test_util.h"
+
+namespace seedd {
+namespace {
+
+using std::chrono::seconds;
+using testing::Process;
+using testing::RunCommand;
+using testing::TempDir;
+
+const char kHash[] = "00112233445566778899aabbccddeeff";
+const char kToken[] = "e2e-token-4b1d";
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFile(const std::filesystem::path& p, const std::string& data) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << data;
+}
+
+std::string RandomBytes(size_t n) {
+  std::mt19937_64 rng(42);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override { WriteFile(TokenFile(), std::string(kToken) + "\n"); }
+  std::filesystem::path TokenFile() const { return dir_.path() / "token"; }
+
+  // Starts a daemon on a free port; returns its address from the ready line.
+  std::unique_ptr<Process> StartDaemon(const std::filesystem::path& cache, std::string* addr,
+                                       std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file",
+                                     TokenFile().string(), "--cache-dir", cache.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(argv);
+    auto line = p->ReadLine(seconds(10));
+    EXPECT_TRUE(line.has_value()) << p->Stderr();
+    const std::string prefix = "seedd: serving on ";
+    EXPECT_EQ(line.value_or("").rfind(prefix, 0), 0u) << line.value_or("");
+    *addr = line.value_or("").substr(prefix.size());
+    return p;
+  }
+
+  testing::RunResult Fetch(const std::string& source, const std::filesystem::path& cache,
+                           const std::string& file, const std::string& token_file = "") {
+    return RunCommand({SEEDCTL_BIN, "fetch", "--source", source, "--token-file",
+                token_file.empty() ? TokenFile().string() : token_file, "--namespace", "triton",
+                "--config-hash", kHash, "--filename", file, "--cache-dir", cache.string()});
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(E2eTest, AColdDaemonAdoptsAWarmDaemonsFileByteIdentical) {
+  const std::string data = RandomBytes(3 << 20);
+  WriteFile(dir_.path() / "a" / "triton" / kHash / "kernels.bin", data);
+  std::string a_addr;
+  std::string b_addr;
+  auto a = StartDaemon(dir_.path() / "a", &a_addr);
+  auto b = StartDaemon(dir_.path() / "b", &b_addr);
+
+  auto fetched = Fetch(a_addr, dir_.path() / "b", "kernels.bin");
+  ASSERT_EQ(fetched.status, 0) << fetched.err;
+  EXPECT_NE(fetched.out.find("fetched triton/" + std::string(kHash) + "/kernels.bin (3145728 bytes)"),
+            std::string::npos)
+      << fetched.out;
+  EXPECT_EQ(ReadFile(dir_.path() / "b" / "triton" / kHash / "kernels.bin"), data);
+
+  // B now serves what it adopted.
+  auto again = Fetch(b_addr, dir_.path() / "c", "kernels.bin");
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(ReadFile(dir_.path() / "c" / "triton" / kHash / "kernels.bin"), data);
+
+  a->Signal(SIGTERM);
+  b->Signal(SIGINT);
+  EXPECT_EQ(a->Wait(seconds(10)), 0) << a->Stderr();
+  EXPECT_EQ(b->Wait(seconds(10)), 0) << b->Stderr();
+}
+
+TEST_F(E2eTest, SeedctlRequestExitStatusFollowsTheResponse) {
+  WriteFile(dir_.path() / "a" / "triton" / kHash / "k.bin", "kernel");
+  std::string addr;
+  auto a = StartDaemon(dir_.path() / "a", &addr);
+  auto request = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {SEEDCTL_BIN, "request", "--source", addr, "--token-file",
+                                     TokenFile().string(), "--kind", "artifact"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunCommand(argv);
+  };
+  auto ok = request({"--param", "namespace=triton", "--param", std::string("config_hash=") + kHash,
+                     "--param", "filename=k.bin"});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("\"status\":\"ok\""), std::string::npos);
+  auto miss = request({"--param", "namespace=triton", "--param",
+                       std::string("config_hash=") + kHash, "--param", "filename=none"});
+  EXPECT_EQ(miss.status, 3);
+  EXPECT_EQ(miss.out, "{\"status\":\"miss\"}\n");
+  auto error = request({"--param-json", "namespace=7"});
+  EXPECT_EQ(error.status, 4);
+  EXPECT_EQ(error.out, "{\"message\":\"field 'namespace' must be a string\",\"status\":\"error\"}\n");
+  auto bad_json = request({"--param-json", "namespace={"});
+  EXPECT_EQ(bad_json.status, 2);
+  auto down = RunCommand({SEEDCTL_BIN, "request", "--source", "127.0.0.1:1", "--token-file",
+                   TokenFile().string(), "--kind", "artifact"});
+  EXPECT_EQ(down.status, 2);
+  EXPECT_NE(down.err.find("Cannot fetch artifact from 127.0.0.1:1 over D2D"), std::string::npos);
+}
+
+TEST_F(E2eTest, SeedctlFetchReportsMissErrorAndNoResponse) {
+  std::string addr;
+  auto a = StartDaemon(dir_.path() / "a", &addr);
+  EXPECT_EQ(Fetch(addr, dir_.path() / "b", "absent.bin").status, 3);
+  WriteFile(dir_.path() / "wrong-token", "not-the-token");
+  EXPECT_EQ(Fetch(addr, dir_.path() / "b", "absent.bin", (dir_.path() / "wrong-token").string())
+                .status,
+            4);
+  EXPECT_EQ(Fetch("127.0.0.1:1", dir_.path() / "b", "absent.bin").status, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "b" / "triton" / kHash / "absent.bin"));
+}
+
+TEST_F(E2eTest, TheTokenCanComeFromTheEnvironmentAndIsNeverLogged) {
+  Process p({SEEDD_BIN, "--listen", "127.0.0.1:0", "--cache-dir", (dir_.path() / "a").string(),
+             "--log-level", "trace"},
+            {std::string("SEEDD_TOKEN=") + kToken});
+  auto line = p.ReadLine(seconds(10));
+  ASSERT_TRUE(line.has_value()) << p.Stderr();
+  std::string addr = line->substr(line->rfind(' ') + 1);
+  EXPECT_EQ(Fetch(addr, dir_.path() / "b", "absent.bin").status, 3);
+  p.Signal(SIGTERM);
+  EXPECT_EQ(p.Wait(seconds(10)), 0);
+  EXPECT_EQ(p.Stderr().find(kToken), std::string::npos);
+}
+
+TEST_F(E2eTest, BadFlagsAndMissingTokensExitTwoWithOneLine) {
+  auto no_token = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0"}, {"SEEDD_TOKEN="});
+  EXPECT_EQ(no_token.status, 2);
+  EXPECT_EQ(no_token.err, "seedd: A daemon-to-daemon listener/source requires a token\n");
+  auto missing = RunCommand({SEEDD_BIN, "--token-file", (dir_.path() / "nope").string()});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(missing.err,
+            "seedd: cannot read the token file " + (dir_.path() / "nope").string() + "\n");
+  auto bad_flag = RunCommand({SEEDD_BIN, "--no-such-flag"});
+  EXPECT_EQ(bad_flag.status, 2);
+  EXPECT_EQ(std::count(bad_flag.err.begin(), bad_flag.err.end(), '\n'), 1) << bad_flag.err;
+  auto bad_addr = RunCommand({SEEDD_BIN, "--listen", "nohost", "--token-file", TokenFile().string()});
+  EXPECT_EQ(bad_addr.status, 2);
+  EXPECT_NE(bad_addr.err.find("--listen: invalid address 'nohost'"), std::string::npos);
+  auto ctl = RunCommand({SEEDCTL_BIN, "fetch", "--source", "127.0.0.1:1"});
+  EXPECT_EQ(ctl.status, 2);
+}
+
+TEST_F(E2eTest, HelpExplainsEveryFlag) {
+  auto seedd_help = RunCommand({SEEDD_BIN, "--help"});
+  EXPECT_EQ(seedd_help.status, 0);
+  for (const char* flag : {"--listen", "--source", "--token-file", "--cache-dir", "--log-level"}) {
+    EXPECT_NE(seedd_help.out.find(flag), std::string::npos) << flag;
+  }
+  auto fetch_help = RunCommand({SEEDCTL_BIN, "fetch", "--help"});
+  EXPECT_EQ(fetch_help.status, 0);
+  for (const char* flag : {"--source", "--token-file", "--namespace", "--config-hash",
+                           "--filename", "--cache-dir"}) {
+    EXPECT_NE(fetch_help.out.find(flag), std::string::npos) << flag;
+  }
+  auto request_help = RunCommand({SEEDCTL_BIN, "request", "--help"});
+  for (const char* flag : {"--kind", "--param", "--param-json"}) {
+    EXPECT_NE(request_help.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace seedd
