@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps build test unit-test fuzz-smoke asan-test demo bench fuzz format clean
+.PHONY: all deps build test fuzz-build fuzz-smoke asan-test demo bench fuzz format clean
 
 all: build
 
