@@ -1,5 +1,7 @@
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,16 +23,12 @@ class DiskArtifactStore final : public ArtifactStore {
   Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
     Result<std::vector<std::string>> dirs = DirsFor(key);
     if (!dirs.ok()) return dirs.status();
-    Result<UniqueFd> dir = OpenDirs(*dirs, /*create=*/false);
-    if (!dir.ok()) {
-      if (dir.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
-      return dir.status();
+    Result<UniqueFd> opened = OpenForRead(*dirs, key);
+    if (!opened.ok()) {
+      if (opened.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+      return opened.status();
     }
-    UniqueFd fd(::openat(dir->get(), key.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.valid()) {
-      if (errno == ENOENT) return std::optional<std::string>();
-      return ErrnoStatus("open " + PathFor(key), errno);
-    }
+    UniqueFd fd = std::move(*opened);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + PathFor(key), errno);
     if (!S_ISREG(st.st_mode)) {
@@ -92,6 +90,31 @@ class DiskArtifactStore final : public ArtifactStore {
     std::filesystem::path p = root_;
     if (kind_.empty()) p /= key.kind();
     return (p / key.config_hash() / key.filename()).string();
+  }
+
+  // Opens the file of `key` for reading without following any link below root: one
+  // openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) where the kernel has it, else a
+  // walk of O_NOFOLLOW opens. NotFound when any part is missing.
+  Result<UniqueFd> OpenForRead(const std::vector<std::string>& dirs, const ArtifactKey& key) const {
+    UniqueFd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) return ErrnoStatus("open " + root_.string(), errno);
+    std::string rel;
+    for (const std::string& d : dirs) rel += d + "/";
+    rel += key.filename();
+    open_how how{};
+    how.flags = O_RDONLY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root.get(), rel.c_str(), &how, sizeof(how))));
+    if (fd.valid()) return fd;
+    if (errno == ELOOP || errno == EXDEV) {
+      return Status::InvalidArgument(PathFor(key) + " goes through a link (links are not followed)");
+    }
+    if (errno != ENOSYS && errno != EPERM) return ErrnoStatus("open " + PathFor(key), errno);
+    Result<UniqueFd> dir = OpenDirs(dirs, /*create=*/false);
+    if (!dir.ok()) return dir.status();
+    fd.Reset(::openat(dir->get(), key.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoStatus("open " + PathFor(key), errno);
+    return fd;
   }
 
   // Opens root, then each directory below it without following links.

@@ -1,6 +1,9 @@
 #include "transport/server.h"
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
 #include <asio.hpp>
 #include <condition_variable>
 #include <mutex>
@@ -80,6 +83,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Close() on the loop thread: a connection still reading its request is dropped.
   void CloseIfReading() {
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kReading) {
       state_ = State::kDone;
       CloseSocket();
@@ -92,8 +96,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ArmDeadline(milliseconds d) {
     timer_.expires_after(d);
     timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
+      if (ec) return;
+      std::lock_guard<std::mutex> lock(self->mu_);
       // expiry() check: a timer re-armed after firing must not act on the old expiry.
-      if (ec || self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
+      if (self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
       self->OnDeadline();
     });
   }
@@ -159,12 +165,41 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Authenticated handlers (a manifest of a large model) may be slow.
     state_ = State::kResolving;
     ArmDeadline(server_->options.authenticated_timeout);
-    asio::post(server_->pool, [self = shared_from_this(), req = std::move(*request)]() mutable {
-      std::string frame = EncodeJsonFrame(self->server_->handler.Handle(req));
-      Connection* c = self.get();
-      asio::post(c->socket_.get_executor(), [self = std::move(self), frame = std::move(frame)]() mutable {
-        self->Write(std::move(frame));
-      });
+    asio::post(server_->pool, [self = shared_from_this(), req = std::move(*request)] {
+      self->FinishOnResolver(EncodeJsonFrame(self->server_->handler.Handle(req)));
+    });
+  }
+
+  // On a resolver thread. A response that fits the socket buffer (the common case)
+  // is written and the connection closed right here, sparing a hop back to the
+  // loop; a larger one is handed to the loop to finish under the same deadline.
+  void FinishOnResolver(std::string frame) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (state_ != State::kResolving) return;  // the deadline closed the connection
+    size_t sent = 0;
+    bool would_block = false;
+    while (sent < frame.size()) {
+      ssize_t n = ::send(socket_.native_handle(), frame.data() + sent, frame.size() - sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        would_block = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+        break;
+      }
+    }
+    if (!would_block) {  // all sent, or the peer is gone
+      state_ = State::kDone;
+      CloseSocket();
+      return;
+    }
+    state_ = State::kWriting;
+    frame.erase(0, sent);
+    lock.unlock();
+    asio::post(socket_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
+      self->Write(std::move(f));
     });
   }
 
@@ -174,8 +209,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Write(EncodeJsonFrame(ErrorResponse(message)));
   }
 
+  // On the loop thread.
   void Write(std::string frame) {
-    if (state_ == State::kDone) return;  // deadline passed while resolving
+    if (state_ == State::kDone) return;  // the deadline passed
     state_ = State::kWriting;
     out_ = std::move(frame);
     asio::async_write(socket_, asio::buffer(out_),
@@ -188,11 +224,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void CloseSocket() {
     asio::error_code ignored;
     timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
   }
 
   SeedServer::Rep* server_;
+  // Serialises the loop and a resolver thread around socket_, timer_ and state_
+  // while a request is resolving; otherwise only the loop thread touches them.
+  std::mutex mu_;
   tcp::socket socket_;
   asio::steady_timer timer_;
   FrameReader reader_;
@@ -246,8 +284,7 @@ void SeedServer::Rep::DoAccept() {
         refused_since_log = 0;
       }
     } else {
-      asio::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
+      // No TCP_NODELAY: each side writes one whole frame, so Nagle never holds data back.
       std::make_shared<Connection>(this, std::move(socket))->Start();
     }
     DoAccept();
