@@ -119,16 +119,16 @@ int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
   auto seedable = seedd::NewArtifactSeedable(dir);
   auto start = std::chrono::steady_clock::now();
   seedd::AdoptOutcome outcome = transport->Adopt(*seedable, ctx);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                  .count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   switch (outcome) {
     case seedd::AdoptOutcome::kAdopted: {
       std::filesystem::path path = dir / ns / hash / filename;
       std::error_code ec;
       auto size = std::filesystem::file_size(path, ec);
-      std::printf("fetched %s (%llu bytes) from %s in %.1f ms into %s\n",
-                  key->ToString().c_str(), static_cast<unsigned long long>(ec ? 0 : size),
-                  c.source.c_str(), ms, path.c_str());
+      std::printf("fetched %s (%llu bytes) from %s in %.1f ms into %s\n", key->ToString().c_str(),
+                  static_cast<unsigned long long>(ec ? 0 : size), c.source.c_str(), ms,
+                  path.c_str());
       return kExitOk;
     }
     case seedd::AdoptOutcome::kMiss:
@@ -160,12 +160,11 @@ int main(int argc, char** argv) {
   std::string kind;
   std::vector<std::string> params;
   std::vector<std::string> json_params;
-  CLI::App* request = app.add_subcommand(
-      "request", "send one request and print the response JSON on stdout");
+  CLI::App* request =
+      app.add_subcommand("request", "send one request and print the response JSON on stdout");
   AddCommon(request, &req_common);
   request->add_option("--kind", kind, "the seed kind, e.g. artifact")->required();
-  request->add_option("--param", params, "KEY=VALUE key field, VALUE sent as a string")
-      ->take_all();
+  request->add_option("--param", params, "KEY=VALUE key field, VALUE sent as a string")->take_all();
   request->add_option("--param-json", json_params, "KEY=JSON key field, JSON parsed")->take_all();
 
   Common fetch_common;
@@ -173,8 +172,8 @@ int main(int argc, char** argv) {
   std::string hash;
   std::string filename;
   std::string cache_dir;
-  CLI::App* fetch = app.add_subcommand(
-      "fetch", "adopt one artifact from a daemon into a local cache directory");
+  CLI::App* fetch =
+      app.add_subcommand("fetch", "adopt one artifact from a daemon into a local cache directory");
   AddCommon(fetch, &fetch_common);
   fetch->add_option("--namespace", ns, "artifact namespace, [a-z0-9_.-]{1,64}")->required();
   fetch->add_option("--config-hash", hash, "lowercase hex, 16-128 digits")->required();

@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   auto token = seedd::LoadToken(token_path);
   if (!token.ok()) return Fail(token.status().message());
   options.seed.token = *token;
-  options.cache_dir = cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
+  options.cache_dir =
+      cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
 
   RaiseFileLimit();

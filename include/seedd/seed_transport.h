@@ -41,10 +41,10 @@ struct TransportOptions {
 
 // What Adopt did; each outcome has logged its SPEC §2 line.
 enum class AdoptOutcome {
-  kNoResponse,   // no source, transport failure, or a malformed response
-  kMiss,         // the source answered "miss"
-  kNotOk,        // the source answered another non-"ok" status ("error", ...)
-  kRejected,     // ValidatePayload or Install failed
+  kNoResponse,  // no source, transport failure, or a malformed response
+  kMiss,        // the source answered "miss"
+  kNotOk,       // the source answered another non-"ok" status ("error", ...)
+  kRejected,    // ValidatePayload or Install failed
   kAdopted,
 };
 

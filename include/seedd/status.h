@@ -40,9 +40,7 @@ class [[nodiscard]] Status {
   static Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, msg}; }
   static Status PermissionDenied(std::string msg) { return {StatusCode::kPermissionDenied, msg}; }
   static Status Unauthenticated(std::string msg) { return {StatusCode::kUnauthenticated, msg}; }
-  static Status ResourceExhausted(std::string msg) {
-    return {StatusCode::kResourceExhausted, msg};
-  }
+  static Status ResourceExhausted(std::string msg) { return {StatusCode::kResourceExhausted, msg}; }
   static Status FailedPrecondition(std::string msg) {
     return {StatusCode::kFailedPrecondition, msg};
   }
@@ -73,7 +71,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : rep_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : rep_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : rep_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(rep_).ok() && "Result built from an Ok status");
   }
@@ -99,10 +97,10 @@ class [[nodiscard]] Result {
 }  // namespace seedd
 
 // Evaluates expr (a Status); returns it from the current function when not Ok.
-#define SEEDD_RETURN_IF_ERROR(expr)          \
-  do {                                       \
-    ::seedd::Status seedd_status_ = (expr);  \
-    if (!seedd_status_.ok()) {               \
-      return seedd_status_;                  \
-    }                                        \
+#define SEEDD_RETURN_IF_ERROR(expr)         \
+  do {                                      \
+    ::seedd::Status seedd_status_ = (expr); \
+    if (!seedd_status_.ok()) {              \
+      return seedd_status_;                 \
+    }                                       \
   } while (0)

@@ -23,14 +23,14 @@ std::string ToHex(const unsigned char* data, size_t n) {
   return out;
 }
 
-int B64Value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
+constexpr std::array<int8_t, 256> kB64Values = [] {
+  std::array<int8_t, 256> t{};
+  for (auto& v : t) v = -1;
+  for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(kB64[i])] = static_cast<int8_t>(i);
+  return t;
+}();
+
+int B64Value(char c) { return kB64Values[static_cast<unsigned char>(c)]; }
 
 }  // namespace
 
@@ -41,29 +41,24 @@ std::string Sha256Hex(std::string_view data) {
 }
 
 std::string Base64Encode(std::string_view data) {
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
-  size_t i = 0;
+  std::string out((data.size() + 2) / 3 * 4, '\0');
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  for (; i + 3 <= data.size(); i += 3) {
+  char* o = out.data();
+  size_t i = 0;
+  for (; i + 3 <= data.size(); i += 3, o += 4) {
     uint32_t v = (p[i] << 16) | (p[i + 1] << 8) | p[i + 2];
-    out.push_back(kB64[(v >> 18) & 63]);
-    out.push_back(kB64[(v >> 12) & 63]);
-    out.push_back(kB64[(v >> 6) & 63]);
-    out.push_back(kB64[v & 63]);
+    o[0] = kB64[(v >> 18) & 63];
+    o[1] = kB64[(v >> 12) & 63];
+    o[2] = kB64[(v >> 6) & 63];
+    o[3] = kB64[v & 63];
   }
   size_t rest = data.size() - i;
-  if (rest == 1) {
-    uint32_t v = p[i] << 16;
-    out.push_back(kB64[(v >> 18) & 63]);
-    out.push_back(kB64[(v >> 12) & 63]);
-    out += "==";
-  } else if (rest == 2) {
-    uint32_t v = (p[i] << 16) | (p[i + 1] << 8);
-    out.push_back(kB64[(v >> 18) & 63]);
-    out.push_back(kB64[(v >> 12) & 63]);
-    out.push_back(kB64[(v >> 6) & 63]);
-    out.push_back('=');
+  if (rest > 0) {
+    uint32_t v = (p[i] << 16) | (rest == 2 ? p[i + 1] << 8 : 0);
+    o[0] = kB64[(v >> 18) & 63];
+    o[1] = kB64[(v >> 12) & 63];
+    o[2] = rest == 2 ? kB64[(v >> 6) & 63] : '=';
+    o[3] = '=';
   }
   return out;
 }
@@ -74,7 +69,21 @@ std::optional<std::string> Base64Decode(std::string_view text) {
   }
   std::string out;
   out.reserve(text.size() / 4 * 3);
-  for (size_t i = 0; i < text.size(); i += 4) {
+  // Fast path for whole groups; the last group (padding) goes through the checks below.
+  size_t i = 0;
+  const size_t body = text.size() < 4 ? 0 : text.size() - 4;
+  out.resize(body / 4 * 3);
+  char* o = out.data();
+  for (; i < body; i += 4, o += 3) {
+    int a = B64Value(text[i]), b = B64Value(text[i + 1]), c = B64Value(text[i + 2]),
+        d = B64Value(text[i + 3]);
+    if ((a | b | c | d) < 0) return std::nullopt;
+    uint32_t word = (a << 18) | (b << 12) | (c << 6) | d;
+    o[0] = static_cast<char>(word >> 16);
+    o[1] = static_cast<char>((word >> 8) & 0xff);
+    o[2] = static_cast<char>(word & 0xff);
+  }
+  for (; i < text.size(); i += 4) {
     const bool last = i + 4 == text.size();
     int pad = 0;
     if (last && text[i + 3] == '=') pad = text[i + 2] == '=' ? 2 : 1;

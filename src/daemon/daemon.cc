@@ -32,8 +32,8 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
   } else if (const char* env = std::getenv("SEEDD_TOKEN"); env != nullptr) {
     token = env;
   }
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' ||
-                            token.back() == ' ' || token.back() == '\t')) {
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
+                            token.back() == '\t')) {
     token.pop_back();
   }
   if (token_file.has_value() && token.empty()) {

@@ -36,7 +36,8 @@ Result<ArtifactKey> ArtifactKey::Parse(std::string_view text) {
   size_t a = text.find('/');
   size_t b = a == std::string_view::npos ? a : text.find('/', a + 1);
   if (b == std::string_view::npos) {
-    return Status::InvalidArgument("invalid artifact key: expected <kind>/<config_hash>/<filename>");
+    return Status::InvalidArgument(
+        "invalid artifact key: expected <kind>/<config_hash>/<filename>");
   }
   return Make(text.substr(0, a), text.substr(a + 1, b - a - 1), text.substr(b + 1));
 }

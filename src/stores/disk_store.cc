@@ -71,7 +71,8 @@ class DiskArtifactStore final : public ArtifactStore {
       return st;
     }
     // The rename is durable only once the directory is.
-    if (::fsync(dir->get()) != 0) return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
+    if (::fsync(dir->get()) != 0)
+      return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
     return Status::Ok();
   }
 
@@ -104,10 +105,12 @@ class DiskArtifactStore final : public ArtifactStore {
     open_how how{};
     how.flags = O_RDONLY | O_CLOEXEC;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root.get(), rel.c_str(), &how, sizeof(how))));
+    UniqueFd fd(
+        static_cast<int>(::syscall(SYS_openat2, root.get(), rel.c_str(), &how, sizeof(how))));
     if (fd.valid()) return fd;
     if (errno == ELOOP || errno == EXDEV) {
-      return Status::InvalidArgument(PathFor(key) + " goes through a link (links are not followed)");
+      return Status::InvalidArgument(PathFor(key) +
+                                     " goes through a link (links are not followed)");
     }
     if (errno != ENOSYS && errno != EPERM) return ErrnoStatus("open " + PathFor(key), errno);
     Result<UniqueFd> dir = OpenDirs(dirs, /*create=*/false);

@@ -37,8 +37,8 @@ Status WaitFor(int fd, short events, Clock::time_point deadline, const char* wha
 }
 
 Result<UniqueFd> ConnectOne(const addrinfo& ai, Clock::time_point deadline) {
-  UniqueFd fd(::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                       ai.ai_protocol));
+  UniqueFd fd(
+      ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
   if (!fd.valid()) return ErrnoStatus("socket", errno);
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -35,8 +35,8 @@ Result<std::unique_ptr<SeedTransport>> SeedTransport::Create(std::vector<Seedabl
   if (options.resolver_threads == 0 || options.max_connections == 0) {
     return Status::InvalidArgument("resolver_threads and max_connections must be positive");
   }
-  return std::unique_ptr<SeedTransport>(new SeedTransport(
-      std::make_unique<Rep>(std::move(seedables), std::move(config), options)));
+  return std::unique_ptr<SeedTransport>(
+      new SeedTransport(std::make_unique<Rep>(std::move(seedables), std::move(config), options)));
 }
 
 SeedTransport::SeedTransport(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -93,9 +93,9 @@ std::optional<Json> SeedTransport::Request(const Json& payload) const {
 AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx) const {
   Result<Json> params = seedable.RequestParams(ctx);
   if (!params.ok() || !params->is_object()) {
-    Logger().warn("Rejected the remote {} seed; using the local path: {}", seedable.kind(),
-                  params.ok() ? "request parameters are not a JSON object"
-                              : params.status().message());
+    Logger().warn(
+        "Rejected the remote {} seed; using the local path: {}", seedable.kind(),
+        params.ok() ? "request parameters are not a JSON object" : params.status().message());
     return AdoptOutcome::kRejected;
   }
   Json request = Json::object();

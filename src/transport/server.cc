@@ -3,8 +3,8 @@
 #include <sys/socket.h>
 
 #include <array>
-#include <cerrno>
 #include <asio.hpp>
+#include <cerrno>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -118,9 +118,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void DoRead() {
     socket_.async_read_some(
-        asio::buffer(buf_), [self = shared_from_this()](const asio::error_code& ec, size_t n) {
-          self->OnRead(ec, n);
-        });
+        asio::buffer(buf_),
+        [self = shared_from_this()](const asio::error_code& ec, size_t n) { self->OnRead(ec, n); });
   }
 
   void OnRead(const asio::error_code& ec, size_t n) {

@@ -7,18 +7,30 @@
 
 namespace seedd {
 
-std::string EncodeFrame(std::string_view body) {
-  std::string out(kFrameHeaderBytes + body.size(), '\0');
-  uint64_t n = body.size();
+namespace {
+
+void PutLength(uint64_t n, char* header) {
   for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(n & 0xff);
+    header[i] = static_cast<char>(n & 0xff);
     n >>= 8;
   }
+}
+
+}  // namespace
+
+std::string EncodeFrame(std::string_view body) {
+  std::string out(kFrameHeaderBytes + body.size(), '\0');
+  PutLength(body.size(), out.data());
   std::memcpy(out.data() + kFrameHeaderBytes, body.data(), body.size());
   return out;
 }
 
-std::string EncodeJsonFrame(const Json& value) { return EncodeFrame(DumpJson(value)); }
+std::string EncodeJsonFrame(const Json& value) {
+  std::string out(kFrameHeaderBytes, '\0');
+  AppendJson(value, &out);  // straight after the header: no second copy of the body
+  PutLength(out.size() - kFrameHeaderBytes, out.data());
+  return out;
+}
 
 size_t FrameReader::Feed(std::string_view data) {
   size_t used = 0;
@@ -64,9 +76,8 @@ Status FrameReader::EndOfStreamError() const {
     return Status::Unavailable("connection closed inside a message header (" +
                                std::to_string(header_have_) + " of 8 bytes)");
   }
-  return Status::Unavailable("connection closed inside a message (" +
-                             std::to_string(body_.size()) + " of " +
-                             std::to_string(body_size_) + " bytes)");
+  return Status::Unavailable("connection closed inside a message (" + std::to_string(body_.size()) +
+                             " of " + std::to_string(body_size_) + " bytes)");
 }
 
 }  // namespace seedd

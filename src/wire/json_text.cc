@@ -1,5 +1,8 @@
 #include "wire/json_text.h"
 
+#include <cstdint>
+#include <cstring>
+
 namespace seedd {
 namespace {
 
@@ -44,9 +47,94 @@ Result<Json> ParseJson(std::string_view text) {
   return value;
 }
 
-std::string DumpJson(const Json& value) {
-  return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+namespace {
+
+// Strings of printable ASCII without '"' or '\\' (base64 payloads, hashes, names)
+// are copied as they are; anything else takes the JSON library's escaping path.
+constexpr uint64_t kOnes = 0x0101010101010101ull;
+constexpr uint64_t kHighs = 0x8080808080808080ull;
+
+bool HasZeroByte(uint64_t w) { return ((w - kOnes) & ~w & kHighs) != 0; }
+
+// Eight bytes at a time: any byte >= 0x80, < 0x20, '"' or '\\'?
+bool NeedsEscaping(uint64_t w) {
+  if ((w & kHighs) != 0) return true;
+  // Exact for bytes below 0x80, which the check above guarantees.
+  if (((w - kOnes * 0x20) & ~w & kHighs) != 0) return true;
+  return HasZeroByte(w ^ (kOnes * '"')) || HasZeroByte(w ^ (kOnes * '\\'));
 }
+
+bool IsPlain(const std::string& s) {
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    if (NeedsEscaping(w)) return false;
+  }
+  for (; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') return false;
+  }
+  return true;
+}
+
+void AppendString(const std::string& s, std::string* out) {
+  const bool plain = IsPlain(s);
+  if (plain) {
+    out->push_back('"');
+    out->append(s);
+    out->push_back('"');
+  } else {
+    *out += Json(s).dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  }
+}
+
+// Same text as the library's compact dump; depth is bounded by ParseJson's limit
+// for peer values and by construction for local ones.
+void Append(const Json& v, std::string* out) {
+  switch (v.type()) {
+    case Json::value_t::object: {
+      out->push_back('{');
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out->push_back(',');
+        first = false;
+        AppendString(it.key(), out);
+        out->push_back(':');
+        Append(it.value(), out);
+      }
+      out->push_back('}');
+      return;
+    }
+    case Json::value_t::array: {
+      out->push_back('[');
+      bool first = true;
+      for (const Json& e : v) {
+        if (!first) out->push_back(',');
+        first = false;
+        Append(e, out);
+      }
+      out->push_back(']');
+      return;
+    }
+    case Json::value_t::string:
+      AppendString(v.get_ref<const std::string&>(), out);
+      return;
+    default:
+      *out += v.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+      return;
+  }
+}
+
+}  // namespace
+
+std::string DumpJson(const Json& value) {
+  std::string out;
+  Append(value, &out);
+  return out;
+}
+
+void AppendJson(const Json& value, std::string* out) { Append(value, out); }
 
 std::string_view JsonTypeName(const Json& value) { return value.type_name(); }
 

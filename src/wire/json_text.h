@@ -20,6 +20,8 @@ Result<Json> ParseJson(std::string_view text);
 
 // Serialises compactly. Invalid UTF-8 in strings is replaced with U+FFFD, never thrown.
 std::string DumpJson(const Json& value);
+// DumpJson's text, appended to *out.
+void AppendJson(const Json& value, std::string* out);
 
 // A one-line description of a JSON value's type, for error messages ("string", "array", ...).
 std::string_view JsonTypeName(const Json& value);

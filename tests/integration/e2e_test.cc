@@ -44,8 +44,9 @@ class E2eTest : public ::testing::Test {
   // Starts a daemon on a free port; returns its address from the ready line.
   std::unique_ptr<Process> StartDaemon(const std::filesystem::path& cache, std::string* addr,
                                        std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file",
-                                     TokenFile().string(), "--cache-dir", cache.string()};
+    std::vector<std::string> argv = {SEEDD_BIN,      "--listen",           "127.0.0.1:0",
+                                     "--token-file", TokenFile().string(), "--cache-dir",
+                                     cache.string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = std::make_unique<Process>(argv);
     auto line = p->ReadLine(seconds(10));
@@ -59,8 +60,9 @@ class E2eTest : public ::testing::Test {
   testing::RunResult Fetch(const std::string& source, const std::filesystem::path& cache,
                            const std::string& file, const std::string& token_file = "") {
     return RunCommand({SEEDCTL_BIN, "fetch", "--source", source, "--token-file",
-                token_file.empty() ? TokenFile().string() : token_file, "--namespace", "triton",
-                "--config-hash", kHash, "--filename", file, "--cache-dir", cache.string()});
+                       token_file.empty() ? TokenFile().string() : token_file, "--namespace",
+                       "triton", "--config-hash", kHash, "--filename", file, "--cache-dir",
+                       cache.string()});
   }
 
   TempDir dir_;
@@ -76,8 +78,9 @@ TEST_F(E2eTest, AColdDaemonAdoptsAWarmDaemonsFileByteIdentical) {
 
   auto fetched = Fetch(a_addr, dir_.path() / "b", "kernels.bin");
   ASSERT_EQ(fetched.status, 0) << fetched.err;
-  EXPECT_NE(fetched.out.find("fetched triton/" + std::string(kHash) + "/kernels.bin (3145728 bytes)"),
-            std::string::npos)
+  EXPECT_NE(
+      fetched.out.find("fetched triton/" + std::string(kHash) + "/kernels.bin (3145728 bytes)"),
+      std::string::npos)
       << fetched.out;
   EXPECT_EQ(ReadFile(dir_.path() / "b" / "triton" / kHash / "kernels.bin"), data);
 
@@ -97,8 +100,9 @@ TEST_F(E2eTest, SeedctlRequestExitStatusFollowsTheResponse) {
   std::string addr;
   auto a = StartDaemon(dir_.path() / "a", &addr);
   auto request = [&](std::vector<std::string> extra) {
-    std::vector<std::string> argv = {SEEDCTL_BIN, "request", "--source", addr, "--token-file",
-                                     TokenFile().string(), "--kind", "artifact"};
+    std::vector<std::string> argv = {SEEDCTL_BIN, "request",      "--source",
+                                     addr,        "--token-file", TokenFile().string(),
+                                     "--kind",    "artifact"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunCommand(argv);
   };
@@ -112,11 +116,12 @@ TEST_F(E2eTest, SeedctlRequestExitStatusFollowsTheResponse) {
   EXPECT_EQ(miss.out, "{\"status\":\"miss\"}\n");
   auto error = request({"--param-json", "namespace=7"});
   EXPECT_EQ(error.status, 4);
-  EXPECT_EQ(error.out, "{\"message\":\"field 'namespace' must be a string\",\"status\":\"error\"}\n");
+  EXPECT_EQ(error.out,
+            "{\"message\":\"field 'namespace' must be a string\",\"status\":\"error\"}\n");
   auto bad_json = request({"--param-json", "namespace={"});
   EXPECT_EQ(bad_json.status, 2);
   auto down = RunCommand({SEEDCTL_BIN, "request", "--source", "127.0.0.1:1", "--token-file",
-                   TokenFile().string(), "--kind", "artifact"});
+                          TokenFile().string(), "--kind", "artifact"});
   EXPECT_EQ(down.status, 2);
   EXPECT_NE(down.err.find("Cannot fetch artifact from 127.0.0.1:1 over D2D"), std::string::npos);
 }
@@ -126,9 +131,9 @@ TEST_F(E2eTest, SeedctlFetchReportsMissErrorAndNoResponse) {
   auto a = StartDaemon(dir_.path() / "a", &addr);
   EXPECT_EQ(Fetch(addr, dir_.path() / "b", "absent.bin").status, 3);
   WriteFile(dir_.path() / "wrong-token", "not-the-token");
-  EXPECT_EQ(Fetch(addr, dir_.path() / "b", "absent.bin", (dir_.path() / "wrong-token").string())
-                .status,
-            4);
+  EXPECT_EQ(
+      Fetch(addr, dir_.path() / "b", "absent.bin", (dir_.path() / "wrong-token").string()).status,
+      4);
   EXPECT_EQ(Fetch("127.0.0.1:1", dir_.path() / "b", "absent.bin").status, 2);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "b" / "triton" / kHash / "absent.bin"));
 }
@@ -157,7 +162,8 @@ TEST_F(E2eTest, BadFlagsAndMissingTokensExitTwoWithOneLine) {
   auto bad_flag = RunCommand({SEEDD_BIN, "--no-such-flag"});
   EXPECT_EQ(bad_flag.status, 2);
   EXPECT_EQ(std::count(bad_flag.err.begin(), bad_flag.err.end(), '\n'), 1) << bad_flag.err;
-  auto bad_addr = RunCommand({SEEDD_BIN, "--listen", "nohost", "--token-file", TokenFile().string()});
+  auto bad_addr =
+      RunCommand({SEEDD_BIN, "--listen", "nohost", "--token-file", TokenFile().string()});
   EXPECT_EQ(bad_addr.status, 2);
   EXPECT_NE(bad_addr.err.find("--listen: invalid address 'nohost'"), std::string::npos);
   auto ctl = RunCommand({SEEDCTL_BIN, "fetch", "--source", "127.0.0.1:1"});
@@ -172,8 +178,8 @@ TEST_F(E2eTest, HelpExplainsEveryFlag) {
   }
   auto fetch_help = RunCommand({SEEDCTL_BIN, "fetch", "--help"});
   EXPECT_EQ(fetch_help.status, 0);
-  for (const char* flag : {"--source", "--token-file", "--namespace", "--config-hash",
-                           "--filename", "--cache-dir"}) {
+  for (const char* flag :
+       {"--source", "--token-file", "--namespace", "--config-hash", "--filename", "--cache-dir"}) {
     EXPECT_NE(fetch_help.out.find(flag), std::string::npos) << flag;
   }
   auto request_help = RunCommand({SEEDCTL_BIN, "request", "--help"});

@@ -428,8 +428,8 @@ TEST_F(AdoptTest, AnErrorStatusIsLoggedAsAWarningAndFallsBack) {
   LogCapture logs;
   EXPECT_EQ(Client(addr_, "wrong-token")->Adopt(*target_, KeyFields()), AdoptOutcome::kNotOk);
   EXPECT_FALSE(Installed());
-  EXPECT_TRUE(logs.Contains(spdlog::level::warn,
-                            "No remote artifact seed adopted (status error); using the local path"));
+  EXPECT_TRUE(logs.Contains(
+      spdlog::level::warn, "No remote artifact seed adopted (status error); using the local path"));
 }
 
 TEST_F(AdoptTest, AMissingStatusIsReportedAsNone) {

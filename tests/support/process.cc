@@ -113,7 +113,7 @@ std::string Process::Stdout() {
 }
 
 RunResult RunCommand(std::vector<std::string> argv, std::vector<std::string> env,
-              std::chrono::milliseconds timeout) {
+                     std::chrono::milliseconds timeout) {
   Process p(std::move(argv), std::move(env));
   RunResult r;
   auto st = p.Wait(timeout);

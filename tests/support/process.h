@@ -43,6 +43,6 @@ struct RunResult {
   std::string err;
 };
 RunResult RunCommand(std::vector<std::string> argv, std::vector<std::string> env = {},
-              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace seedd::testing

@@ -1,9 +1,10 @@
+#include "seedd/artifact_kind.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "common/crypto.h"
-#include "seedd/artifact_kind.h"
 #include "support/test_util.h"
 #include "transport/handler.h"
 
@@ -166,8 +167,7 @@ TEST_F(RequestHandlerTest, AuthenticatesOnlyAStringTokenEqualToOurs) {
 }
 
 TEST_F(RequestHandlerTest, FrameBodyIsParsedThenAuthenticatedThenHandled) {
-  EXPECT_EQ(handler_.HandleFrameBody("not json"),
-            ErrorResponse("Invalid request: not valid JSON"));
+  EXPECT_EQ(handler_.HandleFrameBody("not json"), ErrorResponse("Invalid request: not valid JSON"));
   EXPECT_EQ(handler_.HandleFrameBody("[1]"), ErrorResponse("Unauthorized request"));
   Json req = Request(KeyFields());
   EXPECT_EQ(handler_.HandleFrameBody(req.dump()), ErrorResponse("Unauthorized request"));

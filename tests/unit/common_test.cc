@@ -35,10 +35,10 @@ TEST(Crypto, Base64RoundTripsEveryLength) {
 }
 
 TEST(Crypto, Base64DecodeIsStrict) {
-  EXPECT_FALSE(Base64Decode("aGVsbG8").has_value());      // missing padding
-  EXPECT_FALSE(Base64Decode("aGV sbG8=").has_value());    // whitespace
-  EXPECT_FALSE(Base64Decode("aG=sbG8=").has_value());     // padding inside
-  EXPECT_FALSE(Base64Decode("aGVsbG9=").has_value());     // non-canonical trailing bits
+  EXPECT_FALSE(Base64Decode("aGVsbG8").has_value());    // missing padding
+  EXPECT_FALSE(Base64Decode("aGV sbG8=").has_value());  // whitespace
+  EXPECT_FALSE(Base64Decode("aG=sbG8=").has_value());   // padding inside
+  EXPECT_FALSE(Base64Decode("aGVsbG9=").has_value());   // non-canonical trailing bits
   EXPECT_FALSE(Base64Decode("aGVs====").has_value());
   EXPECT_TRUE(Base64Decode("").has_value());
 }
@@ -67,9 +67,8 @@ TEST(ParseHostPort, ParsesIpv4HostnamesAndBracketedIpv6) {
 }
 
 TEST(ParseHostPort, RejectsMalformedAddresses) {
-  for (const char* bad : {"", "host", ":80", "host:", "host:65536", "host:-1", "host:8o",
-                          "::1:80", "[::1]80", "[::1", "[]:80", "[127.0.0.1]:80", "a b:80",
-                          "host:123456"}) {
+  for (const char* bad : {"", "host", ":80", "host:", "host:65536", "host:-1", "host:8o", "::1:80",
+                          "[::1]80", "[::1", "[]:80", "[127.0.0.1]:80", "a b:80", "host:123456"}) {
     auto r = ParseHostPort(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

@@ -35,10 +35,10 @@ TEST(ArtifactKey, JoinsPartsWithSlashes) {
 
 TEST(ArtifactKey, RejectsTraversalSeparatorsNulAndOverlongParts) {
   const std::string nul("a\0b", 3);
-  for (const std::string& bad : {std::string(""), std::string("."), std::string(".."),
-                                 std::string("../etc"), std::string("/etc/passwd"),
-                                 std::string("a\\b"), nul, std::string(256, 'a'),
-                                 std::string(".seedd~tmp")}) {
+  for (const std::string& bad :
+       {std::string(""), std::string("."), std::string(".."), std::string("../etc"),
+        std::string("/etc/passwd"), std::string("a\\b"), nul, std::string(256, 'a'),
+        std::string(".seedd~tmp")}) {
     EXPECT_FALSE(ArtifactKey::Make("k", "h", bad).ok()) << bad;
     EXPECT_FALSE(ArtifactKey::Make(bad, "h", "f").ok()) << bad;
     EXPECT_FALSE(ArtifactKey::Make("k", bad, "f").ok()) << bad;
@@ -81,7 +81,8 @@ TEST(DiskArtifactStore, NeverFollowsLinksOutOfTheRoot) {
   TempDir dir;
   TempDir outside;
   std::filesystem::create_directories(dir.path() / "root");
-  std::filesystem::create_directory_symlink(outside.path(), dir.path() / "root" / "0123456789abcdef");
+  std::filesystem::create_directory_symlink(outside.path(),
+                                            dir.path() / "root" / "0123456789abcdef");
   auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path() / "root");
   EXPECT_FALSE(store->Put(Key(), "escaped").ok());
   EXPECT_TRUE(std::filesystem::is_empty(outside.path()));

@@ -87,6 +87,25 @@ TEST(ParseJson, RejectsNestingBeyondTheLimitBeforeParsing) {
   EXPECT_TRUE(ParseJson("\"" + std::string(1000, '[') + "\"").ok());
 }
 
+TEST(DumpJson, WritesTheSameTextAsTheLibrarysCompactDump) {
+  auto parsed =
+      ParseJson(R"({"b":[1,-2,3.5,1e300,true,false,null,{}],"a":"plain","q":"say \"hi\"\n",)"
+                R"("u":"caf\u00e9 \u2603","e":"","n":{"x":[[]]},"big":18446744073709551615})");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(DumpJson(*parsed), parsed->dump());
+  EXPECT_EQ(DumpJson(Json("ctl\x01")), Json("ctl\x01").dump());
+  // Every byte value at every position of a word-sized scan.
+  for (int c = 1; c < 256; ++c) {
+    for (size_t pos = 0; pos < 17; ++pos) {
+      std::string s(17, 'a');
+      s[pos] = static_cast<char>(c);
+      Json j = s;
+      ASSERT_EQ(DumpJson(j), j.dump(-1, ' ', false, Json::error_handler_t::replace))
+          << c << " " << pos;
+    }
+  }
+}
+
 TEST(DumpJson, ReplacesInvalidUtf8InsteadOfThrowing) {
   Json j = std::string("bad \xff byte");
   EXPECT_EQ(DumpJson(j), "\"bad \xEF\xBF\xBD byte\"");

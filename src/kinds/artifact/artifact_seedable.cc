@@ -16,9 +16,7 @@ bool NamespaceChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
 }
 bool HexChar(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
-bool FilenameChar(char c) {
-  return NamespaceChar(c) || (c >= 'A' && c <= 'Z');
-}
+bool FilenameChar(char c) { return NamespaceChar(c) || (c >= 'A' && c <= 'Z'); }
 
 Result<std::string> StringField(const Json& obj, const char* name) {
   auto it = obj.find(name);
@@ -105,8 +103,9 @@ class ArtifactSeedable final : public Seedable {
     std::optional<std::string> data = Base64Decode(*text);
     if (!data.has_value()) return Status::InvalidArgument("field 'data' is not valid base64");
     if (data->size() != size->get<uint64_t>()) {
-      return Status::DataLoss("size mismatch: payload says " + std::to_string(size->get<uint64_t>()) +
-                              " bytes, data has " + std::to_string(data->size()));
+      return Status::DataLoss("size mismatch: payload says " +
+                              std::to_string(size->get<uint64_t>()) + " bytes, data has " +
+                              std::to_string(data->size()));
     }
     if (Sha256Hex(*data) != *sha) return Status::DataLoss("sha256 mismatch");
     return std::move(*data);
