@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   std::string cache_dir;
   std::string log_level = "info";
   size_t max_connections = 1024;
+  size_t resolver_threads = 64;
   app.add_option("--listen", listen,
                  "HOST:PORT or [V6ADDR]:PORT to serve peers on; port 0 picks a free port. "
                  "The channel is not encrypted: keep it on a trusted network")
@@ -55,6 +56,11 @@ int main(int argc, char** argv) {
                  "open peer connections beyond this are closed at once")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--resolver-threads", resolver_threads,
+                 "most threads answering requests off the event loop; two stay warm, more start "
+                 "while all are busy (each slow request holds one)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1024}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -81,6 +87,7 @@ int main(int argc, char** argv) {
   options.cache_dir =
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
+  options.transport.max_resolver_threads = resolver_threads;
 
   RaiseFileLimit();
   // Block the stop signals before any thread starts so only sigwait sees them.

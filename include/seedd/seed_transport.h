@@ -32,8 +32,11 @@ struct TransportOptions {
   std::chrono::milliseconds authenticated_timeout = kAuthenticatedTimeout;
   // Server: connections beyond this are closed at once, with a log line.
   size_t max_connections = 1024;
-  // Server: threads running Resolve, off the event loop.
-  size_t resolver_threads = 8;
+  // Server: threads running Resolve, off the event loop. The pool keeps
+  // min_resolver_threads warm and grows, while every thread is busy, up to
+  // max_resolver_threads (each slow Resolve holds one).
+  size_t min_resolver_threads = 2;
+  size_t max_resolver_threads = 64;
   // Client: connect timeout, and the deadline for the whole response.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds response_timeout = kAuthenticatedTimeout;

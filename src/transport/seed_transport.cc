@@ -32,8 +32,9 @@ Result<std::unique_ptr<SeedTransport>> SeedTransport::Create(std::vector<Seedabl
       }
     }
   }
-  if (options.resolver_threads == 0 || options.max_connections == 0) {
-    return Status::InvalidArgument("resolver_threads and max_connections must be positive");
+  if (options.min_resolver_threads == 0 || options.max_resolver_threads == 0 ||
+      options.max_connections == 0) {
+    return Status::InvalidArgument("resolver threads and max_connections must be positive");
   }
   return std::unique_ptr<SeedTransport>(
       new SeedTransport(std::make_unique<Rep>(std::move(seedables), std::move(config), options)));

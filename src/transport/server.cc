@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "transport/resolver_pool.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
 
@@ -36,7 +37,11 @@ class Connection;
 
 struct SeedServer::Rep {
   Rep(const RequestHandler& h, const TransportOptions& o)
-      : handler(h), options(o), acceptor(io), retry_timer(io), pool(o.resolver_threads) {}
+      : handler(h),
+        options(o),
+        acceptor(io),
+        retry_timer(io),
+        pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads) {}
 
   void DoAccept();
   void Register(Connection* c);
@@ -55,7 +60,7 @@ struct SeedServer::Rep {
   asio::io_context io;
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
-  asio::thread_pool pool;
+  ResolverPool pool;
   std::thread loop;
   bool started = false;
   bool closed = false;
@@ -164,7 +169,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Authenticated handlers (a manifest of a large model) may be slow.
     state_ = State::kResolving;
     ArmDeadline(server_->options.authenticated_timeout);
-    asio::post(server_->pool, [self = shared_from_this(), req = std::move(*request)] {
+    server_->pool.Submit([self = shared_from_this(), req = std::move(*request)] {
       self->FinishOnResolver(EncodeJsonFrame(self->server_->handler.Handle(req)));
     });
   }
@@ -364,7 +369,7 @@ void SeedServer::Close() {
     rep.io.stop();
     rep.loop.join();
   }
-  rep.pool.join();
+  rep.pool.Shutdown();
 }
 
 size_t SeedServer::open_connections() const {

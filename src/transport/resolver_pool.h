@@ -1,0 +1,73 @@
+// ResolverPool: the threads that run request handlers off the event loop.
+//
+// Elastic: it keeps `min_threads` warm. When a task has waited `stall_after`
+// while every thread has been inside its current task for at least as long (slow
+// handlers hold them), another thread starts, up to `max_threads`; so slow
+// handlers delay the next request by about that much at most, while a busy CPU
+// alone never grows the pool. Threads above the minimum exit after `idle_timeout` without work. Few
+// warm threads keep the hand-off cheap: a busy thread picks up the next task without a wake-up, and
+// short tasks never grow the pool.
+//
+// Thread safety: Submit may be called from any thread; Shutdown from one thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace seedd {
+
+class ResolverPool {
+ public:
+  // REQUIRES: 1 <= min_threads <= max_threads.
+  ResolverPool(size_t min_threads, size_t max_threads,
+               std::chrono::milliseconds stall_after = std::chrono::milliseconds(5),
+               std::chrono::milliseconds idle_timeout = std::chrono::seconds(10));
+  ResolverPool(const ResolverPool&) = delete;
+  ResolverPool& operator=(const ResolverPool&) = delete;
+  ~ResolverPool();  // Shutdown()
+
+  // Queues `task`. After Shutdown the task is dropped.
+  void Submit(std::function<void()> task);
+  // Runs every queued task, then joins every thread. Idempotent.
+  void Shutdown();
+
+  size_t threads() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Task {
+    std::function<void()> fn;
+    Clock::time_point queued;
+  };
+
+  void Spawn();  // REQUIRES: mu_ held
+  // When the pool counts as stalled if nothing changes (see the class comment).
+  Clock::time_point StallTime() const;        // REQUIRES: mu_ held, !tasks_.empty()
+  bool Stalled(Clock::time_point now) const;  // REQUIRES: mu_ held
+  void Work();
+  void Supervise();
+
+  const size_t min_threads_;
+  const size_t max_threads_;
+  const std::chrono::milliseconds stall_after_;
+  const std::chrono::milliseconds idle_timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;               // workers wait here
+  std::condition_variable supervisor_cv_;    // the supervisor waits here
+  std::deque<Task> tasks_;                   // GUARDED_BY(mu_)
+  std::list<std::thread> threads_;           // GUARDED_BY(mu_)
+  std::vector<std::thread::id> exited_;      // GUARDED_BY(mu_): to join
+  std::list<Clock::time_point> busy_since_;  // GUARDED_BY(mu_): task starts, oldest first
+  size_t live_ = 0;                          // GUARDED_BY(mu_)
+  size_t idle_ = 0;                          // GUARDED_BY(mu_)
+  bool stop_ = false;                        // GUARDED_BY(mu_)
+  std::thread supervisor_;
+};
+
+}  // namespace seedd
