@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "common/logging.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
+#include "seedd/store_registry.h"
 #include "wire/json_text.h"
 
 namespace {
@@ -144,6 +146,75 @@ int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
   return kExitError;
 }
 
+int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
+             const std::string& file) {
+  auto store = seedd::OpenArtifactStore(url);
+  if (!store.ok()) return Fail(store.status().message());
+  if (op == "ls") {
+    auto keys = (*store)->List(key_text);
+    if (!keys.ok()) {
+      std::fprintf(stderr, "seedctl: %s\n", keys.status().message().c_str());
+      return kExitError;
+    }
+    for (const auto& k : *keys) std::printf("%s\n", k.c_str());
+    return kExitOk;
+  }
+  auto key = seedd::ArtifactKey::Parse(key_text);
+  if (!key.ok()) return Fail(key.status().message());
+  if (op == "get") {
+    auto value = (*store)->Get(*key);
+    if (!value.ok()) {
+      std::fprintf(stderr, "seedctl: %s\n", value.status().message().c_str());
+      return kExitError;
+    }
+    if (!value->has_value()) {
+      std::fprintf(stderr, "seedctl: %s: not found in %s\n", key_text.c_str(),
+                   seedd::RedactStoreUrl(url).c_str());
+      return kExitMiss;
+    }
+    if (file.empty() || file == "-") {
+      std::fwrite((*value)->data(), 1, (*value)->size(), stdout);
+      return std::fflush(stdout) == 0 ? kExitOk : kExitError;
+    }
+    // Written beside FILE and renamed: FILE is never left partial.
+    std::filesystem::path tmp = file + ".seedctl-tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    bool ok = f != nullptr && std::fwrite((*value)->data(), 1, (*value)->size(), f) == (*value)->size();
+    ok = f != nullptr && std::fclose(f) == 0 && ok;
+    std::error_code ec;
+    if (ok) std::filesystem::rename(tmp, file, ec);
+    if (!ok || ec) {
+      std::filesystem::remove(tmp, ec);
+      std::fprintf(stderr, "seedctl: cannot write %s\n", file.c_str());
+      return kExitError;
+    }
+    return kExitOk;
+  }
+  if (op == "put") {
+    std::string data;
+    std::FILE* f = file.empty() || file == "-" ? stdin : std::fopen(file.c_str(), "rb");
+    if (f == nullptr) return Fail("cannot read " + file);
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, n);
+    bool read_ok = !std::ferror(f);
+    if (f != stdin) std::fclose(f);
+    if (!read_ok) return Fail("cannot read " + (file.empty() ? std::string("stdin") : file));
+    seedd::Status st = (*store)->Put(*key, data);
+    if (!st.ok()) {
+      std::fprintf(stderr, "seedctl: %s\n", st.message().c_str());
+      return kExitError;
+    }
+    return kExitOk;
+  }
+  seedd::Status st = (*store)->Delete(*key);
+  if (!st.ok()) {
+    std::fprintf(stderr, "seedctl: %s\n", st.message().c_str());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +252,33 @@ int main(int argc, char** argv) {
   fetch->add_option("--cache-dir", cache_dir,
                     "local cache directory (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
 
+  CLI::App* store_cmd = app.add_subcommand(
+      "store", "operate on a shared store directly: get, put, ls, rm (exit 3 when get misses)");
+  store_cmd->require_subcommand(1);
+  struct StoreArgs {
+    std::string url, key, file;
+  };
+  std::map<std::string, StoreArgs> store_args;
+  std::map<std::string, CLI::App*> store_ops;
+  for (auto [op, help] : std::vector<std::pair<std::string, std::string>>{
+           {"get", "write KEY's value to FILE (atomically) or stdout"},
+           {"put", "store FILE's bytes (or stdin) under KEY"},
+           {"ls", "list the keys that start with PREFIX (all keys without one)"},
+           {"rm", "remove KEY"}}) {
+    CLI::App* sub = store_cmd->add_subcommand(op, help);
+    StoreArgs& a = store_args[op];
+    sub->add_option("--store", a.url,
+                    "store URL: file:///mount, redis://HOST:PORT[/DB][?prefix=P], "
+                    "s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT&region=R")
+        ->required();
+    if (op == "ls") {
+      sub->add_option("prefix", a.key, "key prefix, e.g. triton/ (default: every key)");
+    } else {
+      sub->add_option("key", a.key, "KIND/CONFIG_HASH/FILENAME")->required();
+    }
+    if (op == "get" || op == "put") sub->add_option("file", a.file, "file (default: stdout/stdin)");
+    store_ops[op] = sub;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -193,5 +291,11 @@ int main(int argc, char** argv) {
   if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
   if (request->parsed()) return RunRequest(req_common, kind, params, json_params);
   if (fetch->parsed()) return RunFetch(fetch_common, ns, hash, filename, cache_dir);
+  for (const auto& [op, sub] : store_ops) {
+    if (sub->parsed()) {
+      const StoreArgs& a = store_args[op];
+      return RunStore(op, a.url, a.key, a.file);
+    }
+  }
   return Fail("no subcommand");
 }

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   size_t max_connections = 1024;
   size_t resolver_threads = 64;
+  std::vector<std::string> stores;
   app.add_option("--listen", listen,
                  "HOST:PORT or [V6ADDR]:PORT to serve peers on; port 0 picks a free port. "
                  "The channel is not encrypted: keep it on a trusted network")
@@ -50,6 +51,11 @@ int main(int argc, char** argv) {
                  "file holding the shared token (default: the SEEDD_TOKEN environment variable)");
   app.add_option("--cache-dir", cache_dir,
                  "local artifact store (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
+  app.add_option("--store", stores,
+                 "shared store URL, consulted after the local cache in the order given "
+                 "(repeatable): file:///mount, redis://[:PASSWORD@]HOST:PORT[/DB][?prefix=P&"
+                 "ttl=S&timeout_ms=N], s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT&region=R")
+      ->take_all();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--max-connections", max_connections,
@@ -87,6 +93,7 @@ int main(int argc, char** argv) {
   options.cache_dir =
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
+  options.store_urls = stores;
   options.transport.max_resolver_threads = resolver_threads;
 
   RaiseFileLimit();

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string_view>
+#include <vector>
 
 #include "seedd/artifact_store.h"
 #include "seedd/json.h"
@@ -24,9 +25,12 @@ inline constexpr size_t kMaxArtifactBytes = 16 * 1024 * 1024;
 // Checks the three key fields of `fields` (an object); the error names the field.
 Result<ArtifactKey> ArtifactKeyFromFields(const Json& fields);
 
-// Serves and installs artifacts from `cache_dir`.
-SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir);
-// Serves and installs artifacts from `store` (keys <namespace>/<config_hash>/<filename>).
-SeedablePtr NewArtifactSeedable(ArtifactStorePtr store);
+// Serves and installs artifacts from `cache_dir`; Resolve then consults the
+// `shared` stores in order (a daemon's --store list).
+SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir,
+                                std::vector<ArtifactStorePtr> shared = {});
+// Installs into `store` and serves from it, then from `shared` (keys
+// <namespace>/<config_hash>/<filename>).
+SeedablePtr NewArtifactSeedable(ArtifactStorePtr store, std::vector<ArtifactStorePtr> shared = {});
 
 }  // namespace seedd

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "seedd/status.h"
 
@@ -50,11 +51,39 @@ class ArtifactStore {
   virtual Result<std::optional<std::string>> Get(const ArtifactKey& key) = 0;
   // Stores `value` atomically: readers see the old value or the new one, whole.
   virtual Status Put(const ArtifactKey& key, std::string_view value) = 0;
+  // Every key whose text ("<kind>/<config_hash>/<filename>") starts with `prefix`,
+  // sorted.
+  virtual Result<std::vector<std::string>> List(std::string_view prefix) = 0;
+  // Removes the key; removing a missing key is not an error.
+  virtual Status Delete(const ArtifactKey& key) = 0;
   // A short description for logs (no credentials).
   virtual std::string Describe() const = 0;
 };
 
 using ArtifactStorePtr = std::unique_ptr<ArtifactStore>;
+
+// Forwards every call to a wrapped store; override one method to inject a fault.
+class ArtifactStoreWrapper : public ArtifactStore {
+ public:
+  explicit ArtifactStoreWrapper(ArtifactStorePtr inner) : inner_(std::move(inner)) {}
+  Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
+    return inner_->Get(key);
+  }
+  Status Put(const ArtifactKey& key, std::string_view value) override {
+    return inner_->Put(key, value);
+  }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    return inner_->List(prefix);
+  }
+  Status Delete(const ArtifactKey& key) override { return inner_->Delete(key); }
+  std::string Describe() const override { return inner_->Describe(); }
+
+ protected:
+  ArtifactStore& inner() { return *inner_; }
+
+ private:
+  ArtifactStorePtr inner_;
+};
 
 // Values in a map; for unit tests.
 ArtifactStorePtr NewMemoryArtifactStore();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "seedd/seed_config.h"
 #include "seedd/seed_transport.h"
@@ -19,6 +20,9 @@ namespace seedd {
 struct DaemonOptions {
   SeedConfig seed;
   std::filesystem::path cache_dir;
+  // Shared stores (file://, redis://, s3:// URLs), consulted in this order after
+  // the local disk store. One that cannot be built fails Create.
+  std::vector<std::string> store_urls;
   TransportOptions transport;
 };
 

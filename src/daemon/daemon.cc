@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "seedd/artifact_kind.h"
+#include "seedd/store_registry.h"
 
 namespace seedd {
 
@@ -43,7 +44,15 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
-  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir)};
+  std::vector<ArtifactStorePtr> shared;
+  for (const std::string& url : options.store_urls) {
+    Result<ArtifactStorePtr> store = OpenArtifactStore(url);
+    if (!store.ok()) return store.status();
+    Logger().info("Shared store {} is ready", RedactStoreUrl(url));
+    // At run time a failing shared store is a warning and a miss, never a crash.
+    shared.push_back(NewTolerantStore(std::move(*store)));
+  }
+  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared))};
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -73,6 +74,57 @@ class DiskArtifactStore final : public ArtifactStore {
     // The rename is durable only once the directory is.
     if (::fsync(dir->get()) != 0)
       return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
+    return Status::Ok();
+  }
+
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    std::vector<std::string> keys;
+    std::error_code ec;
+    if (!std::filesystem::exists(root_, ec)) return keys;
+    // Directories at the key's depth only; links, temporaries and stray files are skipped.
+    auto subdirs = [](const std::filesystem::path& dir) {
+      std::vector<std::string> names;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        if (e.is_directory(ec) && !e.is_symlink(ec)) names.push_back(e.path().filename());
+      }
+      return names;
+    };
+    std::vector<std::pair<std::string, std::filesystem::path>> dirs;  // key prefix, path
+    if (kind_.empty()) {
+      for (const auto& k : subdirs(root_)) {
+        for (const auto& h : subdirs(root_ / k)) dirs.push_back({k + "/" + h + "/", root_ / k / h});
+      }
+    } else {
+      for (const auto& h : subdirs(root_)) dirs.push_back({kind_ + "/" + h + "/", root_ / h});
+    }
+    for (const auto& [key_prefix, dir] : dirs) {
+      // Skip whole directories that cannot match.
+      size_t n = std::min(prefix.size(), key_prefix.size());
+      if (key_prefix.compare(0, n, prefix.substr(0, n)) != 0) continue;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        std::string name = e.path().filename();
+        if (!e.is_regular_file(ec) || e.is_symlink(ec)) continue;
+        if (!ArtifactKey::ValidatePart("filename", name).ok()) continue;
+        std::string key = key_prefix + name;
+        if (key.compare(0, prefix.size(), prefix) == 0) keys.push_back(std::move(key));
+      }
+    }
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  }
+
+  Status Delete(const ArtifactKey& key) override {
+    Result<std::vector<std::string>> dirs = DirsFor(key);
+    if (!dirs.ok()) return dirs.status();
+    Result<UniqueFd> dir = OpenDirs(*dirs, /*create=*/false);
+    if (!dir.ok()) {
+      return dir.status().code() == StatusCode::kNotFound ? Status::Ok() : dir.status();
+    }
+    if (::unlinkat(dir->get(), key.filename().c_str(), 0) != 0 && errno != ENOENT) {
+      return ErrnoStatus("delete " + PathFor(key), errno);
+    }
+    if (::fsync(dir->get()) != 0) return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
     return Status::Ok();
   }
 

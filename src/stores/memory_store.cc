@@ -19,6 +19,20 @@ class MemoryArtifactStore final : public ArtifactStore {
     values_[key.ToString()] = std::string(value);
     return Status::Ok();
   }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> keys;
+    for (auto it = values_.lower_bound(std::string(prefix));
+         it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      keys.push_back(it->first);
+    }
+    return keys;
+  }
+  Status Delete(const ArtifactKey& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_.erase(key.ToString());
+    return Status::Ok();
+  }
   std::string Describe() const override { return "memory"; }
 
  private:

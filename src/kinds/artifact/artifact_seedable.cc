@@ -29,7 +29,8 @@ Result<std::string> StringField(const Json& obj, const char* name) {
 
 class ArtifactSeedable final : public Seedable {
  public:
-  explicit ArtifactSeedable(ArtifactStorePtr store) : store_(std::move(store)) {}
+  ArtifactSeedable(ArtifactStorePtr store, std::vector<ArtifactStorePtr> shared)
+      : store_(std::move(store)), shared_(std::move(shared)) {}
 
   std::string_view kind() const override { return kArtifactKind; }
 
@@ -44,7 +45,11 @@ class ArtifactSeedable final : public Seedable {
   Result<std::optional<Json>> Resolve(const Json& request) const override {
     Result<ArtifactKey> key = ArtifactKeyFromFields(request);
     if (!key.ok()) return key.status();
+    // The local disk store first, then the shared stores in the order given.
     Result<std::optional<std::string>> data = store_->Get(*key);
+    for (size_t i = 0; data.ok() && !data->has_value() && i < shared_.size(); ++i) {
+      data = shared_[i]->Get(*key);
+    }
     if (!data.ok()) return data.status();
     if (!data->has_value()) return std::optional<Json>();
     const std::string& bytes = **data;
@@ -112,6 +117,7 @@ class ArtifactSeedable final : public Seedable {
   }
 
   ArtifactStorePtr store_;
+  std::vector<ArtifactStorePtr> shared_;
 };
 
 }  // namespace
@@ -137,14 +143,15 @@ Result<ArtifactKey> ArtifactKeyFromFields(const Json& fields) {
   return ArtifactKey::Make(*ns, *hash, *filename);
 }
 
-SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir) {
+SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir,
+                                std::vector<ArtifactStorePtr> shared) {
   DiskStoreOptions options;
   options.max_value_bytes = kMaxArtifactBytes;
-  return NewArtifactSeedable(NewDiskArtifactStore("", cache_dir, options));
+  return NewArtifactSeedable(NewDiskArtifactStore("", cache_dir, options), std::move(shared));
 }
 
-SeedablePtr NewArtifactSeedable(ArtifactStorePtr store) {
-  return std::make_shared<ArtifactSeedable>(std::move(store));
+SeedablePtr NewArtifactSeedable(ArtifactStorePtr store, std::vector<ArtifactStorePtr> shared) {
+  return std::make_shared<ArtifactSeedable>(std::move(store), std::move(shared));
 }
 
 }  // namespace seedd

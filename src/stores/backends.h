@@ -1,0 +1,15 @@
+// The built-in store backends' factories (see seedd/store_registry.h for URLs).
+#pragma once
+
+#include <string_view>
+
+#include "seedd/artifact_store.h"
+#include "seedd/status.h"
+
+namespace seedd {
+
+Result<ArtifactStorePtr> OpenFileStore(std::string_view url);
+Result<ArtifactStorePtr> OpenRedisStore(std::string_view url);
+Result<ArtifactStorePtr> OpenS3Store(std::string_view url);
+
+}  // namespace seedd

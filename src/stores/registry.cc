@@ -1,0 +1,122 @@
+#include <cassert>
+#include <map>
+#include <mutex>
+
+#include "common/logging.h"
+#include "seedd/store_registry.h"
+#include "stores/backends.h"
+#include "stores/store_url.h"
+
+namespace seedd {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, StoreFactory> factories;  // GUARDED_BY(mu)
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = [] {
+    auto* r = new Registry;
+    r->factories["file"] = OpenFileStore;
+    r->factories["redis"] = OpenRedisStore;
+    r->factories["s3"] = OpenS3Store;
+    return r;
+  }();
+  return *registry;
+}
+
+std::string JoinSchemes() {
+  std::string out;
+  for (const auto& s : KnownStoreSchemes()) out += (out.empty() ? "" : ", ") + s + "://";
+  return out;
+}
+
+class TolerantStore final : public ArtifactStoreWrapper {
+ public:
+  using ArtifactStoreWrapper::ArtifactStoreWrapper;
+
+  Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
+    auto r = inner().Get(key);
+    if (r.ok()) return r;
+    Logger().warn("Shared store {} failed to get {}; treating it as a miss: {}", Describe(),
+                  key.ToString(), r.status().message());
+    return std::optional<std::string>();
+  }
+  Status Put(const ArtifactKey& key, std::string_view value) override {
+    Status s = inner().Put(key, value);
+    if (!s.ok()) {
+      Logger().warn("Shared store {} failed to put {}: {}", Describe(), key.ToString(),
+                    s.message());
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> KnownStoreSchemes() {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [scheme, factory] : r.factories) out.push_back(scheme);
+  return out;
+}
+
+void RegisterStoreBackend(std::string scheme, StoreFactory factory) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  bool inserted = r.factories.emplace(std::move(scheme), std::move(factory)).second;
+  assert(inserted && "a store scheme was registered twice");
+  (void)inserted;
+}
+
+std::string RedactStoreUrl(std::string_view url) {
+  std::string out(url);
+  size_t scheme_end = out.find("://");
+  if (scheme_end == std::string::npos) return out;
+  size_t authority_end = out.find_first_of("/?", scheme_end + 3);
+  size_t at = out.rfind('@', authority_end);
+  if (at != std::string::npos && at > scheme_end) {
+    size_t colon = out.find(':', scheme_end + 3);
+    if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
+  }
+  // Secrets passed as query parameters.
+  for (const char* name : {"secret_key=", "password=", "token="}) {
+    size_t p = out.find(name);
+    if (p == std::string::npos) continue;
+    size_t v = p + std::string_view(name).size();
+    size_t end = out.find('&', v);
+    out.replace(v, (end == std::string::npos ? out.size() : end) - v, "***");
+  }
+  return out;
+}
+
+Result<ArtifactStorePtr> OpenArtifactStore(std::string_view url) {
+  const std::string shown = RedactStoreUrl(url);
+  Result<StoreUrl> parsed = StoreUrl::Parse(url);
+  if (!parsed.ok()) {
+    return Status::InvalidArgument("store " + shown + ": " + parsed.status().message() +
+                                   " (known schemes: " + JoinSchemes() + ")");
+  }
+  StoreFactory factory;
+  {
+    Registry& r = GetRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.factories.find(parsed->scheme);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    return Status::InvalidArgument("store " + shown + ": unknown scheme '" + parsed->scheme +
+                                   "' (known schemes: " + JoinSchemes() + ")");
+  }
+  Result<ArtifactStorePtr> store = factory(url);
+  if (!store.ok()) return store.status().WithContext("store " + shown);
+  return store;
+}
+
+ArtifactStorePtr NewTolerantStore(ArtifactStorePtr inner) {
+  return std::make_unique<TolerantStore>(std::move(inner));
+}
+
+}  // namespace seedd

@@ -1,0 +1,344 @@
+// s3://bucket[/prefix]?endpoint=http://host:port&region=R
+// libcurl + SigV4. Path-style addressing for custom endpoints, virtual-hosted for
+// AWS. 404 NoSuchKey is a miss; 403 and other 4xx are errors carrying the server's
+// message; 5xx and transport failures are retried with backoff, then an error.
+// Uploads carry Content-MD5 and a signed SHA-256, both verified by the server.
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/crypto.h"
+#include "stores/backends.h"
+#include "stores/s3/sigv4.h"
+#include "stores/store_url.h"
+
+namespace seedd {
+namespace {
+
+constexpr int kAttempts = 4;  // one try and three retries: 100, 200, 400 ms apart
+
+struct S3Config {
+  std::string bucket;
+  std::string prefix;  // without leading or trailing '/'
+  std::string region = "us-east-1";
+  std::string endpoint;  // scheme://host[:port], no trailing '/'
+  std::string host;      // Host header
+  bool path_style = true;
+  long timeout_ms = 30000;
+  long connect_timeout_ms = 5000;
+};
+
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+};
+
+std::string Md5Base64(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
+  return Base64Encode(std::string_view(reinterpret_cast<const char*>(md), len));
+}
+
+std::string XmlUnescape(std::string s) {
+  static const std::pair<const char*, const char*> kEntities[] = {
+      {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&amp;", "&"}};
+  for (const auto& [from, to] : kEntities) {
+    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + 1)) {
+      s.replace(p, std::strlen(from), to);
+    }
+  }
+  return s;
+}
+
+// Every text of <tag>...</tag> in `xml`, in order.
+std::vector<std::string> XmlAll(const std::string& xml, const std::string& tag) {
+  std::vector<std::string> out;
+  const std::string open = "<" + tag + ">";
+  const std::string close = "</" + tag + ">";
+  for (size_t p = xml.find(open); p != std::string::npos; p = xml.find(open, p)) {
+    p += open.size();
+    size_t e = xml.find(close, p);
+    if (e == std::string::npos) break;
+    out.push_back(XmlUnescape(xml.substr(p, e - p)));
+    p = e + close.size();
+  }
+  return out;
+}
+
+std::string XmlFirst(const std::string& xml, const std::string& tag) {
+  auto all = XmlAll(xml, tag);
+  return all.empty() ? "" : all.front();
+}
+
+size_t WriteBody(char* data, size_t size, size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
+  // Reserve the body once: a large object is then written into place, not regrown.
+  std::string_view line(data, size * n);
+  constexpr std::string_view kLength = "content-length:";
+  if (line.size() > kLength.size()) {
+    std::string lower(line.substr(0, kLength.size()));
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    if (lower == kLength) {
+      unsigned long long len = std::strtoull(std::string(line.substr(kLength.size())).c_str(), nullptr, 10);
+      if (len > 0 && len <= (1ull << 34)) static_cast<std::string*>(user)->reserve(len);
+    }
+  }
+  return size * n;
+}
+
+struct Upload {
+  std::string_view data;
+  size_t offset = 0;
+};
+
+size_t ReadUpload(char* buf, size_t size, size_t n, void* user) {
+  auto* up = static_cast<Upload*>(user);
+  size_t take = std::min(size * n, up->data.size() - up->offset);
+  std::memcpy(buf, up->data.data() + up->offset, take);
+  up->offset += take;
+  return take;
+}
+
+class S3Store final : public ArtifactStore {
+ public:
+  S3Store(S3Config config, AwsCredentials creds)
+      : config_(std::move(config)), creds_(std::move(creds)) {}
+  ~S3Store() override {
+    for (CURL* c : idle_) curl_easy_cleanup(c);
+  }
+
+  // Lists one key: proves the bucket exists and the credentials are accepted.
+  Status Check() {
+    auto r = Perform("GET", BucketPath(), {{"list-type", "2"}, {"max-keys", "1"}}, {}, nullptr);
+    if (!r.ok()) return r.status();
+    if (r->status == 200) return Status::Ok();
+    return ErrorFor("check the bucket", *r);
+  }
+
+  Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
+    std::string body;
+    auto r = Perform("GET", ObjectPath(key), {}, {}, &body);
+    if (!r.ok()) return r.status();
+    if (r->status == 200) return std::optional<std::string>(std::move(body));
+    if (r->status == 404 && XmlFirst(body, "Code") != "NoSuchBucket") {
+      return std::optional<std::string>();
+    }
+    r->body = std::move(body);
+    return ErrorFor("get " + key.ToString(), *r);
+  }
+
+  Status Put(const ArtifactKey& key, std::string_view value) override {
+    auto r = Perform("PUT", ObjectPath(key), {}, value, nullptr, /*upload=*/true);
+    if (!r.ok()) return r.status();
+    if (r->status == 200) return Status::Ok();
+    return ErrorFor("put " + key.ToString(), *r);
+  }
+
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    std::vector<std::string> keys;
+    std::map<std::string, std::string> query = {{"list-type", "2"},
+                                                {"prefix", KeyPrefix() + std::string(prefix)}};
+    for (;;) {
+      auto r = Perform("GET", BucketPath(), query, {}, nullptr);
+      if (!r.ok()) return r.status();
+      if (r->status != 200) return ErrorFor("list", *r);
+      for (std::string& k : XmlAll(r->body, "Key")) {
+        k.erase(0, KeyPrefix().size());
+        if (ArtifactKey::Parse(k).ok()) keys.push_back(std::move(k));
+      }
+      std::string next = XmlFirst(r->body, "NextContinuationToken");
+      if (XmlFirst(r->body, "IsTruncated") != "true" || next.empty()) break;
+      query["continuation-token"] = next;
+    }
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  }
+
+  Status Delete(const ArtifactKey& key) override {
+    auto r = Perform("DELETE", ObjectPath(key), {}, {}, nullptr);
+    if (!r.ok()) return r.status();
+    if (r->status == 204 || r->status == 200 || r->status == 404) return Status::Ok();
+    return ErrorFor("delete " + key.ToString(), *r);
+  }
+
+  std::string Describe() const override {
+    return "s3://" + config_.bucket + (config_.prefix.empty() ? "" : "/" + config_.prefix);
+  }
+
+ private:
+  std::string KeyPrefix() const { return config_.prefix.empty() ? "" : config_.prefix + "/"; }
+  std::string BucketPath() const { return config_.path_style ? "/" + config_.bucket : "/"; }
+  std::string ObjectPath(const ArtifactKey& key) const {
+    std::string object = AwsUriEncode(KeyPrefix() + key.ToString(), /*keep_slash=*/true);
+    return config_.path_style ? "/" + config_.bucket + "/" + object : "/" + object;
+  }
+
+  Status ErrorFor(const std::string& what, const HttpResponse& r) const {
+    std::string code = XmlFirst(r.body, "Code");
+    std::string message = XmlFirst(r.body, "Message");
+    std::string text = Describe() + ": " + what + ": HTTP " + std::to_string(r.status) +
+                       (code.empty() ? "" : " " + code) + (message.empty() ? "" : ": " + message);
+    if (code == "NoSuchBucket" || (r.status == 404 && code.empty())) {
+      return Status::NotFound(text + " (bucket '" + config_.bucket + "' does not exist)");
+    }
+    if (r.status == 403 || r.status == 401) return Status::PermissionDenied(text);
+    if (r.status >= 500) return Status::Unavailable(text);
+    return Status::InvalidArgument(text);
+  }
+
+  CURL* Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        CURL* c = idle_.back();
+        idle_.pop_back();
+        curl_easy_reset(c);  // keeps the connection cache
+        return c;
+      }
+    }
+    return curl_easy_init();
+  }
+  void Release(CURL* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() < 16) {
+      idle_.push_back(c);
+    } else {
+      curl_easy_cleanup(c);
+    }
+  }
+
+  // One signed request with retries. `out`, when given, receives the body of a
+  // 200 response (and of error responses); else the body goes to HttpResponse.
+  Result<HttpResponse> Perform(const std::string& method, const std::string& path,
+                               const std::map<std::string, std::string>& query,
+                               std::string_view payload, std::string* out, bool upload = false) {
+    SignedRequest req{method, config_.host, path, query, {}, Sha256Hex(payload)};
+    if (upload) req.headers["content-md5"] = Md5Base64(payload);
+    std::string url = config_.endpoint + path;
+    std::string q = CanonicalQuery(query);
+    if (!q.empty()) url += "?" + q;
+    Status last;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 << (attempt - 1)));
+      HttpResponse response;
+      std::string* sink = out != nullptr ? out : &response.body;
+      sink->clear();
+      Upload up{payload, 0};
+      curl_slist* headers = nullptr;
+      for (const auto& [k, v] : SignV4(req, creds_, config_.region, std::time(nullptr))) {
+        headers = curl_slist_append(headers, (k + ": " + v).c_str());
+      }
+      headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+      CURL* c = Acquire();
+      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
+      curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
+      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, sink);
+      if (upload) {
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, ReadUpload);
+        curl_easy_setopt(c, CURLOPT_READDATA, &up);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+      } else if (method == "HEAD") {
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+      } else if (method != "GET") {
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+      }
+      CURLcode rc = curl_easy_perform(c);
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+      Release(c);
+      curl_slist_free_all(headers);
+      if (rc != CURLE_OK) {
+        last = Status::Unavailable(Describe() + ": " + method + " " + path + ": " +
+                                   curl_easy_strerror(rc));
+        continue;
+      }
+      if (response.status >= 500) {
+        if (out != nullptr) response.body = *out;
+        last = ErrorFor(method + " " + path, response);
+        continue;
+      }
+      if (out != nullptr && response.status != 200) response.body = *out;
+      return response;
+    }
+    return Status::Unavailable(last.message() + " (after " + std::to_string(kAttempts) +
+                               " attempts)");
+  }
+
+  const S3Config config_;
+  const AwsCredentials creds_;
+  std::mutex mu_;
+  std::vector<CURL*> idle_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+Result<ArtifactStorePtr> OpenS3Store(std::string_view url) {
+  static const bool curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (!curl_ready) return Status::Internal("libcurl failed to initialise");
+  Result<StoreUrl> u = StoreUrl::Parse(url);
+  if (!u.ok()) return u.status();
+  S3Config config;
+  config.bucket = u->host;
+  if (config.bucket.size() < 3 || config.bucket.size() > 63) {
+    return Status::InvalidArgument("s3:// needs a bucket name of 3-63 characters");
+  }
+  for (char c : config.bucket) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
+      return Status::InvalidArgument("invalid bucket name '" + config.bucket + "'");
+    }
+  }
+  config.prefix = u->path;
+  while (!config.prefix.empty() && config.prefix.front() == '/') config.prefix.erase(0, 1);
+  while (!config.prefix.empty() && config.prefix.back() == '/') config.prefix.pop_back();
+  if (const char* r = std::getenv("AWS_REGION"); r != nullptr && *r) config.region = r;
+  else if (const char* d = std::getenv("AWS_DEFAULT_REGION"); d != nullptr && *d) config.region = d;
+  for (const auto& [k, v] : u->query) {
+    if (k == "region") {
+      config.region = v;
+    } else if (k == "endpoint") {
+      config.endpoint = v;
+    } else if (k == "timeout_ms") {
+      config.timeout_ms = std::strtol(v.c_str(), nullptr, 10);
+      if (config.timeout_ms <= 0) return Status::InvalidArgument("timeout_ms must be positive");
+    } else {
+      return Status::InvalidArgument("unknown s3 parameter '" + k +
+                                     "' (known: endpoint, region, timeout_ms)");
+    }
+  }
+  if (config.endpoint.empty()) {
+    config.path_style = false;
+    config.host = config.bucket + ".s3." + config.region + ".amazonaws.com";
+    config.endpoint = "https://" + config.host;
+  } else {
+    Result<StoreUrl> e = StoreUrl::Parse(config.endpoint);
+    if (!e.ok() || (e->scheme != "http" && e->scheme != "https") || e->host.empty()) {
+      return Status::InvalidArgument("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]");
+    }
+    while (!config.endpoint.empty() && config.endpoint.back() == '/') config.endpoint.pop_back();
+    config.host = e->host + (e->port ? ":" + std::to_string(*e->port) : "");
+  }
+  Result<AwsCredentials> creds = LoadAwsCredentials();
+  if (!creds.ok()) return creds.status();
+  auto store = std::make_unique<S3Store>(std::move(config), std::move(*creds));
+  SEEDD_RETURN_IF_ERROR(store->Check());
+  return ArtifactStorePtr(std::move(store));
+}
+
+}  // namespace seedd
