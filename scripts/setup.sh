@@ -7,7 +7,11 @@ PACKAGES=(
   cmake ninja-build g++ ccache clang-14 libclang-rt-14-dev clang-format python3
   nlohmann-json3-dev libasio-dev libssl-dev libxxhash-dev libspdlog-dev libfmt-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  pkg-config libhiredis-dev libcurl4-openssl-dev redis-server redis-tools
 )
+command -v node >/dev/null && command -v npm >/dev/null || PACKAGES+=(nodejs npm)
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -15,7 +19,18 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+install_s3rver() {
+  # The S3-compatible server the tests run against, from the npm registry.
+  if [ ! -x "$root/tools/s3rver/node_modules/.bin/s3rver" ]; then
+    echo "setup: installing s3rver (npm)"
+    (cd "$root/tools/s3rver" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+  install_s3rver
+  exit 0
+fi
 
 echo "setup: installing ${missing[*]}"
 SUDO=""
@@ -26,3 +41,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# redis-server starts a system service on install; the tests start their own.
+if command -v systemctl >/dev/null && systemctl is-active --quiet redis-server 2>/dev/null; then
+  $SUDO systemctl stop redis-server || true
+fi
+install_s3rver

@@ -179,7 +179,8 @@ int RunStore(const std::string& op, const std::string& url, const std::string& k
     // Written beside FILE and renamed: FILE is never left partial.
     std::filesystem::path tmp = file + ".seedctl-tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    bool ok = f != nullptr && std::fwrite((*value)->data(), 1, (*value)->size(), f) == (*value)->size();
+    bool ok =
+        f != nullptr && std::fwrite((*value)->data(), 1, (*value)->size(), f) == (*value)->size();
     ok = f != nullptr && std::fclose(f) == 0 && ok;
     std::error_code ec;
     if (ok) std::filesystem::rename(tmp, file, ec);

@@ -124,7 +124,8 @@ class DiskArtifactStore final : public ArtifactStore {
     if (::unlinkat(dir->get(), key.filename().c_str(), 0) != 0 && errno != ENOENT) {
       return ErrnoStatus("delete " + PathFor(key), errno);
     }
-    if (::fsync(dir->get()) != 0) return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
+    if (::fsync(dir->get()) != 0)
+      return ErrnoStatus("fsync the directory of " + PathFor(key), errno);
     return Status::Ok();
   }
 

@@ -16,7 +16,7 @@ struct StoreUrl {
   std::optional<std::string> password;
   std::string host;
   std::optional<uint16_t> port;
-  std::string path;  // percent-decoded, starts with '/' when present
+  std::string path;                          // percent-decoded, starts with '/' when present
   std::map<std::string, std::string> query;  // percent-decoded
 
   // Parses scheme://[user[:password]@]host[:port][/path][?k=v&...].

@@ -141,7 +141,8 @@ class RedisStore final : public ArtifactStore {
     Context c(redisConnectWithTimeout(config_.host.c_str(), config_.port, tv));
     const std::string where = config_.host + ":" + std::to_string(config_.port);
     if (c == nullptr) return Status::ResourceExhausted("cannot allocate a redis context");
-    if (c->err != 0) return Status::Unavailable("cannot connect to redis at " + where + ": " + c->errstr);
+    if (c->err != 0)
+      return Status::Unavailable("cannot connect to redis at " + where + ": " + c->errstr);
     if (redisSetTimeout(c.get(), tv) != REDIS_OK) {
       return Status::Unavailable("cannot set the redis timeout: " + std::string(c->errstr));
     }
@@ -149,8 +150,8 @@ class RedisStore final : public ArtifactStore {
       Reply r = Run(c.get(), args);
       if (r == nullptr) return Status::Unavailable("redis at " + where + ": " + c->errstr);
       if (r->type == REDIS_REPLY_ERROR) {
-        return Status::PermissionDenied("redis at " + where + " refused " +
-                                        std::string(args[0]) + ": " + std::string(r->str, r->len));
+        return Status::PermissionDenied("redis at " + where + " refused " + std::string(args[0]) +
+                                        ": " + std::string(r->str, r->len));
       }
       return Status::Ok();
     };
@@ -230,7 +231,8 @@ Result<ArtifactStorePtr> OpenRedisStore(std::string_view url) {
   if (!u->path.empty() && u->path != "/") {
     long long db = 0;
     if (!ParseInt(u->path.substr(1), 0, 1 << 20, &db)) {
-      return Status::InvalidArgument("redis database must be a number, got '" + u->path.substr(1) + "'");
+      return Status::InvalidArgument("redis database must be a number, got '" + u->path.substr(1) +
+                                     "'");
     }
     config.db = static_cast<int>(db);
   }
@@ -239,10 +241,12 @@ Result<ArtifactStorePtr> OpenRedisStore(std::string_view url) {
     if (k == "prefix") {
       config.prefix = v;
     } else if (k == "ttl") {
-      if (!ParseInt(v, 0, 1ll << 40, &n)) return Status::InvalidArgument("ttl must be seconds >= 0");
+      if (!ParseInt(v, 0, 1ll << 40, &n))
+        return Status::InvalidArgument("ttl must be seconds >= 0");
       config.ttl_s = n;
     } else if (k == "timeout_ms") {
-      if (!ParseInt(v, 1, 3600000, &n)) return Status::InvalidArgument("timeout_ms must be 1-3600000");
+      if (!ParseInt(v, 1, 3600000, &n))
+        return Status::InvalidArgument("timeout_ms must be 1-3600000");
       config.timeout_ms = static_cast<int>(n);
     } else {
       return Status::InvalidArgument("unknown redis parameter '" + k +

@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -37,6 +38,7 @@ struct S3Config {
 struct HttpResponse {
   long status = 0;
   std::string body;
+  std::string etag;
 };
 
 std::string Md5Base64(std::string_view data) {
@@ -82,19 +84,42 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+struct HeaderState {
+  std::string* body;
+  std::string etag;
+};
+
 size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
-  // Reserve the body once: a large object is then written into place, not regrown.
+  auto* state = static_cast<HeaderState*>(user);
   std::string_view line(data, size * n);
-  constexpr std::string_view kLength = "content-length:";
-  if (line.size() > kLength.size()) {
-    std::string lower(line.substr(0, kLength.size()));
-    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    if (lower == kLength) {
-      unsigned long long len = std::strtoull(std::string(line.substr(kLength.size())).c_str(), nullptr, 10);
-      if (len > 0 && len <= (1ull << 34)) static_cast<std::string*>(user)->reserve(len);
-    }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  std::string name(line.substr(0, colon));
+  std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+  std::string value(line.substr(colon + 1));
+  value.erase(0, value.find_first_not_of(" \t"));
+  value.erase(value.find_last_not_of(" \t\r\n") + 1);
+  if (name == "content-length") {
+    // Reserve the body once: a large object is then written into place, not regrown.
+    unsigned long long len = std::strtoull(value.c_str(), nullptr, 10);
+    if (len > 0 && len <= (1ull << 34)) state->body->reserve(len);
+  } else if (name == "etag") {
+    state->etag = value;
   }
   return size * n;
+}
+
+std::string Md5Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
 }
 
 struct Upload {
@@ -118,9 +143,9 @@ class S3Store final : public ArtifactStore {
     for (CURL* c : idle_) curl_easy_cleanup(c);
   }
 
-  // Lists one key: proves the bucket exists and the credentials are accepted.
+  // GetBucketLocation: proves the bucket exists and the credentials are accepted.
   Status Check() {
-    auto r = Perform("GET", BucketPath(), {{"list-type", "2"}, {"max-keys", "1"}}, {}, nullptr);
+    auto r = Perform("GET", BucketPath(), {{"location", ""}}, {}, nullptr);
     if (!r.ok()) return r.status();
     if (r->status == 200) return Status::Ok();
     return ErrorFor("check the bucket", *r);
@@ -139,9 +164,24 @@ class S3Store final : public ArtifactStore {
   }
 
   Status Put(const ArtifactKey& key, std::string_view value) override {
+    // S3 makes each PUT atomic, but S3-compatible servers on plain files (s3rver)
+    // interleave concurrent PUTs of one key; this store's own writers of a key go
+    // one at a time, so they never tear a value on such servers.
+    std::lock_guard<std::mutex> key_lock(
+        put_locks_[std::hash<std::string>{}(key.ToString()) % put_locks_.size()]);
     auto r = Perform("PUT", ObjectPath(key), {}, value, nullptr, /*upload=*/true);
     if (!r.ok()) return r.status();
-    if (r->status == 200) return Status::Ok();
+    if (r->status == 200) {
+      // A single-part object's ETag is the MD5 of the bytes the server stored: a
+      // second, end-to-end check beside the Content-MD5 the server verifies.
+      std::string etag = r->etag;
+      etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
+      if (!etag.empty() && etag != Md5Hex(value)) {
+        return Status::DataLoss(Describe() + ": put " + key.ToString() + ": the server stored " +
+                                "different bytes (ETag " + etag + ")");
+      }
+      return Status::Ok();
+    }
     return ErrorFor("put " + key.ToString(), *r);
   }
 
@@ -248,8 +288,9 @@ class S3Store final : public ArtifactStore {
       curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
       curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
+      HeaderState header_state{sink, {}};
       curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
-      curl_easy_setopt(c, CURLOPT_HEADERDATA, sink);
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, &header_state);
       if (upload) {
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(c, CURLOPT_READFUNCTION, ReadUpload);
@@ -262,6 +303,7 @@ class S3Store final : public ArtifactStore {
       }
       CURLcode rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+      response.etag = header_state.etag;
       Release(c);
       curl_slist_free_all(headers);
       if (rc != CURLE_OK) {
@@ -284,7 +326,8 @@ class S3Store final : public ArtifactStore {
   const S3Config config_;
   const AwsCredentials creds_;
   std::mutex mu_;
-  std::vector<CURL*> idle_;  // GUARDED_BY(mu_)
+  std::vector<CURL*> idle_;               // GUARDED_BY(mu_)
+  std::array<std::mutex, 64> put_locks_;  // striped by key
 };
 
 }  // namespace
@@ -307,8 +350,10 @@ Result<ArtifactStorePtr> OpenS3Store(std::string_view url) {
   config.prefix = u->path;
   while (!config.prefix.empty() && config.prefix.front() == '/') config.prefix.erase(0, 1);
   while (!config.prefix.empty() && config.prefix.back() == '/') config.prefix.pop_back();
-  if (const char* r = std::getenv("AWS_REGION"); r != nullptr && *r) config.region = r;
-  else if (const char* d = std::getenv("AWS_DEFAULT_REGION"); d != nullptr && *d) config.region = d;
+  if (const char* r = std::getenv("AWS_REGION"); r != nullptr && *r)
+    config.region = r;
+  else if (const char* d = std::getenv("AWS_DEFAULT_REGION"); d != nullptr && *d)
+    config.region = d;
   for (const auto& [k, v] : u->query) {
     if (k == "region") {
       config.region = v;

@@ -77,7 +77,8 @@ std::map<std::string, std::string> SignV4(const SignedRequest& request,
   headers["host"] = request.host;
   headers["x-amz-date"] = amz_date;
   headers["x-amz-content-sha256"] = request.payload_sha256;
-  if (!credentials.session_token.empty()) headers["x-amz-security-token"] = credentials.session_token;
+  if (!credentials.session_token.empty())
+    headers["x-amz-security-token"] = credentials.session_token;
 
   std::string canonical_headers;
   std::string signed_headers;

@@ -28,11 +28,11 @@ std::string AwsUriEncode(std::string_view s, bool keep_slash);
 
 struct SignedRequest {
   std::string method;
-  std::string host;  // the Host header: "host" or "host:port"
-  std::string path;  // already encoded, starts with '/'
-  std::map<std::string, std::string> query;               // raw (encoded when signing)
-  std::map<std::string, std::string> headers;             // lowercase names; extra signed headers
-  std::string payload_sha256;                             // hex
+  std::string host;                            // the Host header: "host" or "host:port"
+  std::string path;                            // already encoded, starts with '/'
+  std::map<std::string, std::string> query;    // raw (encoded when signing)
+  std::map<std::string, std::string> headers;  // lowercase names; extra signed headers
+  std::string payload_sha256;                  // hex
 };
 
 // Returns the headers to send: authorization, x-amz-date, x-amz-content-sha256,

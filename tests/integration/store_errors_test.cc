@@ -1,0 +1,200 @@
+// Store URLs, startup errors, S3 error mapping and retries, run-time failures.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "seedd/artifact_kind.h"
+#include "seedd/store_registry.h"
+#include "stores/s3/sigv4.h"
+#include "stores/store_url.h"
+#include "support/fake_http.h"
+#include "support/servers.h"
+#include "support/test_util.h"
+
+namespace seedd {
+namespace {
+
+using testing::FakeHttpServer;
+
+class StoreErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+  }
+  static std::string OpenError(const std::string& url) {
+    auto r = OpenArtifactStore(url);
+    return r.ok() ? "opened" : r.status().message();
+  }
+  static ArtifactKey Key() { return *ArtifactKey::Make("k", "0123456789abcdef", "f"); }
+};
+
+TEST_F(StoreErrors, AMisspelledSchemeListsTheKnownOnes) {
+  EXPECT_EQ(OpenError("rediss://127.0.0.1:6379"),
+            "store rediss://127.0.0.1:6379: unknown scheme 'rediss' (known schemes: file://, "
+            "redis://, s3://)");
+  EXPECT_NE(OpenError("not a url").find("malformed store URL"), std::string::npos);
+  EXPECT_NE(OpenError("not a url").find("known schemes: file://, redis://, s3://"),
+            std::string::npos);
+}
+
+TEST_F(StoreErrors, AnUnreachableRedisIsAStartupErrorNamingIt) {
+  uint16_t port = testing::FreePort();
+  std::string err = OpenError("redis://:hunter2@127.0.0.1:" + std::to_string(port));
+  EXPECT_NE(err.find("store redis://:***@127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("cannot connect to redis at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("hunter2"), std::string::npos) << "the password leaked: " << err;
+}
+
+TEST_F(StoreErrors, RedisParametersAreValidated) {
+  EXPECT_NE(OpenError("redis://127.0.0.1:1?tll=5").find("unknown redis parameter 'tll'"),
+            std::string::npos);
+  EXPECT_NE(OpenError("redis://127.0.0.1:1/x").find("redis database must be a number"),
+            std::string::npos);
+}
+
+TEST_F(StoreErrors, AMissingBucketIsAStartupError) {
+  testing::S3Server s3;
+  std::string err = OpenError("s3://no-such-bucket?endpoint=" + s3.endpoint());
+  EXPECT_NE(err.find("bucket 'no-such-bucket' does not exist"), std::string::npos) << err;
+}
+
+TEST_F(StoreErrors, AnUnknownAccessKeyIsAnAuthorizationError) {
+  testing::S3Server s3;
+  setenv("AWS_ACCESS_KEY_ID", "NOT-A-KEY", 1);
+  auto r = OpenArtifactStore(s3.url());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("HTTP 403 InvalidAccessKeyId"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(StoreErrors, AWrongSecretKeyIsAClearAuthorizationError) {
+  // What S3 answers to a signature made with the wrong secret.
+  FakeHttpServer fake({FakeHttpServer::Response(
+      403, "Forbidden",
+      "<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated "
+      "does not match the signature you provided. Check your key and signing method."
+      "</Message></Error>")});
+  auto r = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("HTTP 403 SignatureDoesNotMatch: The request signature"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(fake.requests(), 1);  // 4xx is not retried
+}
+
+TEST_F(StoreErrors, S3RetriesServerErrorsThenSucceeds) {
+  const std::string list = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+  FakeHttpServer fake(
+      {FakeHttpServer::Response(503, "Slow Down", "<Error><Code>SlowDown</Code></Error>"),
+       FakeHttpServer::Response(503, "Slow Down", "<Error><Code>SlowDown</Code></Error>"),
+       FakeHttpServer::Response(200, "OK", list), FakeHttpServer::Response(503, "Slow Down", ""),
+       FakeHttpServer::Response(503, "Slow Down", ""),
+       FakeHttpServer::Response(200, "OK", "object bytes")});
+  auto store = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto value = (*store)->Get(Key());
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(**value, "object bytes");
+  EXPECT_EQ(fake.requests(), 6);
+}
+
+TEST_F(StoreErrors, S3GivesUpAfterPersistentServerErrors) {
+  FakeHttpServer fake({FakeHttpServer::Response(500, "Internal Error",
+                                                "<Error><Code>InternalError</Code></Error>")});
+  auto r = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("after 4 attempts"), std::string::npos);
+  EXPECT_EQ(fake.requests(), 4);
+}
+
+TEST_F(StoreErrors, S3DetectsAServerThatStoredOtherBytes) {
+  const std::string list = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+  FakeHttpServer fake({FakeHttpServer::Response(200, "OK", list),
+                       "HTTP/1.1 200 OK\r\nETag: \"00000000000000000000000000000000\"\r\n"
+                       "Content-Length: 0\r\nConnection: close\r\n\r\n"});
+  auto store = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_TRUE(store.ok());
+  Status s = (*store)->Put(Key(), "payload");
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+}
+
+TEST(SigV4, MatchesAwsPublishedGetObjectExample) {
+  // "Example: GET Object" of the AWS Signature Version 4 documentation for S3.
+  SignedRequest req;
+  req.method = "GET";
+  req.host = "examplebucket.s3.amazonaws.com";
+  req.path = "/test.txt";
+  req.headers["range"] = "bytes=0-9";
+  req.payload_sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  AwsCredentials creds{"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
+  std::tm tm{};
+  tm.tm_year = 2013 - 1900;
+  tm.tm_mon = 4;
+  tm.tm_mday = 24;
+  auto headers = SignV4(req, creds, "us-east-1", timegm(&tm));
+  EXPECT_EQ(headers["authorization"],
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+            "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+            "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+}
+
+TEST(StoreUrl, ParsesUserPasswordHostPortPathAndQuery) {
+  auto u = StoreUrl::Parse("redis://user:p%40ss@cache.local:6380/2?prefix=seedd%3A&ttl=60");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->scheme, "redis");
+  EXPECT_EQ(*u->user, "user");
+  EXPECT_EQ(*u->password, "p@ss");
+  EXPECT_EQ(u->host, "cache.local");
+  EXPECT_EQ(*u->port, 6380);
+  EXPECT_EQ(u->path, "/2");
+  EXPECT_EQ(u->query.at("prefix"), "seedd:");
+  EXPECT_EQ(RedactStoreUrl("redis://user:p%40ss@cache.local:6380/2"),
+            "redis://user:***@cache.local:6380/2");
+  EXPECT_FALSE(StoreUrl::Parse("redis://host:99999").ok());
+  EXPECT_FALSE(StoreUrl::Parse("redis://host:1/%zz").ok());
+}
+
+TEST(TolerantStore, ARunTimeFailureIsAWarningAndAMiss) {
+  testing::LogCapture logs;
+  auto redis = std::make_unique<testing::RedisServer>();
+  auto store = OpenArtifactStore(redis->url("timeout_ms=500"));
+  ASSERT_TRUE(store.ok());
+  auto tolerant = NewTolerantStore(std::move(*store));
+  redis->Stop();
+  auto r = tolerant->Get(*ArtifactKey::Make("k", "0123456789abcdef", "f"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "treating it as a miss")) << logs.Dump();
+}
+
+TEST(ArtifactKindWithStores, ResolvesFromTheDiskFirstThenSharedStoresInOrder) {
+  testing::TempDir dir;
+  auto first = NewMemoryArtifactStore();
+  auto second = NewMemoryArtifactStore();
+  auto key = *ArtifactKey::Make("triton", "0123456789abcdef", "k.bin");
+  ASSERT_TRUE(first->Put(key, "from first").ok());
+  ASSERT_TRUE(second->Put(key, "from second").ok());
+  ASSERT_TRUE(second->Put(*ArtifactKey::Make("triton", "0123456789abcdef", "only2"), "2").ok());
+  std::vector<ArtifactStorePtr> shared;
+  shared.push_back(std::move(first));
+  shared.push_back(std::move(second));
+  auto seedable = NewArtifactSeedable(dir.path(), std::move(shared));
+  Json req = {{"namespace", "triton"}, {"config_hash", "0123456789abcdef"}, {"filename", "k.bin"}};
+  auto r = seedable->Resolve(req);
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((**r)["size"], 10);  // "from first"
+  req["filename"] = "only2";
+  r = seedable->Resolve(req);
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((**r)["size"], 1);
+}
+
+}  // namespace
+}  // namespace seedd
