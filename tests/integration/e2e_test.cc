@@ -6,6 +6,7 @@
 #include <random>
 
 #include "support/process.h"
+#include "support/servers.h"
 #include "support/test_util.h"
 
 namespace seedd {
@@ -168,6 +169,63 @@ TEST_F(E2eTest, BadFlagsAndMissingTokensExitTwoWithOneLine) {
   EXPECT_NE(bad_addr.err.find("--listen: invalid address 'nohost'"), std::string::npos);
   auto ctl = RunCommand({SEEDCTL_BIN, "fetch", "--source", "127.0.0.1:1"});
   EXPECT_EQ(ctl.status, 2);
+}
+
+TEST_F(E2eTest, AMisspelledStoreIsAStartupErrorListingTheSchemes) {
+  auto r = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", TokenFile().string(),
+                       "--store", "bogus://x"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "seedd: store bogus://x: unknown scheme 'bogus' (known schemes: file://, redis://, "
+            "s3://)\n");
+}
+
+TEST_F(E2eTest, ADaemonServesWhatOnlyItsSharedRedisStoreHolds) {
+  testing::RedisServer redis;
+  const std::string data = RandomBytes(100000);
+  WriteFile(dir_.path() / "value", data);
+  const std::string key = std::string("triton/") + kHash + "/shared.bin";
+  auto put = RunCommand({SEEDCTL_BIN, "store", "put", "--store", redis.url(), key,
+                         (dir_.path() / "value").string()});
+  ASSERT_EQ(put.status, 0) << put.err;
+  std::string addr;
+  auto a = StartDaemon(dir_.path() / "a", &addr, {"--store", redis.url()});
+  auto fetched = Fetch(addr, dir_.path() / "b", "shared.bin");
+  ASSERT_EQ(fetched.status, 0) << fetched.err;
+  EXPECT_EQ(ReadFile(dir_.path() / "b" / "triton" / kHash / "shared.bin"), data);
+  // The store going away at run time: a warning and a miss, and the daemon keeps serving.
+  redis.Stop();
+  EXPECT_EQ(Fetch(addr, dir_.path() / "c", "shared.bin").status, 3);
+  a->Signal(SIGTERM);
+  EXPECT_EQ(a->Wait(seconds(10)), 0);
+  EXPECT_NE(a->Stderr().find("treating it as a miss"), std::string::npos) << a->Stderr();
+}
+
+TEST_F(E2eTest, SeedctlStoreGetPutLsRmAgainstS3) {
+  testing::S3Server s3;
+  std::vector<std::string> env = {"AWS_ACCESS_KEY_ID=S3RVER", "AWS_SECRET_ACCESS_KEY=S3RVER"};
+  const std::string url = s3.url("ops");
+  const std::string key = std::string("triton/") + kHash + "/k.bin";
+  WriteFile(dir_.path() / "in", "store bytes");
+  auto ctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {SEEDCTL_BIN, "store"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, env);
+  };
+  EXPECT_EQ(ctl({"put", "--store", url, key, (dir_.path() / "in").string()}).status, 0);
+  auto ls = ctl({"ls", "--store", url});
+  EXPECT_EQ(ls.status, 0) << ls.err;
+  EXPECT_EQ(ls.out, key + "\n");
+  auto get = ctl({"get", "--store", url, key});
+  EXPECT_EQ(get.status, 0);
+  EXPECT_EQ(get.out, "store bytes");
+  EXPECT_EQ(ctl({"get", "--store", url, key, (dir_.path() / "out").string()}).status, 0);
+  EXPECT_EQ(ReadFile(dir_.path() / "out"), "store bytes");
+  EXPECT_EQ(ctl({"rm", "--store", url, key}).status, 0);
+  auto miss = ctl({"get", "--store", url, key});
+  EXPECT_EQ(miss.status, 3);
+  EXPECT_NE(miss.err.find("not found"), std::string::npos);
+  EXPECT_EQ(ctl({"get", "--store", url, "../etc/passwd"}).status, 2);
 }
 
 TEST_F(E2eTest, HelpExplainsEveryFlag) {
