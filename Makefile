@@ -18,7 +18,7 @@ build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Every test: unit, integration, end to end, interop; each fuzz target for
-# $(FUZZ_SECONDS) s; the unit and transport tests again under ASan+UBSan.
+# $(FUZZ_SECONDS) s; the unit, transport and store tests again under ASan+UBSan.
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 	$(MAKE) fuzz-smoke
@@ -26,7 +26,7 @@ test: build
 
 asan-test: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSEEDD_SANITIZE=ON -DSEEDD_BENCH=OFF
-	cmake --build build-asan -j $(JOBS) --target seedd_unit_tests seedd_transport_tests
+	cmake --build build-asan -j $(JOBS) --target seedd_unit_tests seedd_transport_tests seedd_store_tests
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 900 -L sanitize
 
