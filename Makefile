@@ -1,5 +1,8 @@
 # seedd: `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= 2
+# Cache hits across checkouts in other folders (CI builds a fresh clone).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10

@@ -9,6 +9,7 @@ for target in frame_request_fuzz artifact_payload_fuzz store_url_fuzz; do
   corpus="$(mktemp -d)"
   echo "fuzz: $target for ${seconds}s"
   "$build/bin/$target" -max_total_time="$seconds" -max_len=70000 -rss_limit_mb=2048 \
+    -artifact_prefix="$build/" \
     -print_final_stats=1 "$corpus" "$root/seeds/$target" 2>&1 | tail -n 12
   rc=${PIPESTATUS[0]}
   rm -rf "$corpus"

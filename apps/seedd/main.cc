@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
   size_t max_connections = 1024;
   size_t resolver_threads = 64;
   std::vector<std::string> stores;
+  std::string warmup;
+  seedd::AutotuneOptions autotune;
+  std::string autotune_root;
+  bool no_autotune = false;
   app.add_option("--listen", listen,
                  "HOST:PORT or [V6ADDR]:PORT to serve peers on; port 0 picks a free port. "
                  "The channel is not encrypted: keep it on a trusted network")
@@ -56,6 +60,28 @@ int main(int argc, char** argv) {
                  "(repeatable): file:///mount, redis://[:PASSWORD@]HOST:PORT[/DB][?prefix=P&"
                  "ttl=S&timeout_ms=N], s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT&region=R")
       ->take_all();
+  app.add_option("--warmup", warmup,
+                 "warmup cache to run before reporting ready: flashinfer_autotune")
+      ->check(CLI::IsMember({"flashinfer_autotune"}));
+  app.add_option("--autotune-runner", autotune.runner,
+                 "the autotune pass: cpu-gemm (built in: times real SGEMM kernels) or "
+                 "'command:PROGRAM ARGS' (run with SEEDD_AUTOTUNE_TABLE=PATH, SEEDD_DP_RANK, "
+                 "SEEDD_RANK; the file it leaves is the tuned table)")
+      ->capture_default_str();
+  app.add_option("--autotune-shapes", autotune.gemm_shapes,
+                 "cpu-gemm shapes to tune, MxNxK[,MxNxK...] (default: a 20-60 s pass)");
+  app.add_option("--autotune-root", autotune_root,
+                 "where the autotune tables live (default: <cache-dir>/flashinfer_autotune)");
+  app.add_option("--config-hash", autotune.config_hash,
+                 "names the model configuration the table is for, 16-128 lowercase hex "
+                 "(default: SHA-256 of the runner's configuration)");
+  app.add_option("--dp-rank", autotune.dp_rank, "data-parallel rank of this engine")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rank", autotune.rank, "rank of this engine in its world group")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-autotune", no_autotune, "skip the autotune pass (the warmup gate)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--max-connections", max_connections,
@@ -94,6 +120,10 @@ int main(int argc, char** argv) {
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
   options.store_urls = stores;
+  autotune.warmup = warmup == "flashinfer_autotune";
+  autotune.enabled = !no_autotune;
+  autotune.root = autotune_root;
+  options.autotune = autotune;
   options.transport.max_resolver_threads = resolver_threads;
 
   RaiseFileLimit();

@@ -28,9 +28,10 @@ Result<ArtifactKey> ArtifactKeyFromFields(const Json& fields);
 // Serves and installs artifacts from `cache_dir`; Resolve then consults the
 // `shared` stores in order (a daemon's --store list).
 SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir,
-                                std::vector<ArtifactStorePtr> shared = {});
+                                std::vector<std::shared_ptr<ArtifactStore>> shared = {});
 // Installs into `store` and serves from it, then from `shared` (keys
 // <namespace>/<config_hash>/<filename>).
-SeedablePtr NewArtifactSeedable(ArtifactStorePtr store, std::vector<ArtifactStorePtr> shared = {});
+SeedablePtr NewArtifactSeedable(ArtifactStorePtr store,
+                                std::vector<std::shared_ptr<ArtifactStore>> shared = {});
 
 }  // namespace seedd

@@ -17,12 +17,27 @@
 
 namespace seedd {
 
+class FlashInferWarmupCache;
+
+// The flashinfer_autotune warmup cache (SPEC §5).
+struct AutotuneOptions {
+  bool warmup = false;              // run the warmup pass at start (--warmup flashinfer_autotune)
+  bool enabled = true;              // the gate (--no-autotune turns it off)
+  std::string runner = "cpu-gemm";  // or "command:<program and args>"
+  std::string gemm_shapes;          // cpu-gemm shapes "MxNxK,..."; empty: the defaults
+  std::filesystem::path root;       // empty: <cache-dir>/flashinfer_autotune
+  std::string config_hash;          // empty: SHA-256 of the runner's configuration
+  int64_t dp_rank = 0;
+  int64_t rank = 0;
+};
+
 struct DaemonOptions {
   SeedConfig seed;
   std::filesystem::path cache_dir;
   // Shared stores (file://, redis://, s3:// URLs), consulted in this order after
   // the local disk store. One that cannot be built fails Create.
   std::vector<std::string> store_urls;
+  AutotuneOptions autotune;
   TransportOptions transport;
 };
 
@@ -41,7 +56,8 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
   ~Daemon();
 
-  // Starts serving; returns the bound listen address (nullopt without a listener).
+  // Runs the warmup caches (when asked), then starts serving; returns the bound
+  // listen address (nullopt without a listener).
   Result<std::optional<HostPort>> Start();
   // Stops serving; in-flight requests finish or hit their deadline. Idempotent.
   void Stop();
@@ -50,9 +66,11 @@ class Daemon {
   const DaemonOptions& options() const { return options_; }
 
  private:
-  Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport);
+  Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
+         std::shared_ptr<FlashInferWarmupCache> autotune);
   DaemonOptions options_;
   std::unique_ptr<SeedTransport> transport_;
+  std::shared_ptr<FlashInferWarmupCache> autotune_;
 };
 
 }  // namespace seedd

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "common/logging.h"
+#include "kinds/autotune/flashinfer_cache.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
 
@@ -44,7 +45,7 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
-  std::vector<ArtifactStorePtr> shared;
+  std::vector<std::shared_ptr<ArtifactStore>> shared;
   for (const std::string& url : options.store_urls) {
     Result<ArtifactStorePtr> store = OpenArtifactStore(url);
     if (!store.ok()) return store.status();
@@ -52,15 +53,47 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     // At run time a failing shared store is a warning and a miss, never a crash.
     shared.push_back(NewTolerantStore(std::move(*store)));
   }
-  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared))};
+  AutotuneOptions& at = options.autotune;
+  AutotuneRunnerPtr runner;
+  if (at.warmup) {
+    std::vector<GemmShape> shapes = DefaultGemmShapes();
+    if (!at.gemm_shapes.empty()) {
+      Result<std::vector<GemmShape>> parsed = ParseGemmShapes(at.gemm_shapes);
+      if (!parsed.ok()) return parsed.status();
+      shapes = std::move(*parsed);
+    }
+    Result<AutotuneRunnerPtr> made = NewAutotuneRunner(at.runner, std::move(shapes));
+    if (!made.ok()) return made.status();
+    runner = std::move(*made);
+  }
+  if (at.dp_rank < 0 || at.rank < 0) return Status::InvalidArgument("ranks must be non-negative");
+  if (!at.config_hash.empty()) {
+    bool hex = at.config_hash.size() >= 16 && at.config_hash.size() <= 128;
+    for (char c : at.config_hash) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!hex)
+      return Status::InvalidArgument("invalid config_hash (expected 16-128 lowercase hex digits)");
+  }
+  FlashInferOptions fi;
+  fi.autotune_root = at.root.empty() ? options.cache_dir / "flashinfer_autotune" : at.root;
+  fi.config_hash = at.config_hash;
+  fi.dp_rank = at.dp_rank;
+  fi.rank = at.rank;
+  fi.enabled = at.enabled;
+  auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
+  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared)),
+                                        autotune};
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();
-  return std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport)));
+  return std::unique_ptr<Daemon>(
+      new Daemon(std::move(options), std::move(*transport), std::move(autotune)));
 }
 
-Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport)
-    : options_(std::move(options)), transport_(std::move(transport)) {}
+Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
+               std::shared_ptr<FlashInferWarmupCache> autotune)
+    : options_(std::move(options)),
+      transport_(std::move(transport)),
+      autotune_(std::move(autotune)) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -70,6 +103,11 @@ Result<std::optional<HostPort>> Daemon::Start() {
   if (ec) {
     return Status::IoError("cannot create the cache directory " + options_.cache_dir.string() +
                            ": " + ec.message());
+  }
+  if (options_.autotune.warmup) {
+    // Before the daemon reports ready: a replica is warm when seedd says so.
+    Result<WarmupCache::Report> report = autotune_->Warmup(*transport_);
+    if (!report.ok()) return report.status().WithContext("flashinfer_autotune warmup");
   }
   Result<std::optional<HostPort>> bound = transport_->StartListener();
   if (!bound.ok()) return bound.status();

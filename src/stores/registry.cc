@@ -81,15 +81,27 @@ std::string RedactStoreUrl(std::string_view url) {
     size_t colon = out.find(':', scheme_end + 3);
     if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
   }
-  // Secrets passed as query parameters.
-  for (const char* name : {"secret_key=", "password=", "token="}) {
-    size_t p = out.find(name);
-    if (p == std::string::npos) continue;
-    size_t v = p + std::string_view(name).size();
-    size_t end = out.find('&', v);
-    out.replace(v, (end == std::string::npos ? out.size() : end) - v, "***");
+  // Secrets passed as query parameters: the values of those names only.
+  size_t q = out.find('?', scheme_end + 3);
+  if (q == std::string::npos) return out;
+  std::string query = out.substr(q + 1);
+  std::string redacted;
+  size_t start = 0;
+  while (start <= query.size()) {
+    size_t amp = query.find('&', start);
+    std::string kv =
+        query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+    size_t eq = kv.find('=');
+    std::string name = kv.substr(0, eq);
+    if (eq != std::string::npos &&
+        (name == "password" || name == "secret_key" || name == "token" || name == "secret")) {
+      kv = name + "=***";
+    }
+    redacted += (start == 0 ? "" : "&") + kv;
+    if (amp == std::string::npos) break;
+    start = amp + 1;
   }
-  return out;
+  return out.substr(0, q + 1) + redacted;
 }
 
 Result<ArtifactStorePtr> OpenArtifactStore(std::string_view url) {

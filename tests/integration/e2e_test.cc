@@ -185,8 +185,8 @@ TEST_F(E2eTest, ADaemonServesWhatOnlyItsSharedRedisStoreHolds) {
   const std::string data = RandomBytes(100000);
   WriteFile(dir_.path() / "value", data);
   const std::string key = std::string("triton/") + kHash + "/shared.bin";
-  auto put = RunCommand({SEEDCTL_BIN, "store", "put", "--store", redis.url(), key,
-                         (dir_.path() / "value").string()});
+  auto put = RunCommand(
+      {SEEDCTL_BIN, "store", "put", "--store", redis.url(), key, (dir_.path() / "value").string()});
   ASSERT_EQ(put.status, 0) << put.err;
   std::string addr;
   auto a = StartDaemon(dir_.path() / "a", &addr, {"--store", redis.url()});

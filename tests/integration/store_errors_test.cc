@@ -157,6 +157,10 @@ TEST(StoreUrl, ParsesUserPasswordHostPortPathAndQuery) {
   EXPECT_EQ(u->query.at("prefix"), "seedd:");
   EXPECT_EQ(RedactStoreUrl("redis://user:p%40ss@cache.local:6380/2"),
             "redis://user:***@cache.local:6380/2");
+  EXPECT_EQ(RedactStoreUrl("s3://b?endpoint=http://h:1&token=abc&region=r"),
+            "s3://b?endpoint=http://h:1&token=***&region=r");
+  // Only query parameters are redacted by name, never text elsewhere that looks like one.
+  EXPECT_EQ(RedactStoreUrl("xyz://a:b@[:token=:1]:1"), "xyz://a:***@[:token=:1]:1");
   EXPECT_FALSE(StoreUrl::Parse("redis://host:99999").ok());
   EXPECT_FALSE(StoreUrl::Parse("redis://host:1/%zz").ok());
 }
@@ -182,7 +186,7 @@ TEST(ArtifactKindWithStores, ResolvesFromTheDiskFirstThenSharedStoresInOrder) {
   ASSERT_TRUE(first->Put(key, "from first").ok());
   ASSERT_TRUE(second->Put(key, "from second").ok());
   ASSERT_TRUE(second->Put(*ArtifactKey::Make("triton", "0123456789abcdef", "only2"), "2").ok());
-  std::vector<ArtifactStorePtr> shared;
+  std::vector<std::shared_ptr<ArtifactStore>> shared;
   shared.push_back(std::move(first));
   shared.push_back(std::move(second));
   auto seedable = NewArtifactSeedable(dir.path(), std::move(shared));

@@ -29,7 +29,7 @@ Result<std::string> StringField(const Json& obj, const char* name) {
 
 class ArtifactSeedable final : public Seedable {
  public:
-  ArtifactSeedable(ArtifactStorePtr store, std::vector<ArtifactStorePtr> shared)
+  ArtifactSeedable(ArtifactStorePtr store, std::vector<std::shared_ptr<ArtifactStore>> shared)
       : store_(std::move(store)), shared_(std::move(shared)) {}
 
   std::string_view kind() const override { return kArtifactKind; }
@@ -117,7 +117,7 @@ class ArtifactSeedable final : public Seedable {
   }
 
   ArtifactStorePtr store_;
-  std::vector<ArtifactStorePtr> shared_;
+  std::vector<std::shared_ptr<ArtifactStore>> shared_;
 };
 
 }  // namespace
@@ -144,13 +144,14 @@ Result<ArtifactKey> ArtifactKeyFromFields(const Json& fields) {
 }
 
 SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir,
-                                std::vector<ArtifactStorePtr> shared) {
+                                std::vector<std::shared_ptr<ArtifactStore>> shared) {
   DiskStoreOptions options;
   options.max_value_bytes = kMaxArtifactBytes;
   return NewArtifactSeedable(NewDiskArtifactStore("", cache_dir, options), std::move(shared));
 }
 
-SeedablePtr NewArtifactSeedable(ArtifactStorePtr store, std::vector<ArtifactStorePtr> shared) {
+SeedablePtr NewArtifactSeedable(ArtifactStorePtr store,
+                                std::vector<std::shared_ptr<ArtifactStore>> shared) {
   return std::make_shared<ArtifactSeedable>(std::move(store), std::move(shared));
 }
 
