@@ -140,6 +140,9 @@ Result<std::vector<GemmShape>> ParseGemmShapes(std::string_view text) {
     size_t comma = text.find(',');
     std::string_view one = text.substr(0, comma);
     text = comma == std::string_view::npos ? "" : text.substr(comma + 1);
+    if (comma != std::string_view::npos && text.empty()) {
+      return Status::InvalidArgument("invalid GEMM shapes: trailing ','");
+    }
     int dims[3] = {0, 0, 0};
     for (int d = 0; d < 3; ++d) {
       size_t x = d < 2 ? one.find('x') : one.size();
