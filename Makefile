@@ -51,6 +51,7 @@ demo: build
 bench: build
 	bash bench/run.sh $(BUILD)/bin
 	bash bench/stores.sh $(BUILD)/bin
+	bash bench/warmup.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

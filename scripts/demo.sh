@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job on embedded defaults: two seedd daemons on loopback with a generated
-# token. Daemon A is warm (its cache holds warmup artifacts); daemon B starts cold
-# and adopts every artifact from A; then B serves them too.
+# The main job on embedded defaults, on loopback with a generated token:
+#   A starts cold and runs the autotune warmup pass (cpu-gemm), then publishes its
+#     table to a shared Redis store (a redis-server this demo starts);
+#   B starts with --source A and adopts A's table over the control channel;
+#   C starts with only the shared store and adopts what A published.
+# Then B adopts A's other warm artifacts (kernel caches) with seedctl fetch.
 # Usage: scripts/demo.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
@@ -13,86 +16,56 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-now() { date +%s.%N; }
-elapsed() { python3 -c "import sys; print('%.3f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
+py() { python3 -c "$@"; }
 
-# A shared secret for this run only, in a file only we can read.
 umask 077
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
 
-# The warm daemon's cache: what a replica has after its warmup passes.
-hash="$(printf 'demo-model-config' | sha256sum | cut -c1-32)"
-mkdir -p "$work/warm"
-python3 - "$work/warm" "$hash" <<'PY'
-import json, os, random, sys
-root, h = sys.argv[1], sys.argv[2]
-rng = random.Random(7)
-def put(ns, name, data):
-    d = os.path.join(root, ns, h)
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(data)
-table = {"_metadata": {"flashinfer_version": "0.2.5", "gpu": "demo"}}
-for i in range(600):
-    table[f"('gemm', 'cutlass', (({rng.randint(1, 8192)}, 4096),), ())"] = ["cutlass", rng.randint(0, 40)]
-put("flashinfer", "autotune_configs_dp0_rank0.json", json.dumps(table).encode())
-for i in range(4):
-    put("triton", f"kernel_{i}.cubin", rng.randbytes(2 << 20))
-put("inductor", "fx_graph_cache.bin", rng.randbytes(1 << 20))
-PY
+source "$(dirname "$0")/seedd_lib.sh"
+start_redis
+store="redis://127.0.0.1:$redis_port?prefix=seedd:"
+start() { start_seedd "$@" --warmup flashinfer_autotune; }
 
-start() {  # start NAME ARGS...: runs seedd, waits for its ready line, sets $addr
-  local name="$1"
-  shift
-  "$bin/seedd" --listen 127.0.0.1:0 --token-file "$work/token" --log-level warn "$@" \
-    > "$work/$name.out" 2> "$work/$name.err" &
-  pids+=($!)
-  for _ in $(seq 1 500); do
-    grep -q "serving on" "$work/$name.out" 2>/dev/null && break
-    sleep 0.01
-  done
-  addr="$(sed -n 's/^seedd: serving on //p' "$work/$name.out")"
-  [ -n "$addr" ] || { echo "demo: daemon $name did not start:" >&2; cat "$work/$name.err" >&2; exit 1; }
-}
-
-start A --cache-dir "$work/warm"
+echo "demo: daemon A starts cold and runs the cpu-gemm autotune pass (about half a minute)..."
+start A --store "$store"
 a_addr="$addr"
-start B --cache-dir "$work/cold" --source "$a_addr"
+IFS='|' read -r a_src a_s <<< "$(warmup_of A)"
+echo "demo: A ready on $a_addr: table $a_src in $a_s s, published to $store"
+start B --source "$a_addr"
 b_addr="$addr"
-echo "demo: warm daemon A on $a_addr, cold daemon B on $b_addr (token generated for this run)"
+IFS='|' read -r b_src b_s <<< "$(warmup_of B)"
+echo "demo: B ready on $b_addr: table from $b_src A in $b_s s"
+start C --store "$store"
+IFS='|' read -r c_src c_s <<< "$(warmup_of C)"
+echo "demo: C ready on $addr: table from $c_src (Redis) in $c_s s"
+for d in B C; do
+  cmp -s "$(find "$work/A/flashinfer_autotune" -type f)" "$(find "$work/$d/flashinfer_autotune" -type f)" \
+    || { echo "demo: $d's table differs from A's" >&2; exit 1; }
+done
+py "import sys; a,b,c=map(float,sys.argv[1:]); print('demo: cold warmup %.1f s; seeded from peer %.4f s (%.0fx); from shared store %.4f s (%.0fx)' % (a, b, a/b, c, a/c))" "$a_s" "$b_s" "$c_s"
 
-total_bytes=0
+# A's other warm state: kernel caches, adopted by B as artifacts.
+hash="$(printf 'demo-model-config' | sha256sum | cut -c1-32)"
+py "
+import os, random, sys
+rng = random.Random(7)
+for ns, name, size in (('triton', 'kernel_0.cubin', 2 << 20), ('triton', 'kernel_1.cubin', 2 << 20),
+                       ('inductor', 'fx_graph_cache.bin', 1 << 20)):
+    d = os.path.join(sys.argv[1], ns, sys.argv[2]); os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, name), 'wb').write(rng.randbytes(size))
+" "$work/A" "$hash"
+s="$(date +%s.%N)"
 count=0
-t0="$(now)"
 while IFS= read -r path; do
-  rel="${path#"$work/warm/"}"
-  ns="${rel%%/*}"
-  file="${rel##*/}"
-  s="$(now)"
-  "$bin/seedctl" fetch --source "$a_addr" --token-file "$work/token" --namespace "$ns" \
-    --config-hash "$hash" --filename "$file" --cache-dir "$work/cold" > /dev/null
-  e="$(now)"
-  cmp -s "$path" "$work/cold/$rel" || { echo "demo: $rel differs after adoption" >&2; exit 1; }
-  size="$(stat -c %s "$path")"
-  total_bytes=$((total_bytes + size))
+  rel="${path#"$work/A/"}"
+  "$bin/seedctl" fetch --source "$a_addr" --token-file "$work/token" --namespace "${rel%%/*}" \
+    --config-hash "$hash" --filename "${rel##*/}" --cache-dir "$work/B" > /dev/null
+  cmp -s "$path" "$work/B/$rel" || { echo "demo: $rel differs after adoption" >&2; exit 1; }
   count=$((count + 1))
-  d="$(elapsed "$s" "$e")"
-  echo "$d" >> "$work/durations"
-  printf 'demo: B adopted %-48s %9d bytes from A in %s s (sha256 verified)\n' "$ns/$file" "$size" "$d"
-done < <(find "$work/warm" -type f | sort)
-t1="$(now)"
+done < <(find "$work/A/triton" "$work/A/inductor" -type f | sort)
+e="$(date +%s.%N)"
+py "import sys; print('demo: B adopted %s kernel-cache artifacts (5.0 MiB) from A in %.3f s, sha256 verified' % (sys.argv[1], float(sys.argv[3]) - float(sys.argv[2])))" "$count" "$s" "$e"
 
-# B now serves what it adopted: a third party asks B, not A.
-"$bin/seedctl" request --source "$b_addr" --token-file "$work/token" --kind artifact \
-  --param namespace=flashinfer --param "config_hash=$hash" \
-  --param filename=autotune_configs_dp0_rank0.json > /dev/null
-echo "demo: B now serves the adopted state to other peers"
-printf 'demo: cold daemon B warmed with %d artifacts (%.1f MiB) from A: %s s in seedctl fetch, %s s wall with verification\n' \
-  "$count" "$(python3 -c "print($total_bytes / 1048576)")" \
-  "$(python3 -c "import sys; print('%.3f' % sum(float(l) for l in open(sys.argv[1])))" "$work/durations")" \
-  "$(elapsed "$t0" "$t1")"
-
-for p in "${pids[@]}"; do kill -TERM "$p"; done
-for p in "${pids[@]}"; do wait "$p" || { echo "demo: a daemon did not stop cleanly" >&2; exit 1; }; done
-pids=()
-echo "demo: both daemons stopped cleanly"
+for p in "${pids[@]:1}"; do kill -TERM "$p"; done
+for p in "${pids[@]:1}"; do wait "$p" || { echo "demo: a daemon did not stop cleanly" >&2; exit 1; }; done
+echo "demo: all daemons stopped cleanly"

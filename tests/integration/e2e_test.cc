@@ -228,10 +228,60 @@ TEST_F(E2eTest, SeedctlStoreGetPutLsRmAgainstS3) {
   EXPECT_EQ(ctl({"get", "--store", url, "../etc/passwd"}).status, 2);
 }
 
+// "FlashInfer autotune warmup: table from <source> in <s> s" → source.
+std::string WarmupSource(const std::string& log) {
+  const std::string marker = "FlashInfer autotune warmup: table from ";
+  size_t p = log.find(marker);
+  if (p == std::string::npos) return "no warmup line";
+  p += marker.size();
+  return log.substr(p, log.find(" in ", p) - p);
+}
+
+TEST_F(E2eTest, ThreeDaemonsTuneSeedFromAPeerAndSeedFromRedis) {
+  testing::RedisServer redis;
+  const std::vector<std::string> warmup = {"--warmup",          "flashinfer_autotune",
+                                           "--autotune-shapes", "32x32x32,48x16x64",
+                                           "--log-level",       "info"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), warmup.begin(), warmup.end());
+    return extra;
+  };
+  std::string a_addr, b_addr, c_addr;
+  auto a = StartDaemon(dir_.path() / "a", &a_addr, with({"--store", redis.url()}));
+  auto b = StartDaemon(dir_.path() / "b", &b_addr, with({"--source", a_addr}));
+  auto c = StartDaemon(dir_.path() / "c", &c_addr, with({"--store", redis.url()}));
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    p->Signal(SIGTERM);
+    EXPECT_EQ(p->Wait(seconds(10)), 0);
+  }
+  const std::string a_log = a->Stderr(), b_log = b->Stderr(), c_log = c->Stderr();
+  EXPECT_EQ(WarmupSource(a_log), "tuned") << a_log;
+  EXPECT_EQ(WarmupSource(b_log), "peer") << b_log;
+  EXPECT_EQ(WarmupSource(c_log), "shared store") << c_log;
+  EXPECT_NE(a_log.find("Published the FlashInfer autotune table"), std::string::npos);
+  EXPECT_NE(b_log.find("Adopted remote flashinfer_autotune seed"), std::string::npos);
+  EXPECT_NE(c_log.find("Adopted the FlashInfer autotune table from a shared store"),
+            std::string::npos);
+  // The same table everywhere, and neither B nor C timed a kernel.
+  auto table = [&](const std::string& d) {
+    for (auto& e :
+         std::filesystem::recursive_directory_iterator(dir_.path() / d / "flashinfer_autotune")) {
+      if (e.is_regular_file()) return ReadFile(e.path());
+    }
+    return std::string("missing");
+  };
+  EXPECT_EQ(table("b"), table("a"));
+  EXPECT_EQ(table("c"), table("a"));
+  EXPECT_NE(b_log.find("0 shape(s) tuned, 2 loaded"), std::string::npos) << b_log;
+  EXPECT_NE(c_log.find("0 shape(s) tuned, 2 loaded"), std::string::npos) << c_log;
+}
+
 TEST_F(E2eTest, HelpExplainsEveryFlag) {
   auto seedd_help = RunCommand({SEEDD_BIN, "--help"});
   EXPECT_EQ(seedd_help.status, 0);
-  for (const char* flag : {"--listen", "--source", "--token-file", "--cache-dir", "--log-level"}) {
+  for (const char* flag : {"--listen", "--source", "--token-file", "--cache-dir", "--log-level",
+                           "--store", "--warmup", "--autotune-runner", "--autotune-root",
+                           "--config-hash", "--dp-rank", "--rank", "--no-autotune"}) {
     EXPECT_NE(seedd_help.out.find(flag), std::string::npos) << flag;
   }
   auto fetch_help = RunCommand({SEEDCTL_BIN, "fetch", "--help"});

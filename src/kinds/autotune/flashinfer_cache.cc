@@ -215,7 +215,7 @@ Result<WarmupCache::Report> FlashInferWarmupCache::Warmup(const SeedTransport& t
   SEEDD_RETURN_IF_ERROR(runner_->Run(*disk_, *key, {options_.dp_rank, options_.rank}));
   Publish();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Logger().info("FlashInfer autotune warmup: table from {} in {:.3f} s ({})", report.source,
+  Logger().info("FlashInfer autotune warmup: table from {} in {:.4f} s ({})", report.source,
                 report.seconds, key->ToString());
   return report;
 }

@@ -1,0 +1,45 @@
+# Shell helpers shared by the demo and the benchmarks. Source it with $bin (the
+# directory of seedd) and $work (a scratch directory) set; pids collects what
+# was started, for the caller's cleanup.
+
+# Prints a free loopback port.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Waits until something accepts on 127.0.0.1:$1.
+wait_port() {
+  for _ in $(seq 1 1000); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.01; done
+  return 1
+}
+
+# start_redis: a throwaway redis-server; sets $redis_port.
+start_redis() {
+  redis_port="$(free_port)"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+    --loglevel warning > /dev/null &
+  pids+=($!)
+  wait_port "$redis_port"
+}
+
+# start_seedd NAME ARGS...: seedd with the token and cache dir $work/NAME; waits
+# for its ready line (the warmup runs before it); sets $addr.
+start_seedd() {
+  local name="$1"
+  shift
+  "$bin/seedd" --listen 127.0.0.1:0 --token-file "$work/token" --cache-dir "$work/$name" "$@" \
+    > "$work/$name.out" 2> "$work/$name.err" &
+  pids+=($!)
+  for _ in $(seq 1 30000); do
+    grep -q "serving on" "$work/$name.out" 2>/dev/null && break
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.01
+  done
+  addr="$(sed -n 's/^seedd: serving on //p' "$work/$name.out")"
+  [ -n "$addr" ] || { echo "daemon $name did not start:" >&2; cat "$work/$name.err" >&2; return 1; }
+}
+
+# warmup_of NAME: "SOURCE|SECONDS" from the daemon's warmup log line.
+warmup_of() {
+  sed -n 's/.*FlashInfer autotune warmup: table from \(.*\) in \([0-9.]*\) s.*/\1|\2/p' "$work/$1.err"
+}
