@@ -11,14 +11,7 @@ bin="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 reps="${REPS:-3}"
 secs="${SECONDS_PER_RUN:-4}"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/scripts/seedd_lib.sh"
 
 export SEEDD_TOKEN="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 hash=0123456789abcdef0123456789abcdef

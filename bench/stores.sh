@@ -8,33 +8,20 @@ bin="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 reps="${REPS:-3}"
 secs="${STORE_SECONDS:-3}"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/scripts/seedd_lib.sh"
 
 if [ ! -x /usr/bin/aws ]; then
   echo "stores: installing the AWS CLI (Debian package awscli) for the S3 baseline"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends awscli
 fi
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 500); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.02; done; return 1; }
-
-redis_port="$(free_port)"
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-  --loglevel warning > /dev/null &
-pids+=($!)
+start_redis
 s3_port="$(free_port)"
 mkdir -p "$work/s3" "$work/shared"
 node "$root/tools/s3rver/node_modules/s3rver/bin/s3rver.js" -d "$work/s3" -a 127.0.0.1 \
   -p "$s3_port" -s --configure-bucket bench > /dev/null &
 pids+=($!)
-wait_port "$redis_port" && wait_port "$s3_port"
+wait_port "$s3_port"
 
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_DEFAULT_REGION=us-east-1
 export AWS_PAGER="" AWS_CONFIG_FILE="$work/aws-config"

@@ -7,14 +7,6 @@ set -euo pipefail
 bin="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 reps="${REPS:-3}"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 source "$root/scripts/seedd_lib.sh"
 umask 077
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"

@@ -8,20 +8,12 @@
 # Usage: scripts/demo.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/seedd_lib.sh"
 py() { python3 -c "$@"; }
 
 umask 077
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
 
-source "$(dirname "$0")/seedd_lib.sh"
 start_redis
 store="redis://127.0.0.1:$redis_port?prefix=seedd:"
 start() { start_seedd "$@" --warmup flashinfer_autotune; }

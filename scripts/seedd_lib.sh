@@ -1,6 +1,15 @@
-# Shell helpers shared by the demo and the benchmarks. Source it with $bin (the
-# directory of seedd) and $work (a scratch directory) set; pids collects what
-# was started, for the caller's cleanup.
+# Shell helpers shared by the demo and the benchmarks. Sourcing it makes $work (a
+# scratch directory) and $pids (what was started); both are cleaned up on exit.
+# The caller sets $bin, the directory of the seedd binaries.
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 # Prints a free loopback port.
 free_port() {

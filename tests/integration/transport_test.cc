@@ -331,15 +331,7 @@ TEST_F(TransportTest, CloseUnderLoadFinishesCleanly) {
 class CannedServer {
  public:
   explicit CannedServer(std::string reply) : reply_(std::move(reply)) {
-    fd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len);
-    ::listen(fd_.get(), 4);
-    ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = testing::ListenLoopback(&port_);
     thread_ = std::thread([this] {
       conn_ = UniqueFd(::accept(fd_.get(), nullptr, nullptr));
       if (!conn_.valid()) return;

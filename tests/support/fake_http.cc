@@ -6,19 +6,13 @@
 
 #include <cstdlib>
 
+#include "support/test_util.h"
+
 namespace seedd::testing {
 
 FakeHttpServer::FakeHttpServer(std::vector<std::string> responses)
     : responses_(std::move(responses)) {
-  listener_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), len);
-  ::listen(listener_.get(), 16);
-  ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.sin_port);
+  listener_ = ListenLoopback(&port_);
   thread_ = std::thread([this] { Serve(); });
 }
 

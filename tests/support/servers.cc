@@ -12,14 +12,9 @@
 namespace seedd::testing {
 
 uint16_t FreePort() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len);
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
+  uint16_t port = 0;
+  UniqueFd fd = ListenLoopback(&port);
+  return port;
 }
 
 bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {

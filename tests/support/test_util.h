@@ -53,6 +53,9 @@ class LogCapture {
 bool WaitUntil(const std::function<bool()>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// A listening TCP socket on 127.0.0.1 at a free port (stored in *port).
+UniqueFd ListenLoopback(uint16_t* port);
+
 // A blocking TCP connection to `peer` (no timeouts: tests bound themselves).
 UniqueFd ConnectRaw(const HostPort& peer);
 void SendAll(int fd, const std::string& bytes);
