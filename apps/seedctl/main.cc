@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/logging.h"
+#include "kinds/weights/manifest.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
@@ -146,6 +147,22 @@ int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
   return kExitError;
 }
 
+int RunManifest(const std::string& dir, std::string model, uint64_t chunk_mib) {
+  std::error_code ec;
+  if (model.empty()) {
+    model = std::filesystem::weakly_canonical(dir, ec).filename().string();
+  }
+  seedd::BuildOptions options;
+  options.chunk_size = chunk_mib << 20;
+  auto manifest = seedd::BuildManifest(model, dir, options);
+  if (!manifest.ok()) {
+    std::fprintf(stderr, "seedctl: %s\n", manifest.status().message().c_str());
+    return kExitError;
+  }
+  std::printf("%s\n", manifest->ToJson().dump(2).c_str());
+  return kExitOk;
+}
+
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file) {
   auto store = seedd::OpenArtifactStore(url);
@@ -253,6 +270,18 @@ int main(int argc, char** argv) {
   fetch->add_option("--cache-dir", cache_dir,
                     "local cache directory (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
 
+  std::string manifest_dir;
+  std::string manifest_model;
+  uint64_t chunk_mib = 8;
+  CLI::App* manifest_cmd = app.add_subcommand(
+      "manifest",
+      "print the weight_shards manifest of a model directory (files, safetensors "
+      "tensors, chunk digests, fingerprint, root digest)");
+  manifest_cmd->add_option("dir", manifest_dir, "the model directory")->required();
+  manifest_cmd->add_option("--model", manifest_model, "model name (default: the directory's name)");
+  manifest_cmd->add_option("--chunk-mib", chunk_mib, "chunk size in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1024}));
   CLI::App* store_cmd = app.add_subcommand(
       "store", "operate on a shared store directly: get, put, ls, rm (exit 3 when get misses)");
   store_cmd->require_subcommand(1);
@@ -292,6 +321,7 @@ int main(int argc, char** argv) {
   if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
   if (request->parsed()) return RunRequest(req_common, kind, params, json_params);
   if (fetch->parsed()) return RunFetch(fetch_common, ns, hash, filename, cache_dir);
+  if (manifest_cmd->parsed()) return RunManifest(manifest_dir, manifest_model, chunk_mib);
   for (const auto& [op, sub] : store_ops) {
     if (sub->parsed()) {
       const StoreArgs& a = store_args[op];

@@ -1,0 +1,86 @@
+// The weight_shards manifest: what a target needs to fetch and verify a model
+// directory. Files (relative path, size), tensors from the safetensors headers,
+// chunks with XXH3-128 digests, the model fingerprint, the sources, and a root
+// digest over the canonical manifest. Built on the source; validated whole on the
+// target before anything is written.
+//
+// Thread safety: values and pure functions; BuildManifest may run concurrently
+// for different directories.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kinds/weights/safetensors.h"
+#include "seedd/json.h"
+#include "seedd/status.h"
+
+namespace seedd {
+
+inline constexpr uint64_t kDefaultChunkBytes = 8ull << 20;
+
+struct ManifestFile {
+  std::string path;  // relative, '/'-separated
+  uint64_t size = 0;
+};
+
+struct ManifestTensor {
+  std::string file;
+  TensorInfo info;
+};
+
+struct ManifestChunk {
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::string xxh3;  // XXH3-128, 32 lowercase hex digits (canonical, big-endian)
+};
+
+struct Manifest {
+  std::string model;
+  std::string fingerprint;  // SHA-256 hex
+  uint64_t chunk_size = kDefaultChunkBytes;
+  uint64_t total_size = 0;
+  std::vector<ManifestFile> files;      // sorted by path
+  std::vector<ManifestTensor> tensors;  // by file, then offset
+  std::vector<ManifestChunk> chunks;    // by file, then offset
+  std::vector<std::string> sources;     // host:port
+  std::string root_digest;              // see ManifestRootDigest
+
+  Json ToJson() const;  // includes root_digest
+};
+
+struct BuildOptions {
+  uint64_t chunk_size = kDefaultChunkBytes;
+  // Chunk digests are cached here, keyed by path, size and modification time, so a
+  // restart does not rehash. Empty: no cache.
+  std::filesystem::path digest_cache;
+  std::vector<std::string> sources;
+};
+
+struct BuildStats {
+  uint64_t bytes_hashed = 0;  // chunk bytes read and hashed (0 when all came from the cache)
+};
+
+// Builds the manifest of every regular file under `dir` (links are skipped).
+Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::path& dir,
+                               const BuildOptions& options, BuildStats* stats = nullptr);
+
+// Validates a manifest from a peer: names and paths, file sizes, chunks tiling
+// every file exactly, tensors inside their files, sizes adding up, the root digest.
+Result<Manifest> ParseManifest(const Json& json);
+
+// SHA-256 hex of the canonical text (sorted keys, compact) of `manifest` without
+// its "root_digest" and "sources" (where to fetch varies; what to fetch does not).
+std::string ManifestRootDigest(const Json& manifest);
+
+// Checks a relative path from a peer: no absolute path, no "." or ".." or empty
+// component, no '\\' or NUL, at most 4096 bytes and 255 per component.
+Status ValidateRelativePath(std::string_view path);
+
+// XXH3-128 of `data`, canonical hex.
+std::string Xxh3Hex(std::string_view data);
+
+}  // namespace seedd

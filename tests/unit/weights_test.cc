@@ -1,0 +1,245 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "kinds/weights/manifest.h"
+#include "kinds/weights/safetensors.h"
+#include "support/test_util.h"
+#include "wire/json_text.h"
+
+namespace seedd {
+namespace {
+
+struct Tensor {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;
+  uint64_t bytes;
+};
+
+// Writes a safetensors file; returns its header length.
+void WriteSafetensors(const std::filesystem::path& p, const std::vector<Tensor>& tensors) {
+  Json header = Json::object();
+  uint64_t off = 0;
+  for (const auto& t : tensors) {
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes}}};
+    off += t.bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string h = header.dump();
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out << len << h;
+  std::mt19937 rng(static_cast<unsigned>(off));
+  for (uint64_t i = 0; i < off; ++i) out.put(static_cast<char>(rng()));
+}
+
+std::string Prefix(const std::string& header_json, uint64_t claimed_len) {
+  std::string len(8, '\0');
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((claimed_len >> (8 * i)) & 0xff);
+  return len + header_json;
+}
+
+std::string HeaderError(const std::string& json, uint64_t data_bytes) {
+  std::string prefix = Prefix(json, json.size());
+  auto r = ParseSafetensorsHeader(prefix, prefix.size() + data_bytes);
+  return r.ok() ? "ok" : r.status().message();
+}
+
+TEST(Safetensors, ParsesTensorsWithAbsoluteByteRanges) {
+  std::string json =
+      R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},"__metadata__":{}})";
+  std::string prefix = Prefix(json, json.size());
+  auto h = ParseSafetensorsHeader(prefix, prefix.size() + 12);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->tensors.size(), 1u);
+  EXPECT_EQ(h->tensors[0].begin, 8 + json.size());
+  EXPECT_EQ(h->tensors[0].end, 8 + json.size() + 12);
+}
+
+TEST(Safetensors, RejectsHostileHeaders) {
+  std::string ok = R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]}})";
+  EXPECT_EQ(HeaderError(ok, 12), "ok");
+  // A header longer than its file.
+  auto longer = ParseSafetensorsHeader(Prefix(ok, 1 << 20), 8 + ok.size());
+  EXPECT_NE(longer.status().message().find("longer than the file"), std::string::npos);
+  auto huge = ParseSafetensorsHeader(Prefix(ok, 1ull << 40), 1ull << 41);
+  EXPECT_NE(huge.status().message().find("over the 100 MiB limit"), std::string::npos);
+  EXPECT_NE(HeaderError(R"({"w":{"dtype":"F17","shape":[1],"data_offsets":[0,2]}})", 2)
+                .find("unknown dtype 'F17'"),
+            std::string::npos);
+  EXPECT_NE(HeaderError(R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]}})", 11)
+                .find("fall outside"),
+            std::string::npos);
+  EXPECT_NE(HeaderError(R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,10]}})", 12)
+                .find("not what its dtype and shape need"),
+            std::string::npos);
+  EXPECT_NE(
+      HeaderError(
+          R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
+          12)
+          .find("overlap"),
+      std::string::npos);
+  EXPECT_NE(HeaderError(R"([1,2])", 0).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(HeaderError(R"({"w":{"dtype":"F16"}})", 0).find("needs dtype, shape and data_offsets"),
+            std::string::npos);
+  EXPECT_FALSE(ParseSafetensorsHeader("short", 5).ok());
+}
+
+class ManifestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.path() / "model";
+    WriteSafetensors(model_ / "model-00001-of-00002.safetensors",
+                     {{"a.weight", "F16", {64, 64}, 8192}, {"a.bias", "F32", {64}, 256}});
+    WriteSafetensors(model_ / "model-00002-of-00002.safetensors",
+                     {{"b.weight", "BF16", {300, 100}, 60000}});
+    std::ofstream(model_ / "config.json") << R"({"hidden_size": 64})";
+    std::filesystem::create_directories(model_ / "tokenizer");
+    std::ofstream(model_ / "tokenizer" / "tokenizer.json") << R"({"vocab": {}})";
+    options_.chunk_size = 16384;
+    options_.digest_cache = dir_.path() / "digests";
+    options_.sources = {"127.0.0.1:7420"};
+  }
+  Json Built() {
+    auto m = BuildManifest("tiny", model_, options_);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m->ToJson();
+  }
+  // Re-seals a tampered manifest with a correct root digest, so the check under
+  // test is the one that fires.
+  static Json Reseal(Json j) {
+    j["root_digest"] = ManifestRootDigest(j);
+    return j;
+  }
+  static std::string Error(const Json& j) {
+    auto r = ParseManifest(j);
+    return r.ok() ? "accepted" : r.status().message();
+  }
+  testing::TempDir dir_;
+  std::filesystem::path model_;
+  BuildOptions options_;
+};
+
+TEST_F(ManifestTest, DescribesEveryFileTensorAndChunk) {
+  Json j = Built();
+  EXPECT_EQ(j["files"].size(), 4u);
+  EXPECT_EQ(j["files"][3]["path"], "tokenizer/tokenizer.json");
+  EXPECT_EQ(j["tensors"].size(), 3u);
+  uint64_t total = 0;
+  for (const auto& f : j["files"]) total += f["size"].get<uint64_t>();
+  EXPECT_EQ(j["total_size"], total);
+  // The second shard (60000 data bytes + header) spans four 16 KiB chunks.
+  int shard2 = 0;
+  for (const auto& c : j["chunks"]) shard2 += c["file"] == "model-00002-of-00002.safetensors";
+  EXPECT_EQ(shard2, 4);
+  auto parsed = ParseManifest(j);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->root_digest, j["root_digest"]);
+  // Chunk digests are XXH3-128 of the bytes.
+  std::ifstream in(model_ / "config.json", std::ios::binary);
+  std::string config((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(j["chunks"][0]["xxh3"], Xxh3Hex(config));
+}
+
+TEST_F(ManifestTest, TheFingerprintFollowsContentNotTimeAndTheCacheSparesRehashing) {
+  BuildStats first, second, third;
+  auto a = BuildManifest("tiny", model_, options_, &first);
+  auto b = BuildManifest("tiny", model_, options_, &second);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(first.bytes_hashed, 0u);
+  EXPECT_EQ(second.bytes_hashed, 0u);  // every digest came from the cache
+  EXPECT_EQ(a->fingerprint, b->fingerprint);
+  EXPECT_EQ(a->root_digest, b->root_digest);
+  std::ofstream(model_ / "config.json") << R"({"hidden_size": 65})";  // new content, new mtime
+  auto c = BuildManifest("tiny", model_, options_, &third);
+  EXPECT_EQ(third.bytes_hashed, 19u);  // only config.json was read again
+  EXPECT_NE(c->fingerprint, a->fingerprint);
+}
+
+TEST_F(ManifestTest, LinksAreNotServed) {
+  std::filesystem::create_symlink("/etc/passwd", model_ / "passwd");
+  Json j = Built();
+  for (const auto& f : j["files"]) EXPECT_NE(f["path"], "passwd");
+}
+
+TEST_F(ManifestTest, RejectsHostileManifestsBeforeAnyWrite) {
+  const Json good = Built();
+  Json j = good;
+  j["files"][0]["path"] = "../../etc/cron.d/evil";
+  EXPECT_NE(Error(Reseal(j)).find("'.' or '..' component"), std::string::npos) << Error(Reseal(j));
+  j = good;
+  j["files"][0]["path"] = "/etc/passwd";
+  EXPECT_NE(Error(Reseal(j)).find("absolute"), std::string::npos);
+  j = good;
+  j["chunks"][2]["offset"] = j["chunks"][2]["offset"].get<uint64_t>() + 1;  // overlap/gap
+  EXPECT_NE(Error(Reseal(j)).find("do not tile it"), std::string::npos) << Error(Reseal(j));
+  j = good;
+  j["chunks"].erase(j["chunks"].size() - 1);  // a file no longer fully covered
+  EXPECT_NE(Error(Reseal(j)).find("cover"), std::string::npos) << Error(Reseal(j));
+  j = good;
+  j["chunks"][1]["length"] = 1ull << 40;  // out of range
+  EXPECT_NE(Error(Reseal(j)).find("bad length"), std::string::npos);
+  j = good;
+  j["total_size"] = j["total_size"].get<uint64_t>() + 1;
+  EXPECT_NE(Error(Reseal(j)).find("add up"), std::string::npos);
+  j = good;
+  j["tensors"][0]["end"] = 1ull << 40;
+  EXPECT_NE(Error(Reseal(j)).find("outside its file"), std::string::npos);
+  j = good;
+  j["files"].push_back({{"path", "config.json/inner"}, {"size", 0}});
+  j["total_size"] = j["total_size"];
+  EXPECT_NE(Error(Reseal(j)).find("both a file and a directory"), std::string::npos)
+      << Error(Reseal(j));
+  j = good;
+  j["chunks"][0]["xxh3"] = "00";
+  EXPECT_NE(Error(Reseal(j)).find("bad xxh3"), std::string::npos);
+  j = good;
+  j["chunks"][0]["xxh3"] = std::string(32, 'f');  // tampered without resealing
+  EXPECT_EQ(Error(j), "manifest: root digest does not match the manifest");
+  j = good;
+  j["sources"] = Json::array({"peer-7:7420", "[::1]:7420"});  // where to fetch is not sealed
+  EXPECT_EQ(Error(j), "accepted");
+  j["sources"] = Json::array({"not an address"});
+  EXPECT_EQ(Error(j), "manifest: a source is not HOST:PORT");
+}
+
+TEST(ValidateRelativePath, AcceptsNestedNamesOnly) {
+  EXPECT_TRUE(ValidateRelativePath("a/b/c.safetensors").ok());
+  for (const char* bad : {"", "/a", "a/../b", "./a", "a//b", "a/", "a\\b", "..", "."}) {
+    EXPECT_FALSE(ValidateRelativePath(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(ValidateRelativePath(std::string("a\0b", 3)).ok());
+}
+
+TEST(Manifest, ASparseShardWithOffsetsBeyondFourGibibytes) {
+  testing::TempDir dir;
+  // One U8 tensor of 5 GiB: its end offset needs 64 bits. The file is sparse.
+  const uint64_t bytes = 5ull << 30;
+  std::string header =
+      Json{{"big", {{"dtype", "U8"}, {"shape", {bytes}}, {"data_offsets", {0, bytes}}}}}.dump();
+  const auto path = dir.path() / "m" / "big.safetensors";
+  std::filesystem::create_directories(path.parent_path());
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << Prefix(header, header.size());
+  }
+  std::filesystem::resize_file(path, 8 + header.size() + bytes);
+  auto h = ReadSafetensorsHeader(path.string());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->tensors[0].end, 8 + header.size() + bytes);
+  BuildOptions o;
+  o.chunk_size = 256ull << 20;
+  auto m = BuildManifest("sparse", dir.path() / "m", o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->chunks.back().offset + m->chunks.back().length, 8 + header.size() + bytes);
+  EXPECT_TRUE(ParseManifest(m->ToJson()).ok());
+}
+
+}  // namespace
+}  // namespace seedd
