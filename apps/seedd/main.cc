@@ -30,9 +30,10 @@ void RaiseFileLimit() {
 int main(int argc, char** argv) {
   CLI::App app{
       "seedd: the seeding daemon. Serves this host's warm state (artifacts in its cache\n"
-      "directory) to peer daemons over an authenticated control channel, and seeds a cold\n"
-      "host from a warm peer. The shared token comes from --token-file or SEEDD_TOKEN;\n"
-      "never put it on a command line."};
+      "directory, FlashInfer autotune tables) to peer daemons over an authenticated\n"
+      "control channel; at start it warms itself from shared stores or a warm peer\n"
+      "(--warmup) before it prints 'seedd: serving on HOST:PORT'. The shared token comes\n"
+      "from --token-file or SEEDD_TOKEN; never put it on a command line."};
   std::string listen = "127.0.0.1:7420";
   std::string source;
   std::string token_file;
