@@ -1,13 +1,17 @@
 // seedctl: the operator's tool. Sends one request to a daemon, or adopts one artifact.
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "common/logging.h"
+#include "kinds/weights/data_plane.h"
 #include "kinds/weights/manifest.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
@@ -163,6 +167,99 @@ int RunManifest(const std::string& dir, std::string model, uint64_t chunk_mib) {
   return kExitOk;
 }
 
+int RunPull(const Common& c, const std::vector<std::string>& source_texts, const std::string& model,
+            const std::string& into, int connections) {
+  std::vector<seedd::HostPort> sources;
+  for (const auto& t : source_texts) {
+    auto hp = seedd::ParseHostPort(t);
+    if (!hp.ok()) return Fail("--source: " + hp.status().message());
+    sources.push_back(*hp);
+  }
+  std::optional<std::filesystem::path> path;
+  if (!c.token_file.empty()) path = c.token_file;
+  auto token = seedd::LoadToken(path);
+  if (!token.ok()) return Fail(token.status().message());
+  // The manifest from the first source that answers.
+  std::optional<seedd::Manifest> manifest;
+  int code = kExitUsage;
+  for (const auto& source : sources) {
+    Common one = c;
+    one.source = source.ToString();
+    int ignored = 0;
+    auto transport = MakeTransport(one, &ignored);
+    if (transport == nullptr) return ignored;
+    auto response = transport->Request(seedd::Json{{"kind", "weight_shards"}, {"model", model}});
+    if (!response.has_value()) continue;
+    if ((*response)["status"] == "miss") {
+      code = kExitMiss;
+      continue;
+    }
+    if ((*response)["status"] != "ok") {
+      std::fprintf(stderr, "seedctl: %s: %s\n", one.source.c_str(),
+                   seedd::DumpJson(*response).c_str());
+      code = kExitError;
+      continue;
+    }
+    auto parsed = seedd::ParseManifest((*response)["payload"]);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "seedctl: %s sent a bad manifest: %s\n", one.source.c_str(),
+                   parsed.status().message().c_str());
+      code = kExitError;
+      continue;
+    }
+    manifest = std::move(*parsed);
+    break;
+  }
+  if (!manifest.has_value()) {
+    if (code == kExitMiss)
+      std::fprintf(stderr, "seedctl: no source serves model '%s'\n", model.c_str());
+    return code;
+  }
+  for (const auto& s : manifest->sources) {
+    auto hp = seedd::ParseHostPort(s);
+    if (hp.ok() && std::find(sources.begin(), sources.end(), *hp) == sources.end()) {
+      sources.push_back(*hp);
+    }
+  }
+  seedd::FetchOptions options;
+  options.token = *token;
+  options.connections_per_source = connections;
+  const auto start = std::chrono::steady_clock::now();
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  std::mutex progress_mu;
+  auto last = start;
+  if (tty) {
+    options.progress = [&](uint64_t done) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      auto now = std::chrono::steady_clock::now();
+      if (now - last < std::chrono::milliseconds(100) && done < manifest->total_size) return;
+      last = now;
+      double secs = std::chrono::duration<double>(now - start).count();
+      double rate = secs > 0 ? done / secs : 0;
+      double eta = rate > 0 ? (manifest->total_size - done) / rate : 0;
+      std::fprintf(stderr, "\r%6.1f%%  %.1f / %.1f MiB  %.1f MB/s  ETA %.0f s  %zu source(s)   ",
+                   100.0 * done / std::max<uint64_t>(1, manifest->total_size), done / 1048576.0,
+                   manifest->total_size / 1048576.0, rate / 1e6, eta, sources.size());
+    };
+  }
+  seedd::FetchStats stats;
+  seedd::Status st = seedd::FetchModel(*manifest, sources, into, options, &stats);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!st.ok()) {
+    std::fprintf(stderr, "seedctl: %s\n", st.message().c_str());
+    return kExitError;
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "pulled %s (%zu files, %.1f MiB) from %zu source(s) into %s in %.2f s (%.1f MB/s); "
+      "%llu chunk(s) resumed, %llu refetched\n",
+      model.c_str(), manifest->files.size(), manifest->total_size / 1048576.0, sources.size(),
+      into.c_str(), secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
+      static_cast<unsigned long long>(stats.chunks_resumed),
+      static_cast<unsigned long long>(stats.chunks_rejected));
+  return kExitOk;
+}
+
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file) {
   auto store = seedd::OpenArtifactStore(url);
@@ -270,6 +367,26 @@ int main(int argc, char** argv) {
   fetch->add_option("--cache-dir", cache_dir,
                     "local cache directory (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
 
+  Common pull_common;
+  std::vector<std::string> pull_sources;
+  std::string pull_model;
+  std::string pull_into;
+  int pull_connections = 4;
+  CLI::App* pull = app.add_subcommand(
+      "pull",
+      "fetch a model's files from seedd daemons into a new directory: verified per "
+      "chunk, resumable (rerun after an interruption), from several sources at once");
+  pull->add_option("--source", pull_sources, "HOST:PORT of a daemon serving the model (repeatable)")
+      ->required()
+      ->take_all();
+  pull->add_option("--token-file", pull_common.token_file,
+                   "file holding the shared token (default: the SEEDD_TOKEN environment variable)");
+  pull->add_option("--model", pull_model, "the model's name on the daemons")->required();
+  pull->add_option("--into", pull_into, "directory to create; the files end up directly under it")
+      ->required();
+  pull->add_option("--connections", pull_connections, "data connections per source")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   std::string manifest_dir;
   std::string manifest_model;
   uint64_t chunk_mib = 8;
@@ -322,6 +439,8 @@ int main(int argc, char** argv) {
   if (request->parsed()) return RunRequest(req_common, kind, params, json_params);
   if (fetch->parsed()) return RunFetch(fetch_common, ns, hash, filename, cache_dir);
   if (manifest_cmd->parsed()) return RunManifest(manifest_dir, manifest_model, chunk_mib);
+  if (pull->parsed())
+    return RunPull(pull_common, pull_sources, pull_model, pull_into, pull_connections);
   for (const auto& [op, sub] : store_ops) {
     if (sub->parsed()) {
       const StoreArgs& a = store_args[op];

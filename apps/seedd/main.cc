@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   size_t max_connections = 1024;
   size_t resolver_threads = 64;
   std::vector<std::string> stores;
+  std::vector<std::string> models;
   std::string warmup;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
@@ -60,6 +61,10 @@ int main(int argc, char** argv) {
                  "shared store URL, consulted after the local cache in the order given "
                  "(repeatable): file:///mount, redis://[:PASSWORD@]HOST:PORT[/DB][?prefix=P&"
                  "ttl=S&timeout_ms=N], s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT&region=R")
+      ->take_all();
+  app.add_option("--model", models,
+                 "serve a model directory as weight_shards: NAME=DIR (repeatable); its "
+                 "manifest is built at start, chunk digests cached in the cache directory")
       ->take_all();
   app.add_option("--warmup", warmup,
                  "warmup cache to run before reporting ready: flashinfer_autotune")
@@ -121,6 +126,13 @@ int main(int argc, char** argv) {
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
   options.store_urls = stores;
+  for (const std::string& m : models) {
+    size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
+      return Fail("--model: expected NAME=DIR, got '" + m + "'");
+    }
+    options.models.emplace_back(m.substr(0, eq), m.substr(eq + 1));
+  }
   autotune.warmup = warmup == "flashinfer_autotune";
   autotune.enabled = !no_autotune;
   autotune.root = autotune_root;

@@ -38,6 +38,9 @@ struct DaemonOptions {
   // the local disk store. One that cannot be built fails Create.
   std::vector<std::string> store_urls;
   AutotuneOptions autotune;
+  // Model directories served as weight_shards (name → directory).
+  std::vector<std::pair<std::string, std::filesystem::path>> models;
+  uint64_t weight_chunk_bytes = 8ull << 20;
   TransportOptions transport;
 };
 

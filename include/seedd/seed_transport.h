@@ -8,8 +8,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "seedd/json.h"
@@ -25,6 +28,11 @@ inline constexpr size_t kMaxResponseBytes = 64 * 1024 * 1024;
 inline constexpr std::chrono::milliseconds kRemoteRequestTimeout{5000};
 inline constexpr std::chrono::milliseconds kAuthenticatedTimeout{300000};
 
+// Takes over an authenticated connection whose request names its kind (a data
+// plane): it gets the connected socket (blocking; closed after it returns) and
+// the request, and runs on a stream thread of its own.
+using StreamHandler = std::function<void(int fd, const Json& request)>;
+
 struct TransportOptions {
   // Server: the request frame must arrive whole within this time.
   std::chrono::milliseconds request_timeout = kRemoteRequestTimeout;
@@ -37,6 +45,10 @@ struct TransportOptions {
   // max_resolver_threads (each slow Resolve holds one).
   size_t min_resolver_threads = 2;
   size_t max_resolver_threads = 64;
+  // Server: kinds whose connections are handed to a StreamHandler after
+  // authentication, and the most such connections served at once.
+  std::map<std::string, StreamHandler> stream_handlers;
+  size_t max_streams = 256;
   // Client: connect timeout, and the deadline for the whole response.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds response_timeout = kAuthenticatedTimeout;

@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "kinds/autotune/flashinfer_cache.h"
+#include "kinds/weights/data_plane.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
 
@@ -82,6 +83,23 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
   std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared)),
                                         autotune};
+  if (!options.models.empty()) {
+    std::vector<ServedModel> served;
+    BuildOptions build;
+    build.digest_cache = options.cache_dir / "weights" / ".digests";
+    build.chunk_size = options.weight_chunk_bytes;
+    for (const auto& [name, dir] : options.models) {
+      Result<Manifest> m = BuildManifest(name, dir, build);
+      if (!m.ok()) return m.status().WithContext("--model " + name);
+      Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
+                    dir.string(), m->files.size(), m->total_size, m->root_digest);
+      served.push_back({std::move(*m), dir});
+    }
+    auto weights = std::make_shared<const WeightServer>(std::move(served));
+    seedables.push_back(NewWeightShardsSeedable(weights));
+    options.transport.stream_handlers[std::string(kWeightDataKind)] =
+        [weights](int fd, const Json& request) { weights->Serve(fd, request); };
+  }
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();

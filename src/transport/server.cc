@@ -1,5 +1,6 @@
 #include "transport/server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -41,7 +42,8 @@ struct SeedServer::Rep {
         options(o),
         acceptor(io),
         retry_timer(io),
-        pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads) {}
+        pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads),
+        streams(1, std::max<size_t>(1, o.max_streams)) {}
 
   void DoAccept();
   void Register(Connection* c);
@@ -61,6 +63,7 @@ struct SeedServer::Rep {
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   ResolverPool pool;
+  ResolverPool streams;  // data-plane connections handed to a StreamHandler
   std::thread loop;
   bool started = false;
   bool closed = false;
@@ -166,6 +169,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       RespondError("Unauthorized request");
       return;
     }
+    if (const StreamHandler* stream = FindStream(*request)) {
+      HandOver(*stream, std::move(*request));
+      return;
+    }
     // Authenticated handlers (a manifest of a large model) may be slow.
     state_ = State::kResolving;
     ArmDeadline(server_->options.authenticated_timeout);
@@ -204,6 +211,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
     lock.unlock();
     asio::post(socket_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
       self->Write(std::move(f));
+    });
+  }
+
+  const StreamHandler* FindStream(const Json& request) const {
+    auto kind = request.find("kind");
+    if (kind == request.end() || !kind->is_string()) return nullptr;
+    const auto& handlers = server_->options.stream_handlers;
+    auto it = handlers.find(kind->get<std::string>());
+    return it == handlers.end() ? nullptr : &it->second;
+  }
+
+  // The socket leaves the loop for a stream thread; the connection ends here.
+  void HandOver(const StreamHandler& handler, Json request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = State::kDone;
+    timer_.cancel();
+    asio::error_code ec;
+    int fd = socket_.release(ec);
+    if (ec) {
+      CloseSocket();
+      return;
+    }
+    server_->streams.Submit([fd, handler, request = std::move(request)] {
+      int flags = ::fcntl(fd, F_GETFL);
+      ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+      handler(fd, request);
+      ::close(fd);
     });
   }
 
@@ -370,6 +404,7 @@ void SeedServer::Close() {
     rep.loop.join();
   }
   rep.pool.Shutdown();
+  rep.streams.Shutdown();
 }
 
 size_t SeedServer::open_connections() const {

@@ -5,9 +5,12 @@
 #include <fstream>
 #include <random>
 
+#include "kinds/weights/data_plane.h"
+#include "seedd/seed_transport.h"
 #include "support/process.h"
 #include "support/servers.h"
 #include "support/test_util.h"
+#include "wire/json_text.h"
 
 namespace seedd {
 namespace {
@@ -274,6 +277,66 @@ TEST_F(E2eTest, ThreeDaemonsTuneSeedFromAPeerAndSeedFromRedis) {
   EXPECT_EQ(table("c"), table("a"));
   EXPECT_NE(b_log.find("0 shape(s) tuned, 2 loaded"), std::string::npos) << b_log;
   EXPECT_NE(c_log.find("0 shape(s) tuned, 2 loaded"), std::string::npos) << c_log;
+}
+
+TEST_F(E2eTest, APullCompletesFromASecondSourceWhenTheFirstIsKilledMidway) {
+  const auto model = dir_.path() / "model";
+  WriteFile(model / "shard.bin", RandomBytes(96 << 20));
+  WriteFile(model / "config.json", R"({"layers": 2})");
+  std::string a_addr, b_addr;
+  auto a = StartDaemon(dir_.path() / "a", &a_addr, {"--model", "m=" + model.string()});
+  auto b = StartDaemon(dir_.path() / "b", &b_addr, {"--model", "m=" + model.string()});
+  SeedConfig config;
+  config.source = *ParseHostPort(a_addr);
+  config.token = kToken;
+  auto client = SeedTransport::Create({}, config);
+  auto response = (*client)->Request(Json{{"kind", "weight_shards"}, {"model", "m"}});
+  ASSERT_TRUE(response.has_value() && (*response)["status"] == "ok");
+  auto manifest = ParseManifest((*response)["payload"]);
+  ASSERT_TRUE(manifest.ok());
+  FetchOptions options;
+  options.token = kToken;
+  options.connections_per_source = 1;
+  options.pipeline = 1;
+  bool killed = false;
+  options.progress = [&](uint64_t done) {
+    if (!killed && done >= (16ull << 20)) {  // a couple of chunks in: A dies
+      a->Signal(SIGKILL);
+      killed = true;
+    }
+  };
+  FetchStats stats;
+  Status s = FetchModel(*manifest, {*ParseHostPort(a_addr), *ParseHostPort(b_addr)},
+                        dir_.path() / "dest", options, &stats);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(killed);
+  EXPECT_EQ(ReadFile(dir_.path() / "dest" / "shard.bin"), ReadFile(model / "shard.bin"));
+  EXPECT_EQ(ReadFile(dir_.path() / "dest" / "config.json"), R"({"layers": 2})");
+}
+
+TEST_F(E2eTest, SeedctlPullFetchesAModelAndManifestDescribesIt) {
+  const auto model = dir_.path() / "model";
+  WriteFile(model / "a.bin", RandomBytes(5 << 20));
+  WriteFile(model / "sub" / "b.json", "{}");
+  std::string addr;
+  auto a = StartDaemon(dir_.path() / "a", &addr, {"--model", "m=" + model.string()});
+  auto pulled =
+      RunCommand({SEEDCTL_BIN, "pull", "--source", addr, "--token-file", TokenFile().string(),
+                  "--model", "m", "--into", (dir_.path() / "dest").string()});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_NE(pulled.out.find("pulled m (2 files, 5.0 MiB) from 1 source(s)"), std::string::npos)
+      << pulled.out;
+  EXPECT_EQ(ReadFile(dir_.path() / "dest" / "a.bin"), ReadFile(model / "a.bin"));
+  EXPECT_EQ(ReadFile(dir_.path() / "dest" / "sub" / "b.json"), "{}");
+  auto miss =
+      RunCommand({SEEDCTL_BIN, "pull", "--source", addr, "--token-file", TokenFile().string(),
+                  "--model", "nope", "--into", (dir_.path() / "x").string()});
+  EXPECT_EQ(miss.status, 3);
+  auto manifest = RunCommand({SEEDCTL_BIN, "manifest", model.string(), "--model", "m"});
+  ASSERT_EQ(manifest.status, 0);
+  auto parsed = ParseJson(manifest.out);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(ParseManifest(*parsed).ok());
 }
 
 TEST_F(E2eTest, HelpExplainsEveryFlag) {
