@@ -58,6 +58,27 @@ done < <(find "$work/A/triton" "$work/A/inductor" -type f | sort)
 e="$(date +%s.%N)"
 py "import sys; print('demo: B adopted %s kernel-cache artifacts (5.0 MiB) from A in %.3f s, sha256 verified' % (sys.argv[1], float(sys.argv[3]) - float(sys.argv[2])))" "$count" "$s" "$e"
 
+# Weights: a generated model directory (safetensors shards plus small files),
+# served by a fourth daemon and pulled over the verified data plane.
+py "
+import json, os, struct, sys
+root = sys.argv[1]
+os.makedirs(root, exist_ok=True)
+for i in range(4):
+    size = 64 << 20
+    header = json.dumps({'layer%d.weight' % i: {'dtype': 'BF16', 'shape': [size // 2], 'data_offsets': [0, size]}}).encode()
+    with open(os.path.join(root, 'model-%05d-of-00004.safetensors' % (i + 1)), 'wb') as f:
+        f.write(struct.pack('<Q', len(header)) + header)
+        f.write(os.urandom(size))
+open(os.path.join(root, 'config.json'), 'w').write(json.dumps({'hidden_size': 4096}))
+" "$work/model"
+start_seedd W --model "demo=$work/model"
+s="$(date +%s.%N)"
+"$bin/seedctl" pull --source "$addr" --token-file "$work/token" --model demo --into "$work/B/weights/demo" \
+  | sed 's/^/demo: /'
+diff -r "$work/model" "$work/B/weights/demo" > /dev/null || { echo "demo: the pulled model differs" >&2; exit 1; }
+echo "demo: the pulled model is byte-identical (every chunk verified with XXH3-128 as it landed)"
+
 for p in "${pids[@]:1}"; do kill -TERM "$p"; done
 for p in "${pids[@]:1}"; do wait "$p" || { echo "demo: a daemon did not stop cleanly" >&2; exit 1; }; done
 echo "demo: all daemons stopped cleanly"
