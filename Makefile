@@ -60,6 +60,7 @@ bench: build
 	bash bench/run.sh $(BUILD)/bin
 	bash bench/stores.sh $(BUILD)/bin
 	bash bench/warmup.sh $(BUILD)/bin
+	bash bench/weights.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

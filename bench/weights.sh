@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# weights (one to one): a generated model directory (SIZE_GIB, default 4) served by
+# one daemon and pulled by seedctl on loopback, destination on tmpfs, then on disk;
+# baseline: iperf3 -P 4 on loopback in the same run. Peak RSS of both sides.
+# Usage: bench/weights.sh BIN_DIR
+set -euo pipefail
+bin="$(cd "$1" && pwd)"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+size_gib="${SIZE_GIB:-4}"
+source "$root/scripts/seedd_lib.sh"
+if ! command -v iperf3 > /dev/null; then
+  echo "weights: installing iperf3 (Debian package) for the baseline"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends iperf3 > /dev/null
+fi
+shm="$(mktemp -d /dev/shm/seedd-bench.XXXXXX)"
+trap 'cleanup; rm -rf "$shm"' EXIT
+umask 077
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
+
+echo "weights: generating a ${size_gib} GiB model in tmpfs"
+python3 - "$shm/model" "$size_gib" <<'PY'
+import json, os, struct, sys
+root, gib = sys.argv[1], int(sys.argv[2])
+os.makedirs(root)
+block = os.urandom(64 << 20)
+shards = 4 * gib
+for i in range(shards):
+    size = 256 << 20
+    header = json.dumps({"t%d" % i: {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}).encode()
+    with open(os.path.join(root, "model-%05d.safetensors" % i), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        for k in range(4):
+            f.write(block[k:] + block[:k])  # distinct chunks, cheap to make
+open(os.path.join(root, "config.json"), "w").write("{}")
+PY
+
+port="$(free_port)"
+iperf3 -s -B 127.0.0.1 -p "$port" > /dev/null 2>&1 &
+pids+=($!)
+wait_port "$port"
+iperf_gbps="$(iperf3 -c 127.0.0.1 -p "$port" -P 4 -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')"
+
+start_seedd W --model "bench=$shm/model" --log-level warn
+src="$addr"
+w_pid="${pids[-1]}"
+pull() {  # pull DEST: prints "seconds peak_rss_kib"
+  /usr/bin/time -f "%e %M" -o "$work/time" "$bin/seedctl" pull --source "$src" \
+    --token-file "$work/token" --model bench --into "$1" > "$work/pull.out"
+  cat "$work/time"
+}
+read -r tmpfs_s pull_rss <<< "$(pull "$shm/dest")"
+rm -rf "$shm/dest"
+read -r disk_s disk_rss <<< "$(pull "$work/dest")"
+server_rss="$(awk '/VmHWM/ {print $2}' "/proc/$w_pid/status")"
+python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" <<'PY'
+import sys
+gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss = map(float, sys.argv[1:])
+bits = gib * (1 << 30) * 8
+t = bits / tmpfs_s / 1e9
+d = bits / disk_s / 1e9
+print()
+print("weights, one to one on loopback (%d GiB model)" % gib)
+print("  iperf3 -P 4 (baseline)              %6.2f Gbit/s" % iperf)
+print("  seedctl pull, destination tmpfs     %6.2f Gbit/s  (%.2fx iperf3; target >= 0.85x)" % (t, t / iperf))
+print("  seedctl pull, destination disk      %6.2f Gbit/s  (%.2fx iperf3)" % (d, d / iperf))
+print("  peak RSS: seedctl %.1f MiB, serving seedd %.1f MiB (target <= 64 MiB each)"
+      % (pull_rss / 1024, server_rss / 1024))
+PY
