@@ -91,20 +91,32 @@ class Fetch {
       if (::ftruncate(fd.get(), static_cast<off_t>(f.size)) != 0) {
         return ErrnoStatus("size " + path.string(), errno);
       }
+
       files_[f.path] = std::move(fd);
     }
     journal_.Reset(
         ::open((staging_ / kJournal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (!journal_.valid()) return ErrnoStatus("open the journal", errno);
+    // Interleave the files: concurrent connections then write to different files
+    // instead of contending for one file's lock in the kernel.
+    std::map<std::string, std::deque<uint32_t>> by_file;
     for (uint32_t i = 0; i < m_.chunks.size(); ++i) {
-      if (done_.count(i) == 0) queue_.push_back(i);
+      if (done_.count(i) == 0) by_file[m_.chunks[i].file].push_back(i);
+    }
+    for (bool any = true; any;) {
+      any = false;
+      for (auto& [file, chunks] : by_file) {
+        if (chunks.empty()) continue;
+        queue_.push_back(chunks.front());
+        chunks.pop_front();
+        any = true;
+      }
     }
     return Status::Ok();
   }
 
   // One connection's loop against `source`; returns when nothing is left for it.
   void Work(const HostPort& source) {
-    std::string buf;
     while (!SourceDropped(source)) {
       Result<UniqueFd> conn = Open(source);
       if (!conn.ok()) {
@@ -113,7 +125,7 @@ class Fetch {
         continue;
       }
       std::deque<uint32_t> inflight;
-      Status st = Pump(conn->get(), source, &inflight, &buf);
+      Status st = Pump(conn->get(), source, &inflight);
       Requeue(&inflight);
       if (st.ok()) return;  // nothing left
       Logger().warn("weight_data: {}: {}", source.ToString(), st.message());
@@ -165,7 +177,8 @@ class Fetch {
   }
 
   // Keeps up to `pipeline` requests in flight; verifies and writes each chunk.
-  Status Pump(int fd, const HostPort& source, std::deque<uint32_t>* inflight, std::string* buf) {
+  Status Pump(int fd, const HostPort& source, std::deque<uint32_t>* inflight) {
+    std::string buf;  // one chunk; never a whole file
     for (;;) {
       while (static_cast<int>(inflight->size()) < options_.pipeline) {
         std::optional<uint32_t> next = Take();
@@ -192,14 +205,14 @@ class Fetch {
         Requeue(index);
         return Status::DataLoss("chunk " + std::to_string(index) + " has the wrong length");
       }
-      buf->resize(c.length);
-      Status got = RecvAll(fd, buf->data(), c.length);
+      bool verified = false;
+      Status got = Receive(fd, index, &buf, &verified);
       if (!got.ok()) {
         Requeue(index);
         return got;
       }
       Count(c.length);
-      if (Xxh3Hex(*buf) != c.xxh3) {
+      if (!verified) {
         Logger().warn(
             "weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again",
             index, c.file, c.offset, source.ToString());
@@ -207,10 +220,22 @@ class Fetch {
         if (SourceDropped(source)) return Status::DataLoss("source dropped after bad chunks");
         continue;
       }
-      SEEDD_RETURN_IF_ERROR(Write(index, *buf));
+      SEEDD_RETURN_IF_ERROR(Write(index, buf));
+      SEEDD_RETURN_IF_ERROR(Record(index));
     }
   }
 
+  // Receives chunk `index` into `buf` and checks its digest.
+  Status Receive(int sock, uint32_t index, std::string* buf, bool* verified) {
+    const ManifestChunk& c = m_.chunks[index];
+    buf->resize(c.length);
+    Status st = RecvAll(sock, buf->data(), c.length);
+    *verified = st.ok() && Xxh3Hex(*buf) == c.xxh3;
+    return st;
+  }
+
+  // Writes a verified chunk into its staging file and syncs it; the caller then
+  // journals it, so a crash never records an unwritten chunk.
   Status Write(uint32_t index, const std::string& data) {
     const ManifestChunk& c = m_.chunks[index];
     int fd = files_.at(c.file).get();
@@ -222,8 +247,12 @@ class Fetch {
       if (w < 0) return ErrnoStatus("write " + c.file, errno);
       off += static_cast<size_t>(w);
     }
-    // Data first, then its journal record: a crash never records an unwritten chunk.
     if (::fdatasync(fd) != 0) return ErrnoStatus("sync " + c.file, errno);
+    return Status::Ok();
+  }
+
+  Status Record(uint32_t index) {
+    const ManifestChunk& c = m_.chunks[index];
     std::lock_guard<std::mutex> lock(mu_);
     unsigned char rec[4] = {
         static_cast<unsigned char>(index >> 24), static_cast<unsigned char>(index >> 16),
