@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   size_t resolver_threads = 64;
   std::vector<std::string> stores;
   std::vector<std::string> models;
+  std::vector<std::string> pulls;
   std::string warmup;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
@@ -65,6 +66,11 @@ int main(int argc, char** argv) {
   app.add_option("--model", models,
                  "serve a model directory as weight_shards: NAME=DIR (repeatable); its "
                  "manifest is built at start, chunk digests cached in the cache directory")
+      ->take_all();
+  app.add_option("--pull", pulls,
+                 "fetch model NAME from --source at start, verified and resumable, into "
+                 "<cache-dir>/weights/NAME/<fingerprint> (NAME/current points at it); then "
+                 "serve it (repeatable)")
       ->take_all();
   app.add_option("--warmup", warmup,
                  "warmup cache to run before reporting ready: flashinfer_autotune")
@@ -126,6 +132,7 @@ int main(int argc, char** argv) {
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
   options.store_urls = stores;
+  options.pulls = pulls;
   for (const std::string& m : models) {
     size_t eq = m.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {

@@ -41,6 +41,10 @@ struct DaemonOptions {
   // Model directories served as weight_shards (name → directory).
   std::vector<std::pair<std::string, std::filesystem::path>> models;
   uint64_t weight_chunk_bytes = 8ull << 20;
+  // Models to fetch from the source at start, into
+  // <cache-dir>/weights/<NAME>/<fingerprint> with <NAME>/current pointing at it;
+  // then served like --model.
+  std::vector<std::string> pulls;
   TransportOptions transport;
 };
 

@@ -1,13 +1,17 @@
 #include "seedd/daemon.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
+#include "common/crypto.h"
 #include "common/logging.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/data_plane.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
+#include "wire/json_text.h"
 
 namespace seedd {
 
@@ -44,6 +48,63 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
   }
   return token;
 }
+
+namespace {
+
+// Fetches model `name` from the configured source into the cache directory and
+// points <name>/current at it; returns the model's directory.
+Result<std::filesystem::path> PullAtStart(const DaemonOptions& options, const std::string& name) {
+  if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
+  SeedConfig client;
+  client.source = options.seed.source;
+  client.token = options.seed.token;
+  Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
+  if (!transport.ok()) return transport.status();
+  const std::filesystem::path base = options.cache_dir / "weights" / name;
+  std::optional<Json> response =
+      (*transport)->Request(Json{{"kind", kWeightShardsKind}, {"model", name}});
+  if (!response.has_value() || (*response)["status"] != "ok") {
+    // A restart without its source still has the copy it pulled before.
+    std::error_code ec;
+    if (std::filesystem::is_directory(base / "current", ec)) {
+      Logger().warn("Cannot pull model {} from {}; serving the local copy {}", name,
+                    options.seed.source->ToString(), (base / "current").string());
+      return std::filesystem::canonical(base / "current", ec);
+    }
+    if (!response.has_value()) return Status::Unavailable("no response from the source");
+    return Status::NotFound("the source answered " + DumpJson(*response));
+  }
+  Result<Manifest> manifest = ParseManifest((*response)["payload"]);
+  if (!manifest.ok()) return manifest.status();
+  const std::filesystem::path dir = base / manifest->fingerprint;
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  if (!std::filesystem::exists(dir)) {
+    std::vector<HostPort> sources = {*options.seed.source};
+    for (const std::string& s : manifest->sources) {
+      Result<HostPort> hp = ParseHostPort(s);
+      if (hp.ok() && std::find(sources.begin(), sources.end(), *hp) == sources.end()) {
+        sources.push_back(*hp);
+      }
+    }
+    FetchOptions fetch;
+    fetch.token = options.seed.token;
+    const auto start = std::chrono::steady_clock::now();
+    SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, sources, dir, fetch));
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Logger().info("Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s)", name,
+                  manifest->total_size, secs, manifest->total_size / 1e6 / std::max(secs, 1e-9));
+  }
+  // Switch <name>/current atomically: a new link renamed over the old one.
+  const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
+  std::filesystem::create_directory_symlink(manifest->fingerprint, tmp, ec);
+  if (!ec) std::filesystem::rename(tmp, base / "current", ec);
+  if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
+  return dir;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::vector<std::shared_ptr<ArtifactStore>> shared;
@@ -83,6 +144,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
   std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared)),
                                         autotune};
+  for (const std::string& name : options.pulls) {
+    Result<std::filesystem::path> dir = PullAtStart(options, name);
+    if (!dir.ok()) return dir.status().WithContext("--pull " + name);
+    options.models.emplace_back(name, *dir);
+  }
   if (!options.models.empty()) {
     std::vector<ServedModel> served;
     BuildOptions build;

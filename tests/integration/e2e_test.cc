@@ -339,6 +339,36 @@ TEST_F(E2eTest, SeedctlPullFetchesAModelAndManifestDescribesIt) {
   EXPECT_TRUE(ParseManifest(*parsed).ok());
 }
 
+TEST_F(E2eTest, ADaemonPullsAModelAtStartThenServesIt) {
+  const auto model = dir_.path() / "model";
+  WriteFile(model / "w.bin", RandomBytes(3 << 20));
+  WriteFile(model / "config.json", "{}");
+  std::string a_addr, b_addr;
+  auto a = StartDaemon(dir_.path() / "a", &a_addr, {"--model", "m=" + model.string()});
+  auto b = StartDaemon(dir_.path() / "b", &b_addr, {"--source", a_addr, "--pull", "m"});
+  const auto current = dir_.path() / "b" / "weights" / "m" / "current";
+  ASSERT_TRUE(std::filesystem::is_symlink(current));
+  EXPECT_EQ(ReadFile(current / "w.bin"), ReadFile(model / "w.bin"));
+  // B serves what it pulled: C pulls from B alone.
+  auto pulled =
+      RunCommand({SEEDCTL_BIN, "pull", "--source", b_addr, "--token-file", TokenFile().string(),
+                  "--model", "m", "--into", (dir_.path() / "c").string()});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(ReadFile(dir_.path() / "c" / "w.bin"), ReadFile(model / "w.bin"));
+  // A restart finds the model in place and does not fetch it again.
+  b->Signal(SIGTERM);
+  EXPECT_EQ(b->Wait(seconds(10)), 0);
+  a->Signal(SIGKILL);
+  a->Wait(seconds(10));
+  auto again = StartDaemon(dir_.path() / "b", &b_addr,
+                           {"--source", a_addr, "--pull", "m", "--log-level", "info"});
+  again->Signal(SIGTERM);
+  EXPECT_EQ(again->Wait(seconds(10)), 0);
+  const std::string log = again->Stderr();
+  EXPECT_NE(log.find("serving the local copy"), std::string::npos) << log;
+  EXPECT_EQ(log.find("Pulled model"), std::string::npos) << log;
+}
+
 TEST_F(E2eTest, HelpExplainsEveryFlag) {
   auto seedd_help = RunCommand({SEEDD_BIN, "--help"});
   EXPECT_EQ(seedd_help.status, 0);

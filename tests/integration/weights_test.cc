@@ -1,8 +1,11 @@
 // The weight data plane over loopback: real daemons serving model directories,
 // FetchModel pulling them.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -47,6 +50,7 @@ class WeightsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = dir_.path() / "model";
+    std::filesystem::create_directories(model_);
     // A safetensors shard, an opaque large file, small files and a nested one.
     std::string header = R"({"w":{"dtype":"U8","shape":[3000000],"data_offsets":[0,3000000]}})";
     std::string shard(8, '\0');
@@ -101,6 +105,11 @@ class WeightsTest : public ::testing::Test {
   std::filesystem::path model_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
 };
+
+TEST_F(WeightsTest, TheModelHasAShardAndOtherFiles) {
+  EXPECT_GT(std::filesystem::file_size(model_ / "model.safetensors"), 3000000u);
+  EXPECT_EQ(std::filesystem::file_size(model_ / "blob.bin"), 2500000u);
+}
 
 TEST_F(WeightsTest, AMultiFileModelArrivesByteIdentical) {
   HostPort source = Serve(model_);
@@ -196,6 +205,22 @@ TEST_F(WeightsTest, AnUnknownRootDigestGetsAnError) {
                                                   {"root_digest", std::string(64, '0')},
                                                   {"token", kToken}}));
   EXPECT_EQ(testing::ReadResponse(fd.get())["message"], "no model with that root_digest");
+}
+
+TEST_F(WeightsTest, ASmallTmpfsIsAClearErrorAndNothingUnderTheFinalName) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  const auto mnt = dir_.path() / "small";
+  std::filesystem::create_directories(mnt);
+  // A real 4 MiB filesystem for a model of about 5.5 MB.
+  ASSERT_EQ(::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=4m"), 0) << std::strerror(errno);
+  FetchStats stats;
+  Status s = FetchModel(m, {source}, mnt / "dest", Options(), &stats);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("not enough space"), std::string::npos) << s.message();
+  EXPECT_EQ(stats.bytes_received, 0u);  // checked before any byte moved
+  EXPECT_FALSE(std::filesystem::exists(mnt / "dest"));
+  ::umount(mnt.c_str());
 }
 
 TEST_F(WeightsTest, TooLittleSpaceIsAClearErrorBeforeAnyByteMoves) {
