@@ -181,7 +181,7 @@ class Fetch {
     std::string buf;  // one chunk; never a whole file
     for (;;) {
       while (static_cast<int>(inflight->size()) < options_.pipeline) {
-        std::optional<uint32_t> next = Take();
+        std::optional<uint32_t> next = Take(inflight->empty(), source);
         if (!next) break;
         char req[8] = {'S', 'D', 'R', 'Q'};
         for (int i = 0; i < 4; ++i) req[4 + i] = static_cast<char>((*next >> (24 - 8 * i)) & 0xff);
@@ -220,8 +220,12 @@ class Fetch {
         if (SourceDropped(source)) return Status::DataLoss("source dropped after bad chunks");
         continue;
       }
-      SEEDD_RETURN_IF_ERROR(Write(index, buf));
-      SEEDD_RETURN_IF_ERROR(Record(index));
+      Status stored = Write(index, buf);
+      if (stored.ok()) stored = Record(index);
+      if (!stored.ok()) {
+        Requeue(index);
+        return stored;
+      }
     }
   }
 
@@ -261,27 +265,42 @@ class Fetch {
       return ErrnoStatus("journal chunk " + std::to_string(index), errno);
     }
     done_.insert(index);
+    --taken_;
+    changed_.notify_all();
     verified_bytes_ += c.length;
     if (options_.progress) options_.progress(verified_bytes_);
     return Status::Ok();
   }
 
-  std::optional<uint32_t> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.empty()) return std::nullopt;
+  // The next chunk to fetch. With `wait` (the caller has nothing in flight), an
+  // empty queue is waited on while other connections still hold chunks: one of
+  // them may fail and hand its chunks back.
+  std::optional<uint32_t> Take(bool wait, const HostPort& source) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (wait) {
+      changed_.wait(lock, [&] {
+        return !queue_.empty() || taken_ == 0 || dropped_.count(source.ToString()) != 0;
+      });
+    }
+    if (queue_.empty() || dropped_.count(source.ToString()) != 0) return std::nullopt;
     uint32_t i = queue_.front();
     queue_.pop_front();
+    ++taken_;
     return i;
   }
   void Requeue(std::optional<uint32_t> i) {
     if (!i) return;
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(*i);
+    --taken_;
+    changed_.notify_all();
   }
   void Requeue(std::deque<uint32_t>* inflight) {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t i : *inflight) queue_.push_back(i);
+    taken_ -= inflight->size();
     inflight->clear();
+    changed_.notify_all();
   }
   void Count(uint64_t n) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -291,10 +310,13 @@ class Fetch {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_->chunks_rejected;
     queue_.push_back(index);
+    --taken_;
     FailLocked(source);
+    changed_.notify_all();
   }
   bool Fail(const HostPort& source) {
     std::lock_guard<std::mutex> lock(mu_);
+    changed_.notify_all();
     return FailLocked(source);
   }
   // True when the source is now dropped.
@@ -316,7 +338,9 @@ class Fetch {
   const FetchOptions& options_;
   FetchStats* stats_;
   std::mutex mu_;
+  std::condition_variable changed_;      // queue_, taken_ or dropped_ changed
   std::deque<uint32_t> queue_;           // GUARDED_BY(mu_)
+  size_t taken_ = 0;                     // GUARDED_BY(mu_): chunks in flight on any connection
   std::set<uint32_t> done_;              // GUARDED_BY(mu_)
   uint64_t verified_bytes_ = 0;          // GUARDED_BY(mu_)
   std::map<std::string, int> failures_;  // GUARDED_BY(mu_)
