@@ -168,7 +168,7 @@ int RunManifest(const std::string& dir, std::string model, uint64_t chunk_mib) {
 }
 
 int RunPull(const Common& c, const std::vector<std::string>& source_texts, const std::string& model,
-            const std::string& into, int connections) {
+            const std::string& into, int connections, const std::string& verify) {
   std::vector<seedd::HostPort> sources;
   for (const auto& t : source_texts) {
     auto hp = seedd::ParseHostPort(t);
@@ -224,6 +224,7 @@ int RunPull(const Common& c, const std::vector<std::string>& source_texts, const
   seedd::FetchOptions options;
   options.token = *token;
   options.connections_per_source = connections;
+  options.verify_sha256 = verify == "sha256";
   const auto start = std::chrono::steady_clock::now();
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::mutex progress_mu;
@@ -372,6 +373,7 @@ int main(int argc, char** argv) {
   std::string pull_model;
   std::string pull_into;
   int pull_connections = 4;
+  std::string pull_verify = "chunks";
   CLI::App* pull = app.add_subcommand(
       "pull",
       "fetch a model's files from seedd daemons into a new directory: verified per "
@@ -387,6 +389,11 @@ int main(int argc, char** argv) {
   pull->add_option("--connections", pull_connections, "data connections per source")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  pull->add_option("--verify", pull_verify,
+                   "chunks: XXH3-128 of every chunk (always); sha256: also every file's SHA-256 "
+                   "before the files are committed (one more read of the model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chunks", "sha256"}));
   std::string manifest_dir;
   std::string manifest_model;
   uint64_t chunk_mib = 8;
@@ -440,7 +447,7 @@ int main(int argc, char** argv) {
   if (fetch->parsed()) return RunFetch(fetch_common, ns, hash, filename, cache_dir);
   if (manifest_cmd->parsed()) return RunManifest(manifest_dir, manifest_model, chunk_mib);
   if (pull->parsed())
-    return RunPull(pull_common, pull_sources, pull_model, pull_into, pull_connections);
+    return RunPull(pull_common, pull_sources, pull_model, pull_into, pull_connections, pull_verify);
   for (const auto& [op, sub] : store_ops) {
     if (sub->parsed()) {
       const StoreArgs& a = store_args[op];

@@ -183,6 +183,37 @@ TEST_F(WeightsTest, ARestartedFetchTransfersOnlyTheMissingChunks) {
   EXPECT_EQ(stats.chunks_resumed, (m.chunks.size() + 1) / 2);
 }
 
+TEST_F(WeightsTest, VerifySha256ChecksEveryFileBeforeCommitting) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  FetchOptions o = Options();
+  o.verify_sha256 = true;
+  ASSERT_TRUE(FetchModel(m, {source}, dir_.path() / "good", o).ok());
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "good"));
+  // A source whose manifest's file digest disagrees with its bytes (every chunk
+  // digest still matches).
+  Json j = m.ToJson();
+  j["files"][0]["sha256"] = std::string(64, 'e');
+  j["root_digest"] = ManifestRootDigest(j);
+  Manifest lying = *ParseManifest(j);
+  auto server = std::make_shared<const WeightServer>(std::vector<ServedModel>{{lying, model_}});
+  SeedConfig config;
+  config.listen = HostPort{"127.0.0.1", 0};
+  config.token = kToken;
+  TransportOptions topts;
+  topts.stream_handlers["weight_data"] = [server](int fd, const Json& r) { server->Serve(fd, r); };
+  auto liar = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, topts);
+  auto liar_addr = (*liar)->StartListener();
+  source = **liar_addr;
+  Status s = FetchModel(lying, {source}, dir_.path() / "checked", o);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("failed SHA-256 verification"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "checked"));
+  // Without --verify sha256 only the chunk digests are checked.
+  EXPECT_TRUE(FetchModel(lying, {source}, dir_.path() / "unchecked", Options()).ok());
+  (*liar)->Close();
+}
+
 TEST_F(WeightsTest, AnUnauthenticatedDataConnectionIsRefused) {
   HostPort source = Serve(model_);
   Manifest m = ManifestFrom(source);

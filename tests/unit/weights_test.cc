@@ -5,6 +5,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/crypto.h"
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/safetensors.h"
 #include "support/test_util.h"
@@ -145,6 +146,7 @@ TEST_F(ManifestTest, DescribesEveryFileTensorAndChunk) {
   std::ifstream in(model_ / "config.json", std::ios::binary);
   std::string config((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(j["chunks"][0]["xxh3"], Xxh3Hex(config));
+  EXPECT_EQ(j["files"][0]["sha256"], Sha256Hex(config));
 }
 
 TEST_F(ManifestTest, TheFingerprintFollowsContentNotTimeAndTheCacheSparesRehashing) {
@@ -192,10 +194,13 @@ TEST_F(ManifestTest, RejectsHostileManifestsBeforeAnyWrite) {
   j["tensors"][0]["end"] = 1ull << 40;
   EXPECT_NE(Error(Reseal(j)).find("outside its file"), std::string::npos);
   j = good;
-  j["files"].push_back({{"path", "config.json/inner"}, {"size", 0}});
+  j["files"].push_back({{"path", "config.json/inner"}, {"size", 0}, {"sha256", Sha256Hex("")}});
   j["total_size"] = j["total_size"];
   EXPECT_NE(Error(Reseal(j)).find("both a file and a directory"), std::string::npos)
       << Error(Reseal(j));
+  j = good;
+  j["files"][1]["sha256"] = "abc";
+  EXPECT_NE(Error(Reseal(j)).find("bad sha256"), std::string::npos);
   j = good;
   j["chunks"][0]["xxh3"] = "00";
   EXPECT_NE(Error(Reseal(j)).find("bad xxh3"), std::string::npos);

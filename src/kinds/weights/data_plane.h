@@ -57,6 +57,9 @@ struct FetchOptions {
   int connections_per_source = 4;
   int pipeline = 4;  // chunk requests in flight per connection
   std::chrono::milliseconds timeout{30000};
+  // Also check every file's SHA-256 against the manifest before committing (for
+  // those who distrust their peers; costs one more read of the model).
+  bool verify_sha256 = false;
   // Called from fetch threads with the bytes verified so far.
   std::function<void(uint64_t verified_bytes)> progress;
 };

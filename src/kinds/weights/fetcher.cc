@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -45,6 +46,34 @@ Status RecvAll(int fd, char* p, size_t n) {
     n -= static_cast<size_t>(r);
   }
   return Status::Ok();
+}
+
+Result<std::string> FileSha256(int fd, uint64_t size) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::string buf(8 << 20, '\0');
+  for (uint64_t off = 0; off < size;) {
+    ssize_t r = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), size - off),
+                        static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      EVP_MD_CTX_free(ctx);
+      return ErrnoStatus("read back", r < 0 ? errno : EIO);
+    }
+    EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(r));
+    off += static_cast<uint64_t>(r);
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
 }
 
 // Shared state of one fetch: the chunks left, the journal, the files.
@@ -141,6 +170,19 @@ class Fetch {
   Status Finish() {
     for (auto& [path, fd] : files_) {
       if (::fsync(fd.get()) != 0) return ErrnoStatus("fsync " + path, errno);
+    }
+    if (options_.verify_sha256) {
+      for (const ManifestFile& f : m_.files) {
+        Result<std::string> digest = FileSha256(files_.at(f.path).get(), f.size);
+        if (!digest.ok()) return digest.status().WithContext(f.path);
+        if (*digest != f.sha256) {
+          // Every chunk passed XXH3 yet the file does not match: start over.
+          std::error_code ec;
+          files_.clear();
+          std::filesystem::remove_all(staging_, ec);
+          return Status::DataLoss(f.path + " failed SHA-256 verification");
+        }
+      }
     }
     files_.clear();
     journal_.Reset();

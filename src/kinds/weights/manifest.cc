@@ -122,6 +122,7 @@ std::optional<CachedDigests> LoadCache(const BuildOptions& o, const std::filesys
     d.chunks.push_back(c.get<std::string>());
   }
   d.content_sha256 = j->value("content_sha256", "");
+  if (!IsHex(Json(d.content_sha256), 64)) return std::nullopt;
   if (d.chunks.size() != (size + o.chunk_size - 1) / o.chunk_size) return std::nullopt;
   return d;
 }
@@ -177,7 +178,9 @@ Status ValidateRelativePath(std::string_view path) {
 
 Json Manifest::ToJson() const {
   Json files_j = Json::array();
-  for (const auto& f : files) files_j.push_back({{"path", f.path}, {"size", f.size}});
+  for (const auto& f : files) {
+    files_j.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
+  }
   Json tensors_j = Json::array();
   for (const auto& t : tensors) {
     tensors_j.push_back({{"file", t.file},
@@ -268,14 +271,14 @@ Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::
           return s;
         }
         digests->chunks.push_back(Xxh3Hex(buf));
-        if (!is_safetensors) EVP_DigestUpdate(sha, buf.data(), buf.size());
+        EVP_DigestUpdate(sha, buf.data(), buf.size());
         if (stats != nullptr) stats->bytes_hashed += len;
       }
       unsigned char md[EVP_MAX_MD_SIZE];
       unsigned int md_len = 0;
       EVP_DigestFinal_ex(sha, md, &md_len);
       EVP_MD_CTX_free(sha);
-      if (!is_safetensors) digests->content_sha256 = HexBytes(md, md_len);
+      digests->content_sha256 = HexBytes(md, md_len);
       StoreCache(options, abs, size, mtime_ns, *digests);
     }
     if (!is_safetensors) identity = digests->content_sha256;
@@ -283,7 +286,7 @@ Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::
       const uint64_t off = i * options.chunk_size;
       m.chunks.push_back({rel, off, std::min(options.chunk_size, size - off), digests->chunks[i]});
     }
-    m.files.push_back({rel, size});
+    m.files.push_back({rel, size, digests->content_sha256});
     m.total_size += size;
     fingerprint_input += rel + '\0' + std::to_string(size) + '\0' + identity + '\n';
   }
@@ -325,8 +328,8 @@ Result<Manifest> ParseManifest(const Json& j) {
     if (!size.ok()) return size.status();
     if (*size > kMaxFileBytes) return bad("file '" + path + "' is larger than 1 PiB");
     if (!sizes.emplace(path, *size).second) return bad("file '" + path + "' is listed twice");
-    // A file cannot also be a directory of another listed file.
-    m.files.push_back({path, *size});
+    if (!IsHex(f.value("sha256", Json()), 64)) return bad("file '" + path + "' has a bad sha256");
+    m.files.push_back({path, *size, f["sha256"]});
     sum += *size;
   }
   for (const auto& [path, size] : sizes) {

@@ -24,6 +24,7 @@ inline constexpr uint64_t kDefaultChunkBytes = 8ull << 20;
 struct ManifestFile {
   std::string path;  // relative, '/'-separated
   uint64_t size = 0;
+  std::string sha256;  // of the whole file, for targets that verify files too
 };
 
 struct ManifestTensor {
