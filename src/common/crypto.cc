@@ -34,6 +34,10 @@ int B64Value(char c) { return kB64Values[static_cast<unsigned char>(c)]; }
 
 }  // namespace
 
+std::string HexEncode(std::string_view bytes) {
+  return ToHex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+}
+
 std::string Sha256Hex(std::string_view data) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> digest{};
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data());

@@ -7,6 +7,9 @@
 
 namespace seedd {
 
+// Lowercase hex of raw bytes.
+std::string HexEncode(std::string_view bytes);
+
 // Lowercase hex SHA-256 of data.
 std::string Sha256Hex(std::string_view data);
 

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/crypto.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
@@ -67,13 +68,7 @@ Result<std::string> FileSha256(int fd, uint64_t size) {
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, md, &len);
   EVP_MD_CTX_free(ctx);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[md[i] >> 4]);
-    out.push_back(kHex[md[i] & 15]);
-  }
-  return out;
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(md), len));
 }
 
 // Shared state of one fetch: the chunks left, the journal, the files.

@@ -85,13 +85,7 @@ class FileReader {
 };
 
 std::string HexBytes(const unsigned char* p, size_t n) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string h;
-  for (size_t i = 0; i < n; ++i) {
-    h.push_back(kHex[p[i] >> 4]);
-    h.push_back(kHex[p[i] & 15]);
-  }
-  return h;
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(p), n));
 }
 
 struct CachedDigests {

@@ -20,16 +20,6 @@ std::string Hmac(std::string_view key, std::string_view data) {
   return std::string(reinterpret_cast<const char*>(out.data()), len);
 }
 
-std::string Hex(std::string_view bytes) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
-}
-
 std::string Trim(std::string s) {
   const char* ws = " \t\r\n";
   s.erase(0, s.find_first_not_of(ws));
@@ -96,7 +86,7 @@ std::map<std::string, std::string> SignV4(const SignedRequest& request,
   key = Hmac(key, region);
   key = Hmac(key, "s3");
   key = Hmac(key, "aws4_request");
-  const std::string signature = Hex(Hmac(key, string_to_sign));
+  const std::string signature = HexEncode(Hmac(key, string_to_sign));
   headers["authorization"] = "AWS4-HMAC-SHA256 Credential=" + credentials.access_key_id + "/" +
                              scope + ", SignedHeaders=" + signed_headers +
                              ", Signature=" + signature;
