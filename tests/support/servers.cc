@@ -25,6 +25,18 @@ bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {
       timeout);
 }
 
+namespace {
+
+// SIGTERM, then wait for the exit; a no-op when not running.
+void StopProcess(std::unique_ptr<Process>* process) {
+  if (*process == nullptr) return;
+  (*process)->Signal(SIGTERM);
+  (*process)->Wait(std::chrono::seconds(10));
+  process->reset();
+}
+
+}  // namespace
+
 RedisServer::RedisServer() : port_(FreePort()) { Start(); }
 RedisServer::~RedisServer() { Stop(); }
 
@@ -36,12 +48,7 @@ void RedisServer::Start() {
   if (!WaitForPort(port_)) throw std::runtime_error("redis-server did not start");
 }
 
-void RedisServer::Stop() {
-  if (process_ == nullptr) return;
-  process_->Signal(SIGTERM);
-  process_->Wait(std::chrono::seconds(10));
-  process_.reset();
-}
+void RedisServer::Stop() { StopProcess(&process_); }
 
 std::string RedisServer::url(const std::string& query) const {
   return "redis://127.0.0.1:" + std::to_string(port_) + (query.empty() ? "" : "?" + query);
@@ -58,12 +65,7 @@ void S3Server::Start() {
   if (!WaitForPort(port_)) throw std::runtime_error("s3rver did not start");
 }
 
-void S3Server::Stop() {
-  if (process_ == nullptr) return;
-  process_->Signal(SIGTERM);
-  process_->Wait(std::chrono::seconds(10));
-  process_.reset();
-}
+void S3Server::Stop() { StopProcess(&process_); }
 
 std::string S3Server::url(const std::string& prefix) const {
   return std::string("s3://") + kBucket + (prefix.empty() ? "" : "/" + prefix) +
