@@ -1,6 +1,8 @@
 #include "transport/server.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -234,10 +236,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     server_->streams.Submit([fd, handler, request = std::move(request)] {
+      // Stream handlers may sendfile() to a peer that has gone; sendfile has no
+      // MSG_NOSIGNAL, so SIGPIPE is blocked on this thread (it would end the
+      // process) and any that got raised is drained: the handler sees EPIPE.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
       int flags = ::fcntl(fd, F_GETFL);
       ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
       handler(fd, request);
       ::close(fd);
+      timespec zero{0, 0};
+      while (sigtimedwait(&pipe, nullptr, &zero) == SIGPIPE) {
+      }
     });
   }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "kinds/weights/data_plane.h"
 #include "seedd/daemon.h"
@@ -227,6 +228,33 @@ TEST_F(WeightsTest, AnUnauthenticatedDataConnectionIsRefused) {
   o.token = "wrong";
   EXPECT_FALSE(FetchModel(m, {source}, dir_.path() / "dest", o).ok());
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "dest"));
+}
+
+TEST_F(WeightsTest, AFetcherThatHangsUpMidStreamDoesNotHurtTheServer) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  for (int round = 0; round < 5; ++round) {
+    UniqueFd fd = testing::ConnectRaw(source);
+    testing::SendAll(
+        fd.get(), EncodeJsonFrame(Json{
+                      {"kind", "weight_data"}, {"root_digest", m.root_digest}, {"token", kToken}}));
+    ASSERT_EQ(testing::ReadResponse(fd.get())["status"], "ok");
+    std::string requests;  // every chunk, many times over: far more than socket buffers hold
+    for (int repeat = 0; repeat < 40; ++repeat) {
+      for (uint32_t i = 0; i < m.chunks.size(); ++i) {
+        requests += "SDRQ";
+        for (int b = 3; b >= 0; --b) requests.push_back(static_cast<char>((i >> (8 * b)) & 0xff));
+      }
+    }
+    testing::SendAll(fd.get(), requests);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the server start sending
+    // Gone without reading: the server's writes now hit a closed socket.
+    linger hard{1, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+  }
+  // Still serving (a SIGPIPE would have ended this process).
+  ASSERT_TRUE(FetchModel(m, {source}, dir_.path() / "dest", Options()).ok());
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
 }
 
 TEST_F(WeightsTest, AnUnknownRootDigestGetsAnError) {
