@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> stores;
   std::vector<std::string> models;
   std::vector<std::string> pulls;
+  std::string advertise;
   std::string warmup;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
@@ -70,8 +71,12 @@ int main(int argc, char** argv) {
   app.add_option("--pull", pulls,
                  "fetch model NAME from --source at start, verified and resumable, into "
                  "<cache-dir>/weights/NAME/<fingerprint> (NAME/current points at it); then "
-                 "serve it (repeatable)")
+                 "serve it (repeatable). While pulling, the daemon already serves the chunks it "
+                 "has verified to other fetchers (a relay)")
       ->take_all();
+  app.add_option("--advertise", advertise,
+                 "HOST:PORT other daemons reach this one at, announced to sources while "
+                 "pulling (default: the --listen address unless it is a wildcard)");
   app.add_option("--warmup", warmup,
                  "warmup cache to run before reporting ready: flashinfer_autotune")
       ->check(CLI::IsMember({"flashinfer_autotune"}));
@@ -133,6 +138,11 @@ int main(int argc, char** argv) {
   options.transport.max_connections = max_connections;
   options.store_urls = stores;
   options.pulls = pulls;
+  if (!advertise.empty()) {
+    auto parsed = seedd::ParseHostPort(advertise);
+    if (!parsed.ok()) return Fail("--advertise: " + parsed.status().message());
+    options.advertise = *parsed;
+  }
   for (const std::string& m : models) {
     size_t eq = m.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {

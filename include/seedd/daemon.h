@@ -18,6 +18,7 @@
 namespace seedd {
 
 class FlashInferWarmupCache;
+class WeightServer;
 
 // The flashinfer_autotune warmup cache (SPEC §5).
 struct AutotuneOptions {
@@ -43,8 +44,12 @@ struct DaemonOptions {
   uint64_t weight_chunk_bytes = 8ull << 20;
   // Models to fetch from the source at start, into
   // <cache-dir>/weights/<NAME>/<fingerprint> with <NAME>/current pointing at it;
-  // then served like --model.
+  // then served like --model. Start pulls them with the listener up, relaying the
+  // chunks verified so far to other fetchers.
   std::vector<std::string> pulls;
+  // The address peers reach this daemon at, announced while pulling; default: the
+  // bound listen address unless it is a wildcard (then no relaying).
+  std::optional<HostPort> advertise;
   TransportOptions transport;
 };
 
@@ -63,8 +68,8 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
   ~Daemon();
 
-  // Runs the warmup caches (when asked), then starts serving; returns the bound
-  // listen address (nullopt without a listener).
+  // Runs the warmup caches (when asked), starts serving, then pulls the models
+  // asked for; returns the bound listen address (nullopt without a listener).
   Result<std::optional<HostPort>> Start();
   // Stops serving; in-flight requests finish or hit their deadline. Idempotent.
   void Stop();
@@ -74,10 +79,11 @@ class Daemon {
 
  private:
   Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
-         std::shared_ptr<FlashInferWarmupCache> autotune);
+         std::shared_ptr<FlashInferWarmupCache> autotune, std::shared_ptr<WeightServer> weights);
   DaemonOptions options_;
   std::unique_ptr<SeedTransport> transport_;
   std::shared_ptr<FlashInferWarmupCache> autotune_;
+  std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
 };
 
 }  // namespace seedd

@@ -51,9 +51,11 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
 
 namespace {
 
-// Fetches model `name` from the configured source into the cache directory and
-// points <name>/current at it; returns the model's directory.
-Result<std::filesystem::path> PullAtStart(const DaemonOptions& options, const std::string& name) {
+// Fetches model `name` from the configured source into the cache directory,
+// serving the chunks verified so far through `weights` meanwhile (a relay when
+// `relay` is set), and points <name>/current at it; returns what to serve.
+Result<ServedModel> PullAtStart(const DaemonOptions& options, const std::string& name,
+                                const std::string& relay, WeightServer& weights) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
   SeedConfig client;
   client.source = options.seed.source;
@@ -61,15 +63,22 @@ Result<std::filesystem::path> PullAtStart(const DaemonOptions& options, const st
   Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
   if (!transport.ok()) return transport.status();
   const std::filesystem::path base = options.cache_dir / "weights" / name;
-  std::optional<Json> response =
-      (*transport)->Request(Json{{"kind", kWeightShardsKind}, {"model", name}});
+  Json request = {{"kind", kWeightShardsKind}, {"model", name}};
+  if (!relay.empty()) request["relay"] = relay;
+  std::optional<Json> response = (*transport)->Request(request);
   if (!response.has_value() || (*response)["status"] != "ok") {
     // A restart without its source still has the copy it pulled before.
     std::error_code ec;
     if (std::filesystem::is_directory(base / "current", ec)) {
       Logger().warn("Cannot pull model {} from {}; serving the local copy {}", name,
                     options.seed.source->ToString(), (base / "current").string());
-      return std::filesystem::canonical(base / "current", ec);
+      const std::filesystem::path dir = std::filesystem::canonical(base / "current", ec);
+      BuildOptions build;
+      build.digest_cache = options.cache_dir / "weights" / ".digests";
+      build.chunk_size = options.weight_chunk_bytes;
+      Result<Manifest> m = BuildManifest(name, dir, build);
+      if (!m.ok()) return m.status();
+      return ServedModel{std::move(*m), dir, nullptr};
     }
     if (!response.has_value()) return Status::Unavailable("no response from the source");
     return Status::NotFound("the source answered " + DumpJson(*response));
@@ -80,28 +89,36 @@ Result<std::filesystem::path> PullAtStart(const DaemonOptions& options, const st
   std::error_code ec;
   std::filesystem::create_directories(base, ec);
   if (!std::filesystem::exists(dir)) {
-    std::vector<HostPort> sources = {*options.seed.source};
-    for (const std::string& s : manifest->sources) {
-      Result<HostPort> hp = ParseHostPort(s);
-      if (hp.ok() && std::find(sources.begin(), sources.end(), *hp) == sources.end()) {
-        sources.push_back(*hp);
-      }
-    }
     FetchOptions fetch;
     fetch.token = options.seed.token;
+    fetch.relay = relay;
+    fetch.verified = std::make_shared<ChunkSet>(manifest->chunks.size());
+    // Other fetchers may take what is verified already from here.
+    Manifest served = *manifest;
+    served.sources.clear();
+    weights.Publish(ServedModel{served, StagingDir(dir), fetch.verified});
+    FetchStats stats;
     const auto start = std::chrono::steady_clock::now();
-    SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, sources, dir, fetch));
+    SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, {*options.seed.source}, dir, fetch, &stats));
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Logger().info("Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s)", name,
-                  manifest->total_size, secs, manifest->total_size / 1e6 / std::max(secs, 1e-9));
+    Logger().info(
+        "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
+        "resumed chunks)",
+        name, manifest->total_size, secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
+        stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed);
   }
   // Switch <name>/current atomically: a new link renamed over the old one.
   const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
   std::filesystem::create_directory_symlink(manifest->fingerprint, tmp, ec);
   if (!ec) std::filesystem::rename(tmp, base / "current", ec);
   if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
-  return dir;
+  manifest->sources.clear();
+  return ServedModel{std::move(*manifest), dir, nullptr};
+}
+
+bool IsWildcard(const HostPort& hp) {
+  return hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "::" || hp.host == "[::]";
 }
 
 }  // namespace
@@ -144,12 +161,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
   std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared)),
                                         autotune};
-  for (const std::string& name : options.pulls) {
-    Result<std::filesystem::path> dir = PullAtStart(options, name);
-    if (!dir.ok()) return dir.status().WithContext("--pull " + name);
-    options.models.emplace_back(name, *dir);
-  }
-  if (!options.models.empty()) {
+  std::shared_ptr<WeightServer> weights;
+  if (!options.models.empty() || !options.pulls.empty()) {
     std::vector<ServedModel> served;
     BuildOptions build;
     build.digest_cache = options.cache_dir / "weights" / ".digests";
@@ -159,9 +172,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       if (!m.ok()) return m.status().WithContext("--model " + name);
       Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
                     dir.string(), m->files.size(), m->total_size, m->root_digest);
-      served.push_back({std::move(*m), dir});
+      served.push_back({std::move(*m), dir, nullptr});
     }
-    auto weights = std::make_shared<const WeightServer>(std::move(served));
+    weights = std::make_shared<WeightServer>(std::move(served));
     seedables.push_back(NewWeightShardsSeedable(weights));
     options.transport.stream_handlers[std::string(kWeightDataKind)] =
         [weights](int fd, const Json& request) { weights->Serve(fd, request); };
@@ -169,15 +182,17 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();
-  return std::unique_ptr<Daemon>(
-      new Daemon(std::move(options), std::move(*transport), std::move(autotune)));
+  return std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport),
+                                            std::move(autotune), std::move(weights)));
 }
 
 Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
-               std::shared_ptr<FlashInferWarmupCache> autotune)
+               std::shared_ptr<FlashInferWarmupCache> autotune,
+               std::shared_ptr<WeightServer> weights)
     : options_(std::move(options)),
       transport_(std::move(transport)),
-      autotune_(std::move(autotune)) {}
+      autotune_(std::move(autotune)),
+      weights_(std::move(weights)) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -198,6 +213,28 @@ Result<std::optional<HostPort>> Daemon::Start() {
   if (bound->has_value()) {
     Logger().info("Serving {} on {} from {}", kArtifactKind, (*bound)->ToString(),
                   options_.cache_dir.string());
+  }
+  if (!options_.pulls.empty()) {
+    // Listening already: what is verified is relayed to other fetchers while the
+    // pull runs. Peers reach this daemon at its advertised (or bound) address.
+    std::string relay;
+    if (options_.advertise.has_value()) {
+      relay = options_.advertise->ToString();
+    } else if (bound->has_value() && !IsWildcard(**bound)) {
+      relay = (*bound)->ToString();
+    } else if (bound->has_value()) {
+      Logger().info(
+          "Not relaying models while pulling: listening on a wildcard address "
+          "without --advertise");
+    }
+    for (const std::string& name : options_.pulls) {
+      Result<ServedModel> model = PullAtStart(options_, name, relay, *weights_);
+      if (!model.ok()) return model.status().WithContext("--pull " + name);
+      Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
+                    model->dir.string(), model->manifest.files.size(), model->manifest.total_size,
+                    model->manifest.root_digest);
+      weights_->Publish(std::move(*model));
+    }
   }
   return bound;
 }

@@ -66,6 +66,9 @@ struct SeedServer::Rep {
   asio::steady_timer retry_timer;
   ResolverPool pool;
   ResolverPool streams;  // data-plane connections handed to a StreamHandler
+  std::mutex streams_mu;
+  std::unordered_set<int> stream_fds;  // GUARDED_BY(streams_mu): sockets of running handlers
+  bool streams_closing = false;        // GUARDED_BY(streams_mu)
   std::thread loop;
   bool started = false;
   bool closed = false;
@@ -235,7 +238,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
       CloseSocket();
       return;
     }
-    server_->streams.Submit([fd, handler, request = std::move(request)] {
+    server_->streams.Submit([fd, handler, request = std::move(request), rep = server_] {
+      {
+        std::lock_guard<std::mutex> lock(rep->streams_mu);
+        if (rep->streams_closing) {
+          ::close(fd);
+          return;
+        }
+        rep->stream_fds.insert(fd);
+      }
       // Stream handlers may sendfile() to a peer that has gone; sendfile has no
       // MSG_NOSIGNAL, so SIGPIPE is blocked on this thread (it would end the
       // process) and any that got raised is drained: the handler sees EPIPE.
@@ -246,6 +257,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       int flags = ::fcntl(fd, F_GETFL);
       ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
       handler(fd, request);
+      {
+        std::lock_guard<std::mutex> lock(rep->streams_mu);
+        rep->stream_fds.erase(fd);
+      }
       ::close(fd);
       timespec zero{0, 0};
       while (sigtimedwait(&pipe, nullptr, &zero) == SIGPIPE) {
@@ -416,6 +431,12 @@ void SeedServer::Close() {
     rep.loop.join();
   }
   rep.pool.Shutdown();
+  {
+    // Data connections end now: their handlers see end of stream and return.
+    std::lock_guard<std::mutex> lock(rep.streams_mu);
+    rep.streams_closing = true;
+    for (int fd : rep.stream_fds) ::shutdown(fd, SHUT_RDWR);
+  }
   rep.streams.Shutdown();
 }
 

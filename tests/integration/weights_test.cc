@@ -1,8 +1,11 @@
 // The weight data plane over loopback: real daemons serving model directories,
 // FetchModel pulling them.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -45,6 +48,67 @@ bool SameTree(const std::filesystem::path& a, const std::filesystem::path& b) {
   size_t other = 0;
   for (auto& e : std::filesystem::recursive_directory_iterator(b)) other += e.is_regular_file();
   return files == other;
+}
+
+// Compares two files, skipping ranges that are holes in both (sparse files of
+// several GiB stay cheap to compare).
+bool SameSparseFile(const std::filesystem::path& a, const std::filesystem::path& b) {
+  UniqueFd fa(::open(a.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fb(::open(b.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fa.valid() || !fb.valid()) return false;
+  struct stat sa {
+  }, sb{};
+  ::fstat(fa.get(), &sa);
+  ::fstat(fb.get(), &sb);
+  if (sa.st_size != sb.st_size) return false;
+  const off_t size = sa.st_size;
+  std::string ba(8 << 20, '\0'), bb(8 << 20, '\0');
+  for (off_t off = 0; off < size;) {
+    off_t da = ::lseek(fa.get(), off, SEEK_DATA);
+    off_t db = ::lseek(fb.get(), off, SEEK_DATA);
+    if (da < 0) da = size;
+    if (db < 0) db = size;
+    off = std::min(da, db);  // before it both read zeros
+    if (off >= size) break;
+    const size_t n = static_cast<size_t>(std::min<off_t>(ba.size(), size - off));
+    if (::pread(fa.get(), ba.data(), n, off) != static_cast<ssize_t>(n) ||
+        ::pread(fb.get(), bb.data(), n, off) != static_cast<ssize_t>(n) ||
+        std::memcmp(ba.data(), bb.data(), n) != 0) {
+      return false;
+    }
+    off += static_cast<off_t>(n);
+  }
+  return true;
+}
+
+// Sends data-plane records and reads one response header (and its body).
+struct Record {
+  uint32_t index = 0, status = 0, aux = 0;
+  std::string body;
+};
+Record Ask(int fd, const char* magic, uint32_t index) {
+  std::string req(magic, 4);
+  for (int b = 3; b >= 0; --b) req.push_back(static_cast<char>((index >> (8 * b)) & 0xff));
+  testing::SendAll(fd, req);
+  unsigned char h[24];
+  size_t got = 0;
+  while (got < sizeof(h)) {
+    ssize_t r = ::recv(fd, h + got, sizeof(h) - got, 0);
+    if (r <= 0) return Record{0, 0xdead, 0, {}};
+    got += static_cast<size_t>(r);
+  }
+  auto u32 = [&](int at) {
+    return (uint32_t{h[at]} << 24) | (uint32_t{h[at + 1]} << 16) | (uint32_t{h[at + 2]} << 8) |
+           h[at + 3];
+  };
+  uint64_t length = (uint64_t{u32(16)} << 32) | u32(20);
+  Record rec{u32(4), u32(8), u32(12), std::string(length, '\0')};
+  for (size_t n = 0; n < length;) {
+    ssize_t r = ::recv(fd, rec.body.data() + n, length - n, 0);
+    if (r <= 0) return Record{0, 0xdead, 0, {}};
+    n += static_cast<size_t>(r);
+  }
+  return rec;
 }
 
 class WeightsTest : public ::testing::Test {
@@ -132,13 +196,14 @@ TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
   std::filesystem::copy(model_, dir_.path() / "bad", std::filesystem::copy_options::recursive);
   HostPort bad = Serve(dir_.path() / "bad");
   Manifest m = ManifestFrom(good);
-  {
-    std::fstream f(dir_.path() / "bad" / "blob.bin",
-                   std::ios::in | std::ios::out | std::ios::binary);
-    for (std::streamoff off : {10, 300000, 1000000, 2400000}) {
-      f.seekp(off);
-      f.put('\x5a');
-    }
+  // Every chunk of the bad copy has a flipped byte: whatever it serves is bad.
+  for (const ManifestChunk& c : m.chunks) {
+    std::fstream f(dir_.path() / "bad" / c.file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(c.offset + c.length / 2));
+    char b = 0;
+    f.get(b);
+    f.seekp(static_cast<std::streamoff>(c.offset + c.length / 2));
+    f.put(static_cast<char>(b ^ 0x5a));
   }
   // The bad copy's own manifest differs, so give both sources the good one.
   testing::LogCapture logs;
@@ -148,6 +213,8 @@ TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
   EXPECT_TRUE(logs.Contains(spdlog::level::warn, "failed verification")) << logs.Dump();
   EXPECT_TRUE(logs.Contains(spdlog::level::warn, bad.ToString()));
+  EXPECT_GE(stats.chunks_rejected, 1u);
+  EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{bad.ToString()});
 }
 
 TEST_F(WeightsTest, ARestartedFetchTransfersOnlyTheMissingChunks) {
@@ -197,7 +264,7 @@ TEST_F(WeightsTest, VerifySha256ChecksEveryFileBeforeCommitting) {
   j["files"][0]["sha256"] = std::string(64, 'e');
   j["root_digest"] = ManifestRootDigest(j);
   Manifest lying = *ParseManifest(j);
-  auto server = std::make_shared<const WeightServer>(std::vector<ServedModel>{{lying, model_}});
+  auto server = std::make_shared<WeightServer>(std::vector<ServedModel>{{lying, model_, nullptr}});
   SeedConfig config;
   config.listen = HostPort{"127.0.0.1", 0};
   config.token = kToken;
@@ -290,6 +357,162 @@ TEST_F(WeightsTest, TooLittleSpaceIsAClearErrorBeforeAnyByteMoves) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("not enough space"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "dest"));
+}
+
+TEST_F(WeightsTest, AFetchingServerServesOnlyWhatItHasAndSaysWhoElseHasIt) {
+  HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  // A relay that has verified chunk 0 only, serving from its staging copy.
+  auto partial = std::make_shared<ChunkSet>(m.chunks.size());
+  partial->Set(0);
+  auto relay = std::make_shared<WeightServer>(std::vector<ServedModel>{{m, model_, partial}});
+  SeedConfig config;
+  config.listen = HostPort{"127.0.0.1", 0};
+  config.token = kToken;
+  TransportOptions topts;
+  topts.stream_handlers["weight_data"] = [relay](int fd, const Json& r) { relay->Serve(fd, r); };
+  auto t = SeedTransport::Create({}, config, topts);
+  HostPort relay_addr = **(*t)->StartListener();
+  UniqueFd fd = testing::ConnectRaw(relay_addr);
+  testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
+                                                  {"root_digest", m.root_digest},
+                                                  {"token", kToken},
+                                                  {"relay", "127.0.0.1:9"}}));
+  ASSERT_EQ(testing::ReadResponse(fd.get())["status"], "ok");
+  Record first = Ask(fd.get(), "SDRQ", 0);
+  EXPECT_EQ(first.status, 0u);
+  EXPECT_EQ(first.body, ReadAll(model_ / m.chunks[0].file).substr(0, m.chunks[0].length));
+  EXPECT_EQ(Ask(fd.get(), "SDRQ", 1).status, 1u);  // not verified yet: not here
+  Record state = Ask(fd.get(), "SDST", 0);
+  ASSERT_EQ(state.status, 0u);
+  ASSERT_EQ(state.body.size(), (m.chunks.size() + 7) / 8);  // the asker is not listed
+  EXPECT_EQ(static_cast<unsigned char>(state.body[0]), 0x80);
+  partial->Set(1);  // verified meanwhile: served from now on
+  EXPECT_EQ(Ask(fd.get(), "SDRQ", 1).status, 0u);
+  // A second fetcher sees the first one listed as a peer, and chunk 0 claimed by
+  // it once it asked with "SDRN".
+  partial->Set(2);
+  EXPECT_EQ(Ask(fd.get(), "SDRN", 2).status, 0u);
+  UniqueFd other = testing::ConnectRaw(relay_addr);
+  testing::SendAll(other.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
+                                                     {"root_digest", m.root_digest},
+                                                     {"token", kToken}}));
+  ASSERT_EQ(testing::ReadResponse(other.get())["status"], "ok");
+  Record seen = Ask(other.get(), "SDST", 0);
+  EXPECT_EQ(seen.body.substr((m.chunks.size() + 7) / 8), "127.0.0.1:9\n");
+  Record claimed = Ask(other.get(), "SDRN", 2);
+  EXPECT_EQ(claimed.status, 2u);
+  EXPECT_LT(claimed.aux, 60000u);                     // sent moments ago
+  EXPECT_EQ(Ask(other.get(), "SDRQ", 2).status, 0u);  // asked plainly, it is sent
+  // Closing the server ends its open data connections instead of waiting for
+  // them to go idle (60 s).
+  const auto closing = std::chrono::steady_clock::now();
+  (*t)->Close();
+  EXPECT_LT(std::chrono::steady_clock::now() - closing, std::chrono::seconds(10));
+  char byte;
+  EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);
+}
+
+TEST_F(WeightsTest, RelaysSpareTheOrigin) {
+  WriteRandom(model_ / "big.bin", 24 << 20, 7);
+  // The origin: a server whose bytes are counted.
+  BuildOptions build;
+  build.chunk_size = 256 * 1024;
+  Result<Manifest> m = BuildManifest("tiny", model_, build);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto origin = std::make_shared<WeightServer>(std::vector<ServedModel>{{*m, model_, nullptr}});
+  SeedConfig config;
+  config.listen = HostPort{"127.0.0.1", 0};
+  config.token = kToken;
+  TransportOptions topts;
+  topts.stream_handlers["weight_data"] = [origin](int fd, const Json& r) { origin->Serve(fd, r); };
+  auto t = SeedTransport::Create({NewWeightShardsSeedable(origin)}, config, topts);
+  HostPort origin_addr = **(*t)->StartListener();
+  // Three daemons pull the model at once, each relaying what it has verified.
+  std::vector<std::unique_ptr<Daemon>> targets;
+  for (int i = 0; i < 3; ++i) {
+    DaemonOptions o;
+    o.seed.listen = HostPort{"127.0.0.1", 0};
+    o.seed.source = origin_addr;
+    o.seed.token = kToken;
+    o.cache_dir = dir_.path() / ("target" + std::to_string(i));
+    o.pulls = {"tiny"};
+    auto d = Daemon::Create(o);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    targets.push_back(std::move(*d));
+  }
+  std::vector<Status> results(targets.size());
+  std::vector<std::thread> starts;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    starts.emplace_back([&, i] { results[i] = targets[i]->Start().status(); });
+  }
+  for (auto& s : starts) s.join();
+  for (size_t i = 0; i < targets.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].ToString();
+    EXPECT_TRUE(SameTree(
+        model_, dir_.path() / ("target" + std::to_string(i)) / "weights" / "tiny" / "current"));
+  }
+  // Without relays the origin would have sent the model three times.
+  EXPECT_LE(origin->bytes_served(), m->total_size * 3 / 2)
+      << origin->bytes_served() << " bytes served for a model of " << m->total_size;
+  EXPECT_GE(origin->bytes_served(), m->total_size);
+  for (auto& d : targets) d->Stop();
+  (*t)->Close();
+}
+
+TEST_F(WeightsTest, ASparseShardBeyondFourGibibytesArrivesByteIdenticalAndStaysSparse) {
+  const auto dir = dir_.path() / "sparse";
+  std::filesystem::create_directories(dir);
+  // One U8 tensor of 5 GiB: offsets need 64 bits. Data at the start, past 4 GiB
+  // and at the very end; holes between.
+  const uint64_t bytes = 5ull << 30;
+  const std::string header =
+      Json{{"big", {{"dtype", "U8"}, {"shape", {bytes}}, {"data_offsets", {0, bytes}}}}}.dump();
+  const auto path = dir / "big.safetensors";
+  {
+    std::string prefix(8, '\0');
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(path, std::ios::binary) << prefix << header;
+  }
+  const uint64_t size = 8 + header.size() + bytes;
+  std::filesystem::resize_file(path, size);
+  {
+    std::mt19937_64 rng(9);
+    std::string data(3 << 20, '\0');
+    for (auto& c : data) c = static_cast<char>(rng());
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    for (uint64_t at :
+         {uint64_t{4096}, uint64_t{(4ull << 30) + 12345}, uint64_t{size - data.size()}}) {
+      f.seekp(static_cast<std::streamoff>(at));
+      f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    }
+  }
+  WriteRandom(dir / "config.json", 700, 4);
+  DaemonOptions o;
+  o.seed.listen = HostPort{"127.0.0.1", 0};
+  o.seed.token = kToken;
+  o.cache_dir = dir_.path() / "cache-sparse";
+  o.models = {{"tiny", dir}};
+  o.weight_chunk_bytes = 64ull << 20;
+  auto d = Daemon::Create(o);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  HostPort source = **(*d)->Start();
+  daemons_.push_back(std::move(*d));
+  Manifest m = ManifestFrom(source);
+  uint64_t last = 0;
+  for (const ManifestChunk& c : m.chunks) last = std::max(last, c.offset);
+  ASSERT_GT(last, 4ull << 30);
+  FetchStats stats;
+  Status s = FetchModel(m, {source}, dir_.path() / "dest", Options(), &stats);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(SameSparseFile(path, dir_.path() / "dest" / "big.safetensors"));
+  EXPECT_EQ(ReadAll(dir / "config.json"), ReadAll(dir_.path() / "dest" / "config.json"));
+  // Holes were neither sent nor written: a few data chunks crossed the wire.
+  EXPECT_GT(stats.chunks_holes, 70u);
+  EXPECT_LE(stats.bytes_received, 5 * (64ull << 20) + 700);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_.path() / "dest" / "big.safetensors").c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 1ull << 30);
 }
 
 }  // namespace

@@ -1,21 +1,35 @@
 // The weight data plane. A connection whose authenticated request is
-// {"kind": "weight_data", "root_digest": H} is answered with one JSON frame
-// ({"status": "ok", "chunks": N} or an error) and then carries binary records:
-//   request  (8 bytes):  "SDRQ", chunk index (u32, big-endian); pipelined
-//   response (24 bytes): "SDCH", chunk index (u32), status (u32: 0 ok, 1 no such
-//                        chunk), reserved (u32), length (u64); then `length`
-//                        raw bytes of the chunk, sent with sendfile
+// {"kind": "weight_data", "root_digest": H, "relay": "HOST:PORT" (optional)} is
+// answered with one JSON frame ({"status": "ok", "chunks": N} or an error) and
+// then carries binary records (integers big-endian):
+//   request  (8 bytes):  magic, chunk index (u32); pipelined. Magic is
+//     "SDRQ"  send the chunk;
+//     "SDRN"  send it unless a relay of this swarm was already sent it (status 2);
+//     "SDST"  the server's state (index ignored): which chunks it has, its peers.
+//   response (24 bytes): "SDCH" (or "SDST"), chunk index (u32), status (u32),
+//     aux (u32), length (u64); then `length` bytes. Status is
+//     0  ok: `length` raw bytes of the chunk follow, sent with sendfile;
+//     1  not here (a relay that has not verified it yet, or no such chunk);
+//     2  claimed: a relay was sent it; aux = ms since that send completed
+//        (0xffffffff while it is still being sent): fetch it from the peers;
+//     3  a hole: the chunk is all zeros, no bytes follow.
+//   The "SDST" body is the have bitmap (ceil(N/8) bytes, chunk i is bit
+//   0x80 >> (i % 8) of byte i / 8) followed by the peers that announced
+//   themselves for this root digest, one HOST:PORT per line.
 // Bytes never travel inside JSON; every chunk is verified by the fetcher.
 //
-// Thread safety: WeightServer is immutable after construction and serves many
-// connections at once; FetchModel is self-contained.
+// Thread safety: WeightServer serves many connections at once and Publish may be
+// called meanwhile; ChunkSet is lock-free; FetchModel is self-contained.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,54 +43,115 @@ namespace seedd {
 inline constexpr std::string_view kWeightShardsKind = "weight_shards";
 inline constexpr std::string_view kWeightDataKind = "weight_data";
 
+// A fixed-size set of chunk indexes; Set and Test from any thread.
+class ChunkSet {
+ public:
+  explicit ChunkSet(size_t size);
+  size_t size() const { return size_; }
+  void Set(size_t i);
+  bool Test(size_t i) const;
+  // The data-plane bitmap: ceil(size/8) bytes, chunk i is bit 0x80 >> (i % 8).
+  std::string Bitmap() const;
+
+ private:
+  size_t size_;
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+};
+
 struct ServedModel {
   Manifest manifest;
   std::filesystem::path dir;  // where the bytes are read from
+  // The chunks that may be served; null when the model is complete. A daemon
+  // that is fetching a model serves what it has verified so far.
+  std::shared_ptr<const ChunkSet> available;
 };
 
 class WeightServer {
  public:
   explicit WeightServer(std::vector<ServedModel> models);
   // The stream handler of kind weight_data. REQUIRES: `request` authenticated.
-  void Serve(int fd, const Json& request) const;
-  // Manifests by model name (for the weight_shards kind).
-  const ServedModel* FindModel(std::string_view name) const;
+  void Serve(int fd, const Json& request);
+  // Serves `model` from now on, in place of any model of the same name.
+  void Publish(ServedModel model);
+  std::shared_ptr<const ServedModel> FindModel(std::string_view name) const;
+  // The relays that announced themselves for `root` recently, but `except`.
+  std::vector<std::string> Peers(const std::string& root, const std::string& except);
+  // Chunk bytes sent so far, over every connection.
+  uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
 
  private:
-  std::map<std::string, ServedModel, std::less<>> by_name_;
-  std::map<std::string, const ServedModel*> by_root_;
+  struct Claim {
+    int holder = -1;  // peer id; -1: not claimed
+    bool sending = false;
+    std::chrono::steady_clock::time_point sent_at;
+  };
+  struct Swarm {
+    std::map<std::string, int> ids;                           // peer address → id
+    std::vector<std::string> addrs;                           // by id
+    std::vector<std::chrono::steady_clock::time_point> seen;  // by id
+    std::vector<Claim> claims;                                // by chunk
+  };
+  std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
+  int Announce(const std::string& root, const std::string& relay, size_t chunks);
+  // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
+  uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
+  void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_;  // GUARDED_BY
+  std::map<std::string, std::shared_ptr<const ServedModel>> by_root_;  // GUARDED_BY(mu_)
+  std::map<std::string, Swarm> swarms_;                                // GUARDED_BY(mu_)
+  std::atomic<uint64_t> bytes_served_{0};
 };
 
-// The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional)},
-// payload the model's manifest. The target side validates the manifest; the bytes
-// move with FetchModel (seedctl pull).
-SeedablePtr NewWeightShardsSeedable(std::shared_ptr<const WeightServer> server);
+// The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),
+// "relay": HOST:PORT (optional)}, payload the model's manifest whose "sources"
+// list the relays of the same root digest. The target side validates the
+// manifest; the bytes move with FetchModel (seedctl pull, seedd --pull).
+SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server);
 
 struct FetchOptions {
   std::string token;
-  int connections_per_source = 4;
-  int pipeline = 4;  // chunk requests in flight per connection
+  int connections_per_source = 4;  // to each seed (a source given by the caller)
+  int pipeline = 4;                // chunk requests in flight per connection
+  int connections_per_peer = 2;    // to each relay learnt from the manifest or a state
   std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds state_interval{200};  // how often sources' states are asked
   // Also check every file's SHA-256 against the manifest before committing (for
   // those who distrust their peers; costs one more read of the model).
   bool verify_sha256 = false;
+  // This fetcher's own data-plane address when it serves what it fetches (a
+  // relay): announced to the sources, and seeds are then asked one chunk at a
+  // time per connection so that each chunk leaves the seed about once.
+  std::string relay;
+  // When set (size = the manifest's chunk count), verified chunks are added as
+  // they land (a server publishes it to relay them).
+  std::shared_ptr<ChunkSet> verified;
   // Called from fetch threads with the bytes verified so far.
   std::function<void(uint64_t verified_bytes)> progress;
 };
 
 struct FetchStats {
-  uint64_t bytes_received = 0;   // chunk bytes that arrived (including rejected ones)
-  uint64_t chunks_rejected = 0;  // failed verification and were fetched again
-  uint64_t chunks_resumed = 0;   // verified in an earlier, interrupted fetch
+  uint64_t bytes_received = 0;    // chunk bytes that arrived (including rejected ones)
+  uint64_t bytes_from_peers = 0;  // of which from relays rather than seeds
+  uint64_t chunks_rejected = 0;   // failed verification and were fetched again
+  uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
+  uint64_t chunks_holes = 0;      // all zeros: not sent, not written
   std::vector<std::string> sources_dropped;
+  std::vector<std::string> peers;  // relays learnt during the fetch
 };
 
-// Fetches the files of `manifest` into `into` (which must not exist): staged in a
-// directory beside it with a journal of verified chunks (a rerun fetches only what
-// is missing), each chunk's XXH3-128 checked as it lands and refetched (from
-// another source when there is one) on a mismatch, a source that keeps failing
-// dropped, free space checked first, and the staging directory renamed into
-// place only when every chunk is verified.
+// Where FetchModel stages `into`: a hidden directory beside it.
+std::filesystem::path StagingDir(const std::filesystem::path& into);
+
+// Fetches the files of `manifest` into `into` (which must not exist) from the
+// seeds `sources` and from the relays listed in the manifest or learnt from the
+// sources' states, preferring relays that have a chunk over the seeds: staged
+// in StagingDir(into) with a journal of verified chunks (a rerun fetches only
+// what is missing), each chunk's XXH3-128 checked as it lands and refetched
+// (from another source when there is one) on a mismatch, a source that keeps
+// failing dropped, free space checked first, and the staging directory renamed
+// into place only when every chunk is verified.
 Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
                   const std::filesystem::path& into, const FetchOptions& options,
                   FetchStats* stats = nullptr);

@@ -9,7 +9,7 @@
 #include <deque>
 #include <fstream>
 #include <mutex>
-#include <set>
+#include <random>
 #include <thread>
 
 #include "common/crypto.h"
@@ -25,6 +25,13 @@ namespace seedd {
 namespace {
 
 constexpr int kMaxSourceFailures = 3;
+constexpr size_t kMaxSources = 256;              // seeds and relays of one fetch
+constexpr size_t kMaxPeerListBytes = 64 * 1024;  // in a state response
+constexpr auto kIdleWait = std::chrono::milliseconds(50);
+constexpr auto kReconnectIdle = std::chrono::seconds(20);  // sources close idle data connections
+constexpr auto kClaimRetry = std::chrono::milliseconds(300);
+// A chunk a relay was sent this long ago that no relay offers is asked of the seed.
+constexpr auto kForceAfter = std::chrono::seconds(5);
 constexpr const char* kJournal = ".seedd-journal";
 constexpr const char* kRootMarker = ".seedd-root";
 
@@ -71,13 +78,37 @@ Result<std::string> FileSha256(int fd, uint64_t size) {
   return HexEncode(std::string_view(reinterpret_cast<const char*>(md), len));
 }
 
-// Shared state of one fetch: the chunks left, the journal, the files.
+enum ChunkStatus : uint32_t { kChunkOk = 0, kChunkNotHere = 1, kChunkClaimed = 2, kChunkHole = 3 };
+
+// A seed or a relay, and what it has as far as this fetch knows.
+struct Source {
+  HostPort addr;
+  std::string name;
+  bool seed = false;  // given by the caller: asked only for chunks no relay has
+  std::vector<bool> have;
+  int failures = 0;
+  bool dropped = false;
+};
+
+struct Taken {
+  uint32_t index;
+  bool claim;  // ask with "SDRN" (a seed, unless forced)
+};
+
+enum class Chunk : uint8_t { kQueued, kInFlight, kDone };
+
+// Shared state of one fetch: the chunks, the sources, the journal, the files.
 class Fetch {
  public:
   Fetch(const Manifest& m, std::filesystem::path staging, const FetchOptions& o, FetchStats* s)
       : m_(m), staging_(std::move(staging)), options_(o), stats_(s) {}
 
   Status Prepare() {
+    const size_t n = m_.chunks.size();
+    state_.assign(n, Chunk::kQueued);
+    peer_count_.assign(n, 0);
+    defer_until_.assign(n, {});
+    force_.assign(n, false);
     std::error_code ec;
     // A staging directory of another model version starts over.
     std::ifstream marker(staging_ / kRootMarker);
@@ -91,9 +122,12 @@ class Fetch {
     unsigned char rec[4];
     while (journal.read(reinterpret_cast<char*>(rec), 4)) {
       uint32_t i = GetU32(rec);
-      if (i < m_.chunks.size() && done_.insert(i).second) {
+      if (i < n && state_[i] != Chunk::kDone) {
+        state_[i] = Chunk::kDone;
+        ++done_;
         verified_bytes_ += m_.chunks[i].length;
         ++stats_->chunks_resumed;
+        if (options_.verified) options_.verified->Set(i);
       }
     }
     // Enough space for what is still missing, before any byte moves.
@@ -115,51 +149,55 @@ class Fetch {
       if (::ftruncate(fd.get(), static_cast<off_t>(f.size)) != 0) {
         return ErrnoStatus("size " + path.string(), errno);
       }
-
       files_[f.path] = std::move(fd);
     }
     journal_.Reset(
         ::open((staging_ / kJournal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (!journal_.valid()) return ErrnoStatus("open the journal", errno);
     // Interleave the files: concurrent connections then write to different files
-    // instead of contending for one file's lock in the kernel.
+    // instead of contending for one file's lock in the kernel. Each fetcher starts
+    // at a random place, so that fetchers of one swarm ask for different chunks.
     std::map<std::string, std::deque<uint32_t>> by_file;
-    for (uint32_t i = 0; i < m_.chunks.size(); ++i) {
-      if (done_.count(i) == 0) by_file[m_.chunks[i].file].push_back(i);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (state_[i] != Chunk::kDone) by_file[m_.chunks[i].file].push_back(i);
     }
     for (bool any = true; any;) {
       any = false;
       for (auto& [file, chunks] : by_file) {
         if (chunks.empty()) continue;
-        queue_.push_back(chunks.front());
+        order_.push_back(chunks.front());
         chunks.pop_front();
         any = true;
       }
     }
+    if (!order_.empty()) {
+      std::mt19937_64 rng(std::random_device{}());
+      std::rotate(order_.begin(), order_.begin() + static_cast<long>(rng() % order_.size()),
+                  order_.end());
+    }
     return Status::Ok();
   }
 
-  // One connection's loop against `source`; returns when nothing is left for it.
-  void Work(const HostPort& source) {
-    while (!SourceDropped(source)) {
-      Result<UniqueFd> conn = Open(source);
-      if (!conn.ok()) {
-        Logger().warn("weight_data: {}: {}", source.ToString(), conn.status().message());
-        if (Fail(source)) return;
-        continue;
+  // Fetches from `seeds` and every relay learnt on the way until every chunk is
+  // verified or no source is left that has the missing ones.
+  void Run(const std::vector<HostPort>& seeds) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const HostPort& s : seeds) AddSourceLocked(s, true);
+      for (const std::string& text : m_.sources) {
+        Result<HostPort> peer = ParseHostPort(text);
+        if (peer.ok()) AddSourceLocked(*peer, false);
       }
-      std::deque<uint32_t> inflight;
-      Status st = Pump(conn->get(), source, &inflight);
-      Requeue(&inflight);
-      if (st.ok()) return;  // nothing left
-      Logger().warn("weight_data: {}: {}", source.ToString(), st.message());
-      if (Fail(source)) return;
     }
+    std::thread poller([this] { Poll(); });
+    poller.join();
+    // The poller no longer adds workers.
+    for (auto& w : workers_) w.join();
   }
 
   bool Complete() {
     std::lock_guard<std::mutex> lock(mu_);
-    return done_.size() == m_.chunks.size();
+    return done_ == m_.chunks.size();
   }
 
   Status Finish() {
@@ -188,8 +226,143 @@ class Fetch {
   }
 
  private:
-  Result<UniqueFd> Open(const HostPort& source) {
-    Result<UniqueFd> fd = ConnectTcp(source, std::chrono::seconds(5));
+  bool FinishedLocked() const { return done_ == m_.chunks.size() || failed_; }
+  bool Finished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return FinishedLocked();
+  }
+
+  // Adds a source (once) and its connections. REQUIRES: mu_ held.
+  void AddSourceLocked(const HostPort& addr, bool seed) {
+    const std::string name = addr.ToString();
+    if (name == options_.relay || sources_.size() >= kMaxSources) return;
+    for (const auto& s : sources_) {
+      if (s->name == name) return;
+    }
+    auto source = std::make_unique<Source>();
+    source->addr = addr;
+    source->name = name;
+    source->seed = seed;
+    source->have.assign(m_.chunks.size(), seed);  // a seed has everything until it says otherwise
+    Source* s = source.get();
+    sources_.push_back(std::move(source));
+    if (!seed) stats_->peers.push_back(name);
+    const int connections = seed ? options_.connections_per_source : options_.connections_per_peer;
+    for (int c = 0; c < std::max(1, connections); ++c) {
+      workers_.emplace_back([this, s] { Work(s); });
+    }
+    if (!seed) Recount();
+  }
+
+  // Asks every source for its state at options_.state_interval: which chunks it
+  // has and which relays it knows. New relays get connections.
+  void Poll() {
+    std::map<std::string, UniqueFd> conns;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!FinishedLocked()) {
+      std::vector<Source*> live;
+      for (const auto& s : sources_) {
+        if (!s->dropped) live.push_back(s.get());
+      }
+      lock.unlock();
+      for (Source* s : live) {
+        Status st = PollOne(s, &conns[s->name]);
+        if (!st.ok()) {
+          conns.erase(s->name);
+          Logger().warn("weight_data: {}: state: {}", s->name, st.message());
+          Fail(s);
+        }
+      }
+      lock.lock();
+      CheckHopeLocked();
+      changed_.wait_for(lock, options_.state_interval, [this] { return FinishedLocked(); });
+    }
+  }
+
+  Status PollOne(Source* s, UniqueFd* conn) {
+    if (!conn->valid()) {
+      Result<UniqueFd> fd = Open(*s);
+      if (!fd.ok()) return fd.status();
+      *conn = std::move(*fd);
+    }
+    const char req[8] = {'S', 'D', 'S', 'T', 0, 0, 0, 0};
+    if (::send(conn->get(), req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+      return Status::Unavailable("cannot send a state request");
+    }
+    unsigned char header[24];
+    SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), reinterpret_cast<char*>(header), sizeof(header)));
+    const size_t bitmap = (m_.chunks.size() + 7) / 8;
+    const uint64_t length = GetU64(header + 16);
+    if (std::memcmp(header, "SDST", 4) != 0 || GetU32(header + 8) != kChunkOk || length < bitmap ||
+        length > bitmap + kMaxPeerListBytes) {
+      return Status::DataLoss("malformed state response");
+    }
+    std::string body(length, '\0');
+    SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), body.data(), body.size()));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < m_.chunks.size(); ++i) {
+      s->have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
+    }
+    size_t pos = bitmap;
+    while (pos < body.size()) {
+      size_t end = body.find('\n', pos);
+      if (end == std::string::npos) end = body.size();
+      Result<HostPort> peer = ParseHostPort(std::string_view(body).substr(pos, end - pos));
+      if (peer.ok()) AddSourceLocked(*peer, false);
+      pos = end + 1;
+    }
+    Recount();
+    changed_.notify_all();
+    return Status::Ok();
+  }
+
+  // How many live relays have each chunk. REQUIRES: mu_ held.
+  void Recount() {
+    std::fill(peer_count_.begin(), peer_count_.end(), 0);
+    for (const auto& s : sources_) {
+      if (s->seed || s->dropped) continue;
+      for (size_t i = 0; i < peer_count_.size(); ++i) peer_count_[i] += s->have[i];
+    }
+  }
+
+  // Gives up when no live source has a missing chunk and none is in flight.
+  // REQUIRES: mu_ held.
+  void CheckHopeLocked() {
+    if (FinishedLocked()) return;
+    for (uint32_t i = 0; i < state_.size(); ++i) {
+      if (state_[i] == Chunk::kInFlight) return;
+      if (state_[i] == Chunk::kDone) continue;
+      for (const auto& s : sources_) {
+        if (!s->dropped && s->have[i]) return;
+      }
+    }
+    failed_ = true;
+    changed_.notify_all();
+  }
+
+  // One connection's loop against `source`; returns when the fetch is over.
+  void Work(Source* source) {
+    while (!Finished() && !Dropped(source)) {
+      Result<UniqueFd> conn = Open(*source);
+      if (!conn.ok()) {
+        Logger().warn("weight_data: {}: {}", source->name, conn.status().message());
+        if (Fail(source)) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      std::deque<Taken> inflight;
+      bool idle = false;
+      Status st = Pump(conn->get(), source, &inflight, &idle);
+      Requeue(&inflight);
+      if (st.ok() && idle) continue;  // a fresh connection before the source's idle timeout
+      if (st.ok()) return;
+      Logger().warn("weight_data: {}: {}", source->name, st.message());
+      if (Fail(source)) return;
+    }
+  }
+
+  Result<UniqueFd> Open(const Source& source) {
+    Result<UniqueFd> fd = ConnectTcp(source.addr, std::chrono::seconds(5));
     if (!fd.ok()) return fd.status();
     int flags = ::fcntl(fd->get(), F_GETFL);
     ::fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
@@ -199,6 +372,7 @@ class Fetch {
     ::setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     Json request = {
         {"kind", kWeightDataKind}, {"root_digest", m_.root_digest}, {"token", options_.token}};
+    if (!options_.relay.empty()) request["relay"] = options_.relay;
     std::string frame = EncodeJsonFrame(request);
     if (::send(fd->get(), frame.data(), frame.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(frame.size())) {
@@ -213,52 +387,86 @@ class Fetch {
     return fd;
   }
 
-  // Keeps up to `pipeline` requests in flight; verifies and writes each chunk.
-  Status Pump(int fd, const HostPort& source, std::deque<uint32_t>* inflight) {
+  // Keeps requests in flight; verifies and writes each chunk. Returns Ok when the
+  // fetch is over, or with *idle when the connection sat unused for a while.
+  Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle) {
+    // A relay asks a seed for one chunk at a time per connection: the seed's
+    // claim on it is then taken just before the bytes leave.
+    const int depth = source->seed && !options_.relay.empty() ? 1 : options_.pipeline;
     std::string buf;  // one chunk; never a whole file
+    auto last_used = std::chrono::steady_clock::now();
     for (;;) {
-      while (static_cast<int>(inflight->size()) < options_.pipeline) {
-        std::optional<uint32_t> next = Take(inflight->empty(), source);
+      while (static_cast<int>(inflight->size()) < depth) {
+        std::optional<Taken> next = Take(source, inflight->empty());
         if (!next) break;
-        char req[8] = {'S', 'D', 'R', 'Q'};
-        for (int i = 0; i < 4; ++i) req[4 + i] = static_cast<char>((*next >> (24 - 8 * i)) & 0xff);
+        const char* magic = next->claim ? "SDRN" : "SDRQ";
+        char req[8] = {magic[0], magic[1], magic[2], magic[3]};
+        for (int i = 0; i < 4; ++i) req[4 + i] = static_cast<char>((next->index >> (24 - 8 * i)));
+        inflight->push_back(*next);
         if (::send(fd, req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
-          Requeue(next);
           return Status::Unavailable("cannot send a chunk request");
         }
-        inflight->push_back(*next);
       }
-      if (inflight->empty()) return Status::Ok();
+      if (inflight->empty()) {
+        if (Finished() || Dropped(source)) return Status::Ok();
+        if (std::chrono::steady_clock::now() - last_used > kReconnectIdle) {
+          *idle = true;
+          return Status::Ok();
+        }
+        continue;
+      }
+      last_used = std::chrono::steady_clock::now();
       unsigned char header[24];
       SEEDD_RETURN_IF_ERROR(RecvAll(fd, reinterpret_cast<char*>(header), sizeof(header)));
       const uint32_t index = GetU32(header + 4);
-      if (std::memcmp(header, "SDCH", 4) != 0 || index != inflight->front() ||
-          GetU32(header + 8) != 0) {
+      const uint32_t status = GetU32(header + 8);
+      const uint64_t length = GetU64(header + 16);
+      if (std::memcmp(header, "SDCH", 4) != 0 || index != inflight->front().index) {
         return Status::DataLoss("malformed chunk response");
       }
-      inflight->pop_front();
       const ManifestChunk& c = m_.chunks[index];
-      if (GetU64(header + 16) != c.length) {
-        Requeue(index);
-        return Status::DataLoss("chunk " + std::to_string(index) + " has the wrong length");
+      if (status == kChunkNotHere || status == kChunkClaimed) {
+        if (length != 0) return Status::DataLoss("malformed chunk response");
+        inflight->pop_front();
+        NotThere(index, source, status, GetU32(header + 12));
+        continue;
       }
+      if (status == kChunkHole) {
+        if (length != 0) return Status::DataLoss("malformed chunk response");
+        inflight->pop_front();
+        if (ZeroDigest(c.length) != c.xxh3) {
+          Logger().warn("weight_data: chunk {} ({} at {}) from {} is not a hole; fetching it again",
+                        index, c.file, c.offset, source->name);
+          Reject(index, source);
+          if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
+          continue;
+        }
+        // The staging file reads zeros there already: nothing to write.
+        SEEDD_RETURN_IF_ERROR(Record(index, true));
+        continue;
+      }
+      if (status != kChunkOk || length != c.length) {
+        return Status::DataLoss("chunk " + std::to_string(index) + ": status " +
+                                std::to_string(status) + ", " + std::to_string(length) + " bytes");
+      }
+      inflight->pop_front();
       bool verified = false;
       Status got = Receive(fd, index, &buf, &verified);
       if (!got.ok()) {
         Requeue(index);
         return got;
       }
-      Count(c.length);
+      Count(c.length, source);
       if (!verified) {
         Logger().warn(
             "weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again",
-            index, c.file, c.offset, source.ToString());
+            index, c.file, c.offset, source->name);
         Reject(index, source);
-        if (SourceDropped(source)) return Status::DataLoss("source dropped after bad chunks");
+        if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
         continue;
       }
       Status stored = Write(index, buf);
-      if (stored.ok()) stored = Record(index);
+      if (stored.ok()) stored = Record(index, false);
       if (!stored.ok()) {
         Requeue(index);
         return stored;
@@ -273,6 +481,15 @@ class Fetch {
     Status st = RecvAll(sock, buf->data(), c.length);
     *verified = st.ok() && Xxh3Hex(*buf) == c.xxh3;
     return st;
+  }
+
+  std::string ZeroDigest(uint64_t length) {
+    std::lock_guard<std::mutex> lock(zero_mu_);
+    auto it = zero_digests_.find(length);
+    if (it == zero_digests_.end()) {
+      it = zero_digests_.emplace(length, Xxh3Hex(std::string(length, '\0'))).first;
+    }
+    return it->second;
   }
 
   // Writes a verified chunk into its staging file and syncs it; the caller then
@@ -292,82 +509,115 @@ class Fetch {
     return Status::Ok();
   }
 
-  Status Record(uint32_t index) {
+  Status Record(uint32_t index, bool hole) {
     const ManifestChunk& c = m_.chunks[index];
     std::lock_guard<std::mutex> lock(mu_);
     unsigned char rec[4] = {
         static_cast<unsigned char>(index >> 24), static_cast<unsigned char>(index >> 16),
         static_cast<unsigned char>(index >> 8), static_cast<unsigned char>(index)};
     if (::write(journal_.get(), rec, 4) != 4) {
+      state_[index] = Chunk::kQueued;
       return ErrnoStatus("journal chunk " + std::to_string(index), errno);
     }
-    done_.insert(index);
-    --taken_;
-    changed_.notify_all();
+    state_[index] = Chunk::kDone;
+    ++done_;
+    stats_->chunks_holes += hole;
     verified_bytes_ += c.length;
+    if (options_.verified) options_.verified->Set(index);
+    changed_.notify_all();
     if (options_.progress) options_.progress(verified_bytes_);
     return Status::Ok();
   }
 
-  // The next chunk to fetch. With `wait` (the caller has nothing in flight), an
-  // empty queue is waited on while other connections still hold chunks: one of
-  // them may fail and hand its chunks back.
-  std::optional<uint32_t> Take(bool wait, const HostPort& source) {
+  // The next chunk for `source`: from a relay, any missing chunk it has; from a
+  // seed, one no live relay has, claimed on the seed. With `wait` (the caller has
+  // nothing in flight) waits a little for one.
+  std::optional<Taken> Take(Source* source, bool wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (wait) {
-      changed_.wait(lock, [&] {
-        return !queue_.empty() || taken_ == 0 || dropped_.count(source.ToString()) != 0;
-      });
+    const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
+    for (;;) {
+      if (FinishedLocked() || source->dropped) return std::nullopt;
+      const auto now = std::chrono::steady_clock::now();
+      for (uint32_t i : order_) {
+        if (state_[i] != Chunk::kQueued || !source->have[i]) continue;
+        Taken t{i, false};
+        if (source->seed && !force_[i]) {
+          if (peer_count_[i] > 0 || now < defer_until_[i]) continue;
+          t.claim = true;
+        }
+        state_[i] = Chunk::kInFlight;
+        return t;
+      }
+      if (!wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        return std::nullopt;
+      }
     }
-    if (queue_.empty() || dropped_.count(source.ToString()) != 0) return std::nullopt;
-    uint32_t i = queue_.front();
-    queue_.pop_front();
-    ++taken_;
-    return i;
   }
-  void Requeue(std::optional<uint32_t> i) {
-    if (!i) return;
+
+  // The source answered "not here" or "claimed" for chunk `index`.
+  void NotThere(uint32_t index, Source* source, uint32_t status, uint32_t aux) {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(*i);
-    --taken_;
+    state_[index] = Chunk::kQueued;
+    if (status == kChunkNotHere) {
+      if (source->have[index] && !source->seed && !source->dropped && peer_count_[index] > 0) {
+        --peer_count_[index];
+      }
+      source->have[index] = false;
+    } else if (aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter &&
+               peer_count_[index] == 0) {
+      // A relay got it long ago yet none offers it: ask the seed for it anyway.
+      force_[index] = true;
+    } else {
+      defer_until_[index] = std::chrono::steady_clock::now() + kClaimRetry;
+    }
     changed_.notify_all();
   }
-  void Requeue(std::deque<uint32_t>* inflight) {
+
+  void Requeue(uint32_t i) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (uint32_t i : *inflight) queue_.push_back(i);
-    taken_ -= inflight->size();
+    if (state_[i] == Chunk::kInFlight) state_[i] = Chunk::kQueued;
+    changed_.notify_all();
+  }
+  void Requeue(std::deque<Taken>* inflight) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Taken& t : *inflight) {
+      if (state_[t.index] == Chunk::kInFlight) state_[t.index] = Chunk::kQueued;
+    }
     inflight->clear();
     changed_.notify_all();
   }
-  void Count(uint64_t n) {
+  void Count(uint64_t n, const Source* source) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_->bytes_received += n;
+    if (!source->seed) stats_->bytes_from_peers += n;
   }
-  void Reject(uint32_t index, const HostPort& source) {
+  void Reject(uint32_t index, Source* source) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_->chunks_rejected;
-    queue_.push_back(index);
-    --taken_;
+    state_[index] = Chunk::kQueued;
     FailLocked(source);
     changed_.notify_all();
   }
-  bool Fail(const HostPort& source) {
+  bool Fail(Source* source) {
     std::lock_guard<std::mutex> lock(mu_);
     changed_.notify_all();
     return FailLocked(source);
   }
   // True when the source is now dropped.
-  bool FailLocked(const HostPort& source) {
-    const std::string s = source.ToString();
-    if (++failures_[s] >= kMaxSourceFailures && dropped_.insert(s).second) {
-      Logger().warn("weight_data: dropping source {} after {} failures", s, kMaxSourceFailures);
-      stats_->sources_dropped.push_back(s);
+  bool FailLocked(Source* source) {
+    if (++source->failures >= kMaxSourceFailures && !source->dropped) {
+      source->dropped = true;
+      Logger().warn("weight_data: dropping source {} after {} failures", source->name,
+                    kMaxSourceFailures);
+      stats_->sources_dropped.push_back(source->name);
+      Recount();
+      CheckHopeLocked();
     }
-    return dropped_.count(s) != 0;
+    return source->dropped;
   }
-  bool SourceDropped(const HostPort& source) {
+  bool Dropped(const Source* source) {
     std::lock_guard<std::mutex> lock(mu_);
-    return dropped_.count(source.ToString()) != 0;
+    return source->dropped;
   }
 
   const Manifest& m_;
@@ -375,18 +625,29 @@ class Fetch {
   const FetchOptions& options_;
   FetchStats* stats_;
   std::mutex mu_;
-  std::condition_variable changed_;      // queue_, taken_ or dropped_ changed
-  std::deque<uint32_t> queue_;           // GUARDED_BY(mu_)
-  size_t taken_ = 0;                     // GUARDED_BY(mu_): chunks in flight on any connection
-  std::set<uint32_t> done_;              // GUARDED_BY(mu_)
-  uint64_t verified_bytes_ = 0;          // GUARDED_BY(mu_)
-  std::map<std::string, int> failures_;  // GUARDED_BY(mu_)
-  std::set<std::string> dropped_;        // GUARDED_BY(mu_)
+  std::condition_variable changed_;               // a chunk, a source or the outcome changed
+  std::vector<std::unique_ptr<Source>> sources_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;              // GUARDED_BY(mu_)
+  std::vector<uint32_t> order_;                   // the fetch order
+  std::vector<Chunk> state_;                      // GUARDED_BY(mu_)
+  std::vector<uint16_t> peer_count_;              // GUARDED_BY(mu_): live relays having it
+  std::vector<std::chrono::steady_clock::time_point> defer_until_;  // GUARDED_BY(mu_)
+  std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with SDRQ
+  size_t done_ = 0;              // GUARDED_BY(mu_)
+  bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest
+  uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
+  std::mutex zero_mu_;
+  std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
   std::map<std::string, UniqueFd> files_;
   UniqueFd journal_;
 };
 
 }  // namespace
+
+std::filesystem::path StagingDir(const std::filesystem::path& into) {
+  const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
+  return parent / ("." + into.filename().string() + ".seedd-staging");
+}
 
 Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
                   const std::filesystem::path& into, const FetchOptions& options,
@@ -397,18 +658,14 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   if (std::filesystem::exists(into, ec)) {
     return Status::AlreadyExists(into.string() + " exists; pull into a new directory");
   }
-  if (sources.empty()) return Status::InvalidArgument("no source to fetch from");
+  if (sources.empty() && manifest.sources.empty()) {
+    return Status::InvalidArgument("no source to fetch from");
+  }
   const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
-  const auto staging = parent / ("." + into.filename().string() + ".seedd-staging");
+  const auto staging = StagingDir(into);
   Fetch fetch(manifest, staging, options, stats);
   SEEDD_RETURN_IF_ERROR(fetch.Prepare());
-  std::vector<std::thread> workers;
-  for (const HostPort& s : sources) {
-    for (int c = 0; c < std::max(1, options.connections_per_source); ++c) {
-      workers.emplace_back([&fetch, s] { fetch.Work(s); });
-    }
-  }
-  for (auto& w : workers) w.join();
+  fetch.Run(sources);
   if (!fetch.Complete()) {
     return Status::Unavailable(
         "every source failed before the model was complete; rerun to resume");
