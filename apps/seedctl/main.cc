@@ -215,12 +215,8 @@ int RunPull(const Common& c, const std::vector<std::string>& source_texts, const
       std::fprintf(stderr, "seedctl: no source serves model '%s'\n", model.c_str());
     return code;
   }
-  for (const auto& s : manifest->sources) {
-    auto hp = seedd::ParseHostPort(s);
-    if (hp.ok() && std::find(sources.begin(), sources.end(), *hp) == sources.end()) {
-      sources.push_back(*hp);
-    }
-  }
+  // The relays the manifest lists (and any learnt on the way) are preferred
+  // for the chunks they have; the sources given here are the seeds.
   seedd::FetchOptions options;
   options.token = *token;
   options.connections_per_source = connections;
@@ -229,6 +225,7 @@ int RunPull(const Common& c, const std::vector<std::string>& source_texts, const
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::mutex progress_mu;
   auto last = start;
+  seedd::FetchStats stats;
   if (tty) {
     options.progress = [&](uint64_t done) {
       std::lock_guard<std::mutex> lock(progress_mu);
@@ -240,10 +237,10 @@ int RunPull(const Common& c, const std::vector<std::string>& source_texts, const
       double eta = rate > 0 ? (manifest->total_size - done) / rate : 0;
       std::fprintf(stderr, "\r%6.1f%%  %.1f / %.1f MiB  %.1f MB/s  ETA %.0f s  %zu source(s)   ",
                    100.0 * done / std::max<uint64_t>(1, manifest->total_size), done / 1048576.0,
-                   manifest->total_size / 1048576.0, rate / 1e6, eta, sources.size());
+                   manifest->total_size / 1048576.0, rate / 1e6, eta,
+                   sources.size() + stats.peers.size());  // stats: guarded while called
     };
   }
-  seedd::FetchStats stats;
   seedd::Status st = seedd::FetchModel(*manifest, sources, into, options, &stats);
   if (tty) std::fprintf(stderr, "\n");
   if (!st.ok()) {
@@ -252,12 +249,13 @@ int RunPull(const Common& c, const std::vector<std::string>& source_texts, const
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
-      "pulled %s (%zu files, %.1f MiB) from %zu source(s) into %s in %.2f s (%.1f MB/s); "
-      "%llu chunk(s) resumed, %llu refetched\n",
+      "pulled %s (%zu files, %.1f MiB) from %zu source(s) and %zu relay(s) into %s in %.2f s "
+      "(%.1f MB/s); %.1f MiB from relays, %llu chunk(s) resumed, %llu refetched, %llu hole(s)\n",
       model.c_str(), manifest->files.size(), manifest->total_size / 1048576.0, sources.size(),
-      into.c_str(), secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
-      static_cast<unsigned long long>(stats.chunks_resumed),
-      static_cast<unsigned long long>(stats.chunks_rejected));
+      stats.peers.size(), into.c_str(), secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
+      stats.bytes_from_peers / 1048576.0, static_cast<unsigned long long>(stats.chunks_resumed),
+      static_cast<unsigned long long>(stats.chunks_rejected),
+      static_cast<unsigned long long>(stats.chunks_holes));
   return kExitOk;
 }
 

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::vector<std::string> pulls;
   std::string advertise;
+  uint64_t chunk_mib = 8;
   std::string warmup;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
@@ -74,6 +75,11 @@ int main(int argc, char** argv) {
                  "serve it (repeatable). While pulling, the daemon already serves the chunks it "
                  "has verified to other fetchers (a relay)")
       ->take_all();
+  app.add_option("--chunk-mib", chunk_mib,
+                 "chunk size of the manifests of --model, in MiB: the unit of verification, "
+                 "retry and relaying (smaller chunks reach relays sooner)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1024}));
   app.add_option("--advertise", advertise,
                  "HOST:PORT other daemons reach this one at, announced to sources while "
                  "pulling (default: the --listen address unless it is a wildcard)");
@@ -138,6 +144,7 @@ int main(int argc, char** argv) {
   options.transport.max_connections = max_connections;
   options.store_urls = stores;
   options.pulls = pulls;
+  options.weight_chunk_bytes = chunk_mib << 20;
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);
     if (!parsed.ok()) return Fail("--advertise: " + parsed.status().message());

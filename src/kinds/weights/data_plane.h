@@ -1,5 +1,6 @@
 // The weight data plane. A connection whose authenticated request is
-// {"kind": "weight_data", "root_digest": H, "relay": "HOST:PORT" (optional)} is
+// {"kind": "weight_data", "root_digest": H, "relay": "HOST:PORT" (optional),
+// "session": S (with relay: a fetch's random id; a new one drops its old claims)} is
 // answered with one JSON frame ({"status": "ok", "chunks": N} or an error) and
 // then carries binary records (integers big-endian):
 //   request  (8 bytes):  magic, chunk index (u32); pipelined. Magic is
@@ -89,10 +90,12 @@ class WeightServer {
     std::map<std::string, int> ids;                           // peer address → id
     std::vector<std::string> addrs;                           // by id
     std::vector<std::chrono::steady_clock::time_point> seen;  // by id
+    std::vector<std::string> sessions;                        // by id
     std::vector<Claim> claims;                                // by chunk
   };
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
-  int Announce(const std::string& root, const std::string& relay, size_t chunks);
+  int Announce(const std::string& root, const std::string& relay, const std::string& session,
+               size_t chunks);
   // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
   uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
@@ -127,7 +130,8 @@ struct FetchOptions {
   // When set (size = the manifest's chunk count), verified chunks are added as
   // they land (a server publishes it to relay them).
   std::shared_ptr<ChunkSet> verified;
-  // Called from fetch threads with the bytes verified so far.
+  // Called from fetch threads with the bytes verified so far, with the fetch's
+  // lock held (FetchStats may be read there).
   std::function<void(uint64_t verified_bytes)> progress;
 };
 

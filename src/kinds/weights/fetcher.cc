@@ -46,7 +46,8 @@ uint64_t GetU64(const unsigned char* p) {
 
 Status RecvAll(int fd, char* p, size_t n) {
   while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, 0);
+    // One wakeup per chunk rather than one per few packets that arrived.
+    ssize_t r = ::recv(fd, p, n, MSG_WAITALL);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ErrnoStatus("recv", errno);
     if (r == 0) return Status::Unavailable("the source closed the data connection");
@@ -86,6 +87,7 @@ struct Source {
   std::string name;
   bool seed = false;  // given by the caller: asked only for chunks no relay has
   std::vector<bool> have;
+  int inflight = 0;  // chunks asked of it and not answered yet, over its connections
   int failures = 0;
   bool dropped = false;
 };
@@ -319,8 +321,10 @@ class Fetch {
   // How many live relays have each chunk. REQUIRES: mu_ held.
   void Recount() {
     std::fill(peer_count_.begin(), peer_count_.end(), 0);
+    live_peers_ = 0;
     for (const auto& s : sources_) {
       if (s->seed || s->dropped) continue;
+      ++live_peers_;
       for (size_t i = 0; i < peer_count_.size(); ++i) peer_count_[i] += s->have[i];
     }
   }
@@ -353,7 +357,7 @@ class Fetch {
       std::deque<Taken> inflight;
       bool idle = false;
       Status st = Pump(conn->get(), source, &inflight, &idle);
-      Requeue(&inflight);
+      Requeue(&inflight, source);
       if (st.ok() && idle) continue;  // a fresh connection before the source's idle timeout
       if (st.ok()) return;
       Logger().warn("weight_data: {}: {}", source->name, st.message());
@@ -372,7 +376,10 @@ class Fetch {
     ::setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     Json request = {
         {"kind", kWeightDataKind}, {"root_digest", m_.root_digest}, {"token", options_.token}};
-    if (!options_.relay.empty()) request["relay"] = options_.relay;
+    if (!options_.relay.empty()) {
+      request["relay"] = options_.relay;
+      request["session"] = session_;
+    }
     std::string frame = EncodeJsonFrame(request);
     if (::send(fd->get(), frame.data(), frame.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(frame.size())) {
@@ -392,7 +399,7 @@ class Fetch {
   Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle) {
     // A relay asks a seed for one chunk at a time per connection: the seed's
     // claim on it is then taken just before the bytes leave.
-    const int depth = source->seed && !options_.relay.empty() ? 1 : options_.pipeline;
+    const int depth = !options_.relay.empty() ? 1 : options_.pipeline;
     std::string buf;  // one chunk; never a whole file
     auto last_used = std::chrono::steady_clock::now();
     for (;;) {
@@ -427,13 +434,13 @@ class Fetch {
       const ManifestChunk& c = m_.chunks[index];
       if (status == kChunkNotHere || status == kChunkClaimed) {
         if (length != 0) return Status::DataLoss("malformed chunk response");
-        inflight->pop_front();
+        PopFront(inflight, source);
         NotThere(index, source, status, GetU32(header + 12));
         continue;
       }
       if (status == kChunkHole) {
         if (length != 0) return Status::DataLoss("malformed chunk response");
-        inflight->pop_front();
+        PopFront(inflight, source);
         if (ZeroDigest(c.length) != c.xxh3) {
           Logger().warn("weight_data: chunk {} ({} at {}) from {} is not a hole; fetching it again",
                         index, c.file, c.offset, source->name);
@@ -449,7 +456,7 @@ class Fetch {
         return Status::DataLoss("chunk " + std::to_string(index) + ": status " +
                                 std::to_string(status) + ", " + std::to_string(length) + " bytes");
       }
-      inflight->pop_front();
+      PopFront(inflight, source);
       bool verified = false;
       Status got = Receive(fd, index, &buf, &verified);
       if (!got.ok()) {
@@ -538,7 +545,11 @@ class Fetch {
     for (;;) {
       if (FinishedLocked() || source->dropped) return std::nullopt;
       const auto now = std::chrono::steady_clock::now();
-      for (uint32_t i : order_) {
+      // A relay among relays keeps one chunk in flight per seed: what a seed sends
+      // reaches the swarm sooner when its uplink is not split many ways.
+      const bool one_at_a_time =
+          source->seed && !options_.relay.empty() && live_peers_ > 0 && source->inflight >= 1;
+      for (uint32_t i : one_at_a_time ? std::vector<uint32_t>() : order_) {
         if (state_[i] != Chunk::kQueued || !source->have[i]) continue;
         Taken t{i, false};
         if (source->seed && !force_[i]) {
@@ -546,6 +557,7 @@ class Fetch {
           t.claim = true;
         }
         state_[i] = Chunk::kInFlight;
+        ++source->inflight;
         return t;
       }
       if (!wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
@@ -578,8 +590,16 @@ class Fetch {
     if (state_[i] == Chunk::kInFlight) state_[i] = Chunk::kQueued;
     changed_.notify_all();
   }
-  void Requeue(std::deque<Taken>* inflight) {
+  // Answered (or given up): no longer in flight on `source`.
+  void PopFront(std::deque<Taken>* inflight, Source* source) {
+    inflight->pop_front();
     std::lock_guard<std::mutex> lock(mu_);
+    --source->inflight;
+    changed_.notify_all();
+  }
+  void Requeue(std::deque<Taken>* inflight, Source* source) {
+    std::lock_guard<std::mutex> lock(mu_);
+    source->inflight -= static_cast<int>(inflight->size());
     for (const Taken& t : *inflight) {
       if (state_[t.index] == Chunk::kInFlight) state_[t.index] = Chunk::kQueued;
     }
@@ -624,6 +644,7 @@ class Fetch {
   const std::filesystem::path staging_;
   const FetchOptions& options_;
   FetchStats* stats_;
+  const std::string session_ = RandomHex(8);  // this fetch, to the sources it relays for
   std::mutex mu_;
   std::condition_variable changed_;               // a chunk, a source or the outcome changed
   std::vector<std::unique_ptr<Source>> sources_;  // GUARDED_BY(mu_)
@@ -634,6 +655,7 @@ class Fetch {
   std::vector<std::chrono::steady_clock::time_point> defer_until_;  // GUARDED_BY(mu_)
   std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with SDRQ
   size_t done_ = 0;              // GUARDED_BY(mu_)
+  int live_peers_ = 0;  // GUARDED_BY(mu_): relays not dropped
   bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::mutex zero_mu_;

@@ -106,7 +106,8 @@ std::shared_ptr<const ServedModel> WeightServer::FindRoot(const std::string& roo
   return it == by_root_.end() ? nullptr : it->second;
 }
 
-int WeightServer::Announce(const std::string& root, const std::string& relay, size_t chunks) {
+int WeightServer::Announce(const std::string& root, const std::string& relay,
+                           const std::string& session, size_t chunks) {
   std::lock_guard<std::mutex> lock(mu_);
   Swarm& swarm = swarms_[root];
   if (swarm.claims.size() != chunks) swarm.claims.assign(chunks, Claim{});
@@ -116,9 +117,19 @@ int WeightServer::Announce(const std::string& root, const std::string& relay, si
     it = swarm.ids.emplace(relay, static_cast<int>(swarm.addrs.size())).first;
     swarm.addrs.push_back(relay);
     swarm.seen.emplace_back();
+    swarm.sessions.push_back(session);
   }
-  swarm.seen[it->second] = std::chrono::steady_clock::now();
-  return it->second;
+  const int id = it->second;
+  if (swarm.sessions[id] != session) {
+    // The relay started over (a restart with an empty cache, say): what it was
+    // sent before may be gone.
+    swarm.sessions[id] = session;
+    for (Claim& c : swarm.claims) {
+      if (c.holder == id) c = Claim{};
+    }
+  }
+  swarm.seen[id] = std::chrono::steady_clock::now();
+  return id;
 }
 
 std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except) {
@@ -191,8 +202,15 @@ void WeightServer::Serve(int fd, const Json& request) {
     }
     relay = r->get<std::string>();
   }
+  std::string session;
+  if (auto r = request.find("session"); r != request.end()) {
+    if (!r->is_string() || r->get<std::string>().size() > 64) {
+      return error("invalid session (expected a string of at most 64 bytes)");
+    }
+    session = r->get<std::string>();
+  }
   const size_t chunk_count = model->manifest.chunks.size();
-  const int peer = relay.empty() ? -1 : Announce(root, relay, chunk_count);
+  const int peer = relay.empty() ? -1 : Announce(root, relay, session, chunk_count);
   std::string ok = EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}});
   if (!SendAll(fd, ok.data(), ok.size())) return;
   std::map<std::string, UniqueFd> files;
@@ -221,7 +239,7 @@ void WeightServer::Serve(int fd, const Json& request) {
     }
     const auto& chunks = model->manifest.chunks;
     if (state) {
-      if (peer >= 0) Announce(root, relay, chunk_count);
+      if (peer >= 0) Announce(root, relay, session, chunk_count);
       std::string body;
       if (model->available) {
         body = model->available->Bitmap();

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# weights fan-out: an origin and TARGETS (default 8) daemons, each host in its own
+# network namespace behind a veth pair on one bridge, every host's link shaped with
+# tc to RATE (default 500mbit) in both directions; a generated model of SIZE_MIB
+# (default 1024) MiB. Every target runs `seedd --pull` (serving what it has verified
+# to the others while it pulls). Reports the time for 1 target and for TARGETS
+# started at once (until every one is ready), and the bytes the origin's interface
+# sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB,
+# default "8 2": seedd's default, and smaller chunks that reach relays sooner).
+# Needs root (ip netns, tc).
+# Usage: bench/fanout.sh BIN_DIR
+set -euo pipefail
+bin="$(cd "$1" && pwd)"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+targets="${TARGETS:-8}"
+rate="${RATE:-500mbit}"
+size_mib="${SIZE_MIB:-1024}"
+reps="${REPS:-3}"
+source "$root/scripts/seedd_lib.sh"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "fanout: needs root for network namespaces and tc; skipped" >&2
+  exit 1
+fi
+for tool in ip tc iperf3; do
+  command -v "$tool" > /dev/null || { echo "fanout: needs $tool (make deps)" >&2; exit 1; }
+done
+tag="sdf$$"
+shm="$(mktemp -d /dev/shm/seedd-fanout.XXXXXX)"
+netns_cleanup() {
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do
+    ip netns pids "$ns" | xargs -r kill 2> /dev/null || true
+    ip netns del "$ns" 2> /dev/null || true
+  done
+}
+trap 'cleanup; netns_cleanup; rm -rf "$shm"' EXIT
+umask 077
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
+
+# The network: host i (0 = the origin) at 10.77.0.(i+1), its eth0 shaped on egress
+# (its upload) and the bridge port shaped on egress (its download).
+sw="$tag-sw"
+ip netns add "$sw"
+ip -n "$sw" link set lo up
+ip -n "$sw" link add br0 type bridge
+ip -n "$sw" link set br0 up
+ns() { echo "$tag-h$1"; }
+ip_of() { echo "10.77.0.$(($1 + 1))"; }
+for i in $(seq 0 "$targets"); do
+  ip netns add "$(ns "$i")"
+  ip link add eth0 netns "$(ns "$i")" type veth peer name "p$i" netns "$sw"
+  ip -n "$(ns "$i")" addr add "$(ip_of "$i")/24" dev eth0
+  ip -n "$(ns "$i")" link set lo up
+  ip -n "$(ns "$i")" link set eth0 up
+  ip -n "$sw" link set "p$i" master br0
+  ip -n "$sw" link set "p$i" up
+  ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+  ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 50ms
+done
+
+ip netns exec "$(ns 0)" iperf3 -s -B "$(ip_of 0)" -p 5201 > /dev/null 2>&1 &
+pids+=($!)
+sleep 0.5
+link_mbps="$(ip netns exec "$(ns 1)" iperf3 -c "$(ip_of 0)" -p 5201 -t 3 -J |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6)')"
+kill "${pids[-1]}"
+
+echo "fanout: generating a ${size_mib} MiB model in tmpfs"
+python3 - "$shm/model" "$size_mib" <<'PY'
+import json, os, struct, sys
+root, mib = sys.argv[1], int(sys.argv[2])
+os.makedirs(root)
+block = os.urandom(64 << 20)
+shard_mib = 256
+for i in range((mib + shard_mib - 1) // shard_mib):
+    size = min(shard_mib, mib - i * shard_mib) << 20
+    header = json.dumps({"t%d" % i: {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}).encode()
+    with open(os.path.join(root, "model-%05d.safetensors" % i), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        for k in range(size // len(block)):
+            f.write(block[k:] + block[:k])  # distinct chunks, cheap to make
+        f.write(block[: size % len(block)])
+open(os.path.join(root, "config.json"), "w").write("{}")
+PY
+model_bytes="$(du -sb --apparent-size "$shm/model" | cut -f1)"
+
+# start_in HOST NAME ARGS...: seedd in host HOST's namespace, listening on its address.
+start_in() {
+  local host="$1" name="$2"
+  shift 2
+  ip netns exec "$(ns "$host")" "$bin/seedd" --listen "$(ip_of "$host"):7420" \
+    --token-file "$work/token" --cache-dir "$shm/$name" --log-level "${LOG_LEVEL:-warn}" "$@" \
+    > "$work/$name.out" 2> "$work/$name.err" &
+  pids+=($!)
+}
+ready() { grep -q "serving on" "$work/$1.out" 2> /dev/null; }
+tx_bytes() { ip netns exec "$(ns 0)" cat /sys/class/net/eth0/statistics/tx_bytes; }
+
+# run N LABEL: N targets pull at once; prints "seconds origin_bytes".
+run() {
+  local n="$1" label="$2" first=${#pids[@]}
+  local tx0 start end
+  tx0="$(tx_bytes)"
+  start="$(date +%s.%N)"
+  for i in $(seq 1 "$n"); do
+    start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench
+  done
+  if [ -n "${TRACE:-}" ]; then  # the origin's bytes sent, every half second
+    (while :; do echo "$(date +%s.%N) $(tx_bytes)"; sleep 0.5; done) > "$work/$label.trace" &
+    local tracer=$!
+  fi
+  # Each target is ready when its ready line is written: the file's mtime.
+  local polls=0
+  until [ "$(grep -l "serving on" "$work/$label"-*.out 2> /dev/null | wc -l)" -ge "$n" ]; do
+    if [ $((++polls % 10)) = 0 ]; then
+      for p in "${pids[@]:$first}"; do
+        kill -0 "$p" 2> /dev/null || { cat "$work/$label"-*.err >&2; exit 1; }
+      done
+    fi
+    sleep 0.2
+  done
+  end="$(stat -c %.9Y "$work/$label"-*.out | sort -n | tail -1)"
+  if [ -n "${TRACE:-}" ]; then
+    kill "$tracer"
+    python3 - "$start" "$tx0" "$model_bytes" "$work/$label.trace" $(stat -c %.9Y "$work/$label"-*.out) <<'PY' >&2
+import sys
+start, tx0, model = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[4]) if len(l.split()) == 2]
+print("  origin sent (fraction of the model) by second:",
+      " ".join("%.0f:%.2f" % (t - start, (b - tx0) / model) for t, b in rows[1::2]))
+print("  targets ready at:", " ".join("%.1f" % (float(t) - start) for t in sorted(sys.argv[5:])))
+PY
+  fi
+  local sent=$(($(tx_bytes) - tx0))
+  for i in $(seq 1 "$n"); do
+    diff -r "$shm/model" "$shm/$label-$i/weights/bench/current" > /dev/null ||
+      { echo "fanout: target $i of $label differs from the model" >&2; exit 1; }
+  done
+  for p in "${pids[@]:$first}"; do kill "$p" 2> /dev/null || true; done
+  for p in "${pids[@]:$first}"; do wait "$p" 2> /dev/null || true; done
+  pids=("${pids[@]:0:$first}")
+  for i in $(seq 1 "$n"); do rm -rf "${shm:?}/$label-$i"; done
+  [ -z "${KEEP_LOGS:-}" ] || cp "$work/$label"-*.err /tmp/ 2> /dev/null || true
+  python3 -c "print('%.3f %d' % ($end - $start, $sent))"
+}
+
+results=()
+for chunk in ${CHUNKS:-8 2}; do
+  start_in 0 "origin$chunk" --model "bench=$shm/model" --chunk-mib "$chunk"
+  origin_pid="${pids[-1]}"
+  for _ in $(seq 1 6000); do ready "origin$chunk" && break; sleep 0.01; done
+  ready "origin$chunk" || { cat "$work/origin$chunk.err" >&2; exit 1; }
+  for r in $(seq 1 "$reps"); do
+    one="$(run 1 "one$chunk-$r")"
+    many="$(run "$targets" "many$chunk-$r")"
+    echo "fanout: $chunk MiB chunks, rep $r: 1 target ${one% *} s; $targets targets ${many% *} s," \
+      "origin sent ${many#* } bytes"
+    results+=("$chunk $one $many")
+  done
+  kill "$origin_pid"
+  wait "$origin_pid" 2> /dev/null || true
+  rm -rf "${shm:?}/origin$chunk"
+done
+python3 - "$targets" "$rate" "$link_mbps" "$model_bytes" "${results[@]}" <<'PY'
+import collections, statistics, sys
+n, rate, link, model = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+by_chunk = collections.defaultdict(list)
+for r in sys.argv[5:]:
+    chunk, t1, b1, tn, bn = r.split()
+    by_chunk[chunk].append((float(t1), int(b1), float(tn), int(bn)))
+print()
+print("weights fan-out (%.0f MiB model, %d targets, every link %s; iperf3 between two hosts "
+      "%.0f Mbit/s)" % (model / 1048576, n, rate, link))
+print("  chunk   1 target   %d targets   ratio (<= 1.3x)   origin sent, %d targets (<= 1.5x)"
+      % (n, n))
+for chunk, rows in by_chunk.items():
+    t1 = statistics.median(r[0] for r in rows)
+    tn = statistics.median(r[2] for r in rows)
+    bn = statistics.median(r[3] for r in rows)
+    print("  %2s MiB  %7.2f s  %8.2f s   %6.2fx           %.2fx the model"
+          % (chunk, t1, tn, tn / t1, bn / model))
+print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
+      % (len(rows), n))
+PY
