@@ -25,10 +25,10 @@ namespace seedd {
 namespace {
 
 constexpr int kMaxSourceFailures = 3;
-constexpr size_t kMaxSources = 256;              // seeds and relays of one fetch
-constexpr size_t kMaxPeerListBytes = 64 * 1024;  // in a state response
-constexpr auto kIdleWait = std::chrono::milliseconds(50);
-constexpr auto kReconnectIdle = std::chrono::seconds(20);  // sources close idle data connections
+constexpr size_t kMaxSources = 256;                         // seeds and relays of one fetch
+constexpr size_t kMaxPeerListBytes = 64 * 1024;             // in a state response
+constexpr auto kIdleWait = std::chrono::milliseconds(200);  // changes notify; deferrals expire
+constexpr auto kReconnectIdle = std::chrono::seconds(20);   // sources close idle data connections
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
 // A chunk a relay was sent this long ago that no relay offers is asked of the seed.
 constexpr auto kForceAfter = std::chrono::seconds(5);
@@ -655,7 +655,7 @@ class Fetch {
   std::vector<std::chrono::steady_clock::time_point> defer_until_;  // GUARDED_BY(mu_)
   std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with SDRQ
   size_t done_ = 0;              // GUARDED_BY(mu_)
-  int live_peers_ = 0;  // GUARDED_BY(mu_): relays not dropped
+  int live_peers_ = 0;           // GUARDED_BY(mu_): relays not dropped
   bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::mutex zero_mu_;
