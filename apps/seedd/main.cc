@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
       "(--warmup) before it prints 'seedd: serving on HOST:PORT'. The shared token comes\n"
       "from --token-file or SEEDD_TOKEN; never put it on a command line."};
   std::string listen = "127.0.0.1:7420";
-  std::string source;
+  std::vector<std::string> sources;
   std::string token_file;
   std::string cache_dir;
   std::string log_level = "info";
@@ -54,8 +54,10 @@ int main(int argc, char** argv) {
                  "HOST:PORT or [V6ADDR]:PORT to serve peers on; port 0 picks a free port. "
                  "The channel is not encrypted: keep it on a trusted network")
       ->capture_default_str();
-  app.add_option("--source", source,
-                 "HOST:PORT of the warm peer daemon that kinds adopting at start seed from");
+  app.add_option("--source", sources,
+                 "HOST:PORT of a warm peer daemon (repeatable): kinds adopting at start seed "
+                 "from the first; --pull fetches from all of them")
+      ->take_all();
   app.add_option("--token-file", token_file,
                  "file holding the shared token (default: the SEEDD_TOKEN environment variable)");
   app.add_option("--cache-dir", cache_dir,
@@ -129,10 +131,14 @@ int main(int argc, char** argv) {
   auto parsed_listen = seedd::ParseHostPort(listen);
   if (!parsed_listen.ok()) return Fail("--listen: " + parsed_listen.status().message());
   options.seed.listen = *parsed_listen;
-  if (!source.empty()) {
-    auto parsed_source = seedd::ParseHostPort(source);
+  for (const std::string& text : sources) {
+    auto parsed_source = seedd::ParseHostPort(text);
     if (!parsed_source.ok()) return Fail("--source: " + parsed_source.status().message());
-    options.seed.source = *parsed_source;
+    if (!options.seed.source.has_value()) {
+      options.seed.source = *parsed_source;
+    } else {
+      options.more_sources.push_back(*parsed_source);
+    }
   }
   std::optional<std::filesystem::path> token_path;
   if (!token_file.empty()) token_path = token_file;

@@ -33,7 +33,9 @@ struct AutotuneOptions {
 };
 
 struct DaemonOptions {
-  SeedConfig seed;
+  SeedConfig seed;  // seed.source: the first --source
+  // Further --source daemons: --pull fetches from every source at once.
+  std::vector<HostPort> more_sources;
   std::filesystem::path cache_dir;
   // Shared stores (file://, redis://, s3:// URLs), consulted in this order after
   // the local disk store. One that cannot be built fails Create.

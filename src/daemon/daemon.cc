@@ -57,17 +57,24 @@ namespace {
 Result<ServedModel> PullAtStart(const DaemonOptions& options, const std::string& name,
                                 const std::string& relay, WeightServer& weights) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
-  SeedConfig client;
-  client.source = options.seed.source;
-  client.token = options.seed.token;
-  Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
-  if (!transport.ok()) return transport.status();
+  std::vector<HostPort> sources = {*options.seed.source};
+  sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
   const std::filesystem::path base = options.cache_dir / "weights" / name;
   Json request = {{"kind", kWeightShardsKind}, {"model", name}};
   if (!relay.empty()) request["relay"] = relay;
-  std::optional<Json> response = (*transport)->Request(request);
+  // The manifest from the first source that has the model.
+  std::optional<Json> response;
+  for (const HostPort& source : sources) {
+    SeedConfig client;
+    client.source = source;
+    client.token = options.seed.token;
+    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
+    if (!transport.ok()) return transport.status();
+    response = (*transport)->Request(request);
+    if (response.has_value() && (*response)["status"] == "ok") break;
+  }
   if (!response.has_value() || (*response)["status"] != "ok") {
-    // A restart without its source still has the copy it pulled before.
+    // A restart without its sources still has the copy it pulled before.
     std::error_code ec;
     if (std::filesystem::is_directory(base / "current", ec)) {
       Logger().warn("Cannot pull model {} from {}; serving the local copy {}", name,
@@ -80,7 +87,7 @@ Result<ServedModel> PullAtStart(const DaemonOptions& options, const std::string&
       if (!m.ok()) return m.status();
       return ServedModel{std::move(*m), dir, nullptr};
     }
-    if (!response.has_value()) return Status::Unavailable("no response from the source");
+    if (!response.has_value()) return Status::Unavailable("no response from any source");
     return Status::NotFound("the source answered " + DumpJson(*response));
   }
   Result<Manifest> manifest = ParseManifest((*response)["payload"]);
@@ -99,7 +106,7 @@ Result<ServedModel> PullAtStart(const DaemonOptions& options, const std::string&
     weights.Publish(ServedModel{served, StagingDir(dir), fetch.verified});
     FetchStats stats;
     const auto start = std::chrono::steady_clock::now();
-    SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, {*options.seed.source}, dir, fetch, &stats));
+    SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, sources, dir, fetch, &stats));
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Logger().info(

@@ -369,12 +369,27 @@ TEST_F(E2eTest, ADaemonPullsAModelAtStartThenServesIt) {
   EXPECT_EQ(log.find("Pulled model"), std::string::npos) << log;
 }
 
+TEST_F(E2eTest, ADaemonPullsFromEverySourceAndSkipsOneThatIsDown) {
+  const auto model = dir_.path() / "model";
+  WriteFile(model / "w.bin", RandomBytes(3 << 20));
+  std::string a_addr, b_addr;
+  auto a = StartDaemon(dir_.path() / "a", &a_addr, {"--model", "m=" + model.string()});
+  // The first source listens nowhere: the manifest and the bytes come from A.
+  const std::string down = "127.0.0.1:" + std::to_string(testing::FreePort());
+  auto b = StartDaemon(dir_.path() / "b", &b_addr,
+                       {"--source", down, "--source", a_addr, "--pull", "m"});
+  const auto current = dir_.path() / "b" / "weights" / "m" / "current";
+  ASSERT_TRUE(std::filesystem::is_symlink(current));
+  EXPECT_EQ(ReadFile(current / "w.bin"), ReadFile(model / "w.bin"));
+}
+
 TEST_F(E2eTest, HelpExplainsEveryFlag) {
   auto seedd_help = RunCommand({SEEDD_BIN, "--help"});
   EXPECT_EQ(seedd_help.status, 0);
-  for (const char* flag : {"--listen", "--source", "--token-file", "--cache-dir", "--log-level",
-                           "--store", "--warmup", "--autotune-runner", "--autotune-root",
-                           "--config-hash", "--dp-rank", "--rank", "--no-autotune"}) {
+  for (const char* flag :
+       {"--listen", "--source", "--token-file", "--cache-dir", "--log-level", "--store", "--warmup",
+        "--autotune-runner", "--autotune-root", "--config-hash", "--dp-rank", "--rank",
+        "--no-autotune", "--model", "--pull", "--advertise", "--chunk-mib"}) {
     EXPECT_NE(seedd_help.out.find(flag), std::string::npos) << flag;
   }
   auto fetch_help = RunCommand({SEEDCTL_BIN, "fetch", "--help"});
