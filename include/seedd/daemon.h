@@ -13,6 +13,7 @@
 
 #include "seedd/seed_config.h"
 #include "seedd/seed_transport.h"
+#include "seedd/seedable.h"
 #include "seedd/status.h"
 
 namespace seedd {
@@ -81,11 +82,13 @@ class Daemon {
 
  private:
   Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
-         std::shared_ptr<FlashInferWarmupCache> autotune, std::shared_ptr<WeightServer> weights);
+         std::shared_ptr<FlashInferWarmupCache> autotune, std::shared_ptr<WeightServer> weights,
+         SeedablePtr weight_shards);
   DaemonOptions options_;
   std::unique_ptr<SeedTransport> transport_;
   std::shared_ptr<FlashInferWarmupCache> autotune_;
   std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
+  SeedablePtr weight_shards_;              // null likewise
 };
 
 }  // namespace seedd

@@ -51,77 +51,52 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
 
 namespace {
 
-// Fetches model `name` from the configured source into the cache directory,
-// serving the chunks verified so far through `weights` meanwhile (a relay when
-// `relay` is set), and points <name>/current at it; returns what to serve.
-Result<ServedModel> PullAtStart(const DaemonOptions& options, const std::string& name,
-                                const std::string& relay, WeightServer& weights) {
+// Adopts model `name` (kind weight_shards) from the first source that has it:
+// its Install fetches the bytes from every source and the relays, serving what
+// is verified so far meanwhile (as a relay when `relay` is set). A daemon whose
+// sources fail serves the copy it pulled before, if any.
+Status PullAtStart(const DaemonOptions& options, const std::string& name, const std::string& relay,
+                   Seedable& weight_shards, WeightServer& server) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
   std::vector<HostPort> sources = {*options.seed.source};
   sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
-  const std::filesystem::path base = options.cache_dir / "weights" / name;
-  Json request = {{"kind", kWeightShardsKind}, {"model", name}};
-  if (!relay.empty()) request["relay"] = relay;
-  // The manifest from the first source that has the model.
-  std::optional<Json> response;
+  Json ctx = {{"model", name}};
+  if (!relay.empty()) ctx["relay"] = relay;
+  AdoptOutcome outcome = AdoptOutcome::kNoResponse;
   for (const HostPort& source : sources) {
     SeedConfig client;
     client.source = source;
     client.token = options.seed.token;
     Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
     if (!transport.ok()) return transport.status();
-    response = (*transport)->Request(request);
-    if (response.has_value() && (*response)["status"] == "ok") break;
+    outcome = (*transport)->Adopt(weight_shards, ctx);
+    if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
+    if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
   }
-  if (!response.has_value() || (*response)["status"] != "ok") {
-    // A restart without its sources still has the copy it pulled before.
-    std::error_code ec;
-    if (std::filesystem::is_directory(base / "current", ec)) {
-      Logger().warn("Cannot pull model {} from {}; serving the local copy {}", name,
-                    options.seed.source->ToString(), (base / "current").string());
-      const std::filesystem::path dir = std::filesystem::canonical(base / "current", ec);
-      BuildOptions build;
-      build.digest_cache = options.cache_dir / "weights" / ".digests";
-      build.chunk_size = options.weight_chunk_bytes;
-      Result<Manifest> m = BuildManifest(name, dir, build);
-      if (!m.ok()) return m.status();
-      return ServedModel{std::move(*m), dir, nullptr};
-    }
-    if (!response.has_value()) return Status::Unavailable("no response from any source");
-    return Status::NotFound("the source answered " + DumpJson(*response));
-  }
-  Result<Manifest> manifest = ParseManifest((*response)["payload"]);
-  if (!manifest.ok()) return manifest.status();
-  const std::filesystem::path dir = base / manifest->fingerprint;
+  // A restart without its sources still has the copy it pulled before.
+  const std::filesystem::path current = options.cache_dir / "weights" / name / "current";
   std::error_code ec;
-  std::filesystem::create_directories(base, ec);
-  if (!std::filesystem::exists(dir)) {
-    FetchOptions fetch;
-    fetch.token = options.seed.token;
-    fetch.relay = relay;
-    fetch.verified = std::make_shared<ChunkSet>(manifest->chunks.size());
-    // Other fetchers may take what is verified already from here.
-    Manifest served = *manifest;
-    served.sources.clear();
-    weights.Publish(ServedModel{served, StagingDir(dir), fetch.verified});
-    FetchStats stats;
-    const auto start = std::chrono::steady_clock::now();
-    SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, sources, dir, fetch, &stats));
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Logger().info(
-        "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
-        "resumed chunks)",
-        name, manifest->total_size, secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
-        stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed);
+  if (std::filesystem::is_directory(current, ec)) {
+    Logger().warn("Cannot pull model {}; serving the local copy {}", name, current.string());
+    const std::filesystem::path dir = std::filesystem::canonical(current, ec);
+    BuildOptions build;
+    build.digest_cache = options.cache_dir / "weights" / ".digests";
+    build.chunk_size = options.weight_chunk_bytes;
+    Result<Manifest> m = BuildManifest(name, dir, build);
+    if (!m.ok()) return m.status();
+    server.Publish(ServedModel{std::move(*m), dir, nullptr});
+    return Status::Ok();
   }
-  // Switch <name>/current atomically: a new link renamed over the old one.
-  const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
-  std::filesystem::create_directory_symlink(manifest->fingerprint, tmp, ec);
-  if (!ec) std::filesystem::rename(tmp, base / "current", ec);
-  if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
-  manifest->sources.clear();
-  return ServedModel{std::move(*manifest), dir, nullptr};
+  switch (outcome) {
+    case AdoptOutcome::kRejected:
+      return Status::Unavailable("the model could not be fetched (the reason is logged above)");
+    case AdoptOutcome::kMiss:
+      return Status::NotFound("no source serves model '" + name + "'");
+    case AdoptOutcome::kNotOk:
+      return Status::Unavailable("the sources answered with an error (logged above)");
+    default:
+      return Status::Unavailable("no response from any source");
+  }
 }
 
 bool IsWildcard(const HostPort& hp) {
@@ -169,6 +144,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared)),
                                         autotune};
   std::shared_ptr<WeightServer> weights;
+  SeedablePtr weight_shards;
   if (!options.models.empty() || !options.pulls.empty()) {
     std::vector<ServedModel> served;
     BuildOptions build;
@@ -182,7 +158,14 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       served.push_back({std::move(*m), dir, nullptr});
     }
     weights = std::make_shared<WeightServer>(std::move(served));
-    seedables.push_back(NewWeightShardsSeedable(weights));
+    WeightInstallOptions install;
+    install.cache_dir = options.cache_dir;
+    install.token = options.seed.token;
+    if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
+    install.sources.insert(install.sources.end(), options.more_sources.begin(),
+                           options.more_sources.end());
+    weight_shards = NewWeightShardsSeedable(weights, std::move(install));
+    seedables.push_back(weight_shards);
     options.transport.stream_handlers[std::string(kWeightDataKind)] =
         [weights](int fd, const Json& request) { weights->Serve(fd, request); };
   }
@@ -190,16 +173,18 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();
   return std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport),
-                                            std::move(autotune), std::move(weights)));
+                                            std::move(autotune), std::move(weights),
+                                            std::move(weight_shards)));
 }
 
 Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
                std::shared_ptr<FlashInferWarmupCache> autotune,
-               std::shared_ptr<WeightServer> weights)
+               std::shared_ptr<WeightServer> weights, SeedablePtr weight_shards)
     : options_(std::move(options)),
       transport_(std::move(transport)),
       autotune_(std::move(autotune)),
-      weights_(std::move(weights)) {}
+      weights_(std::move(weights)),
+      weight_shards_(std::move(weight_shards)) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -235,12 +220,8 @@ Result<std::optional<HostPort>> Daemon::Start() {
           "without --advertise");
     }
     for (const std::string& name : options_.pulls) {
-      Result<ServedModel> model = PullAtStart(options_, name, relay, *weights_);
-      if (!model.ok()) return model.status().WithContext("--pull " + name);
-      Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
-                    model->dir.string(), model->manifest.files.size(), model->manifest.total_size,
-                    model->manifest.root_digest);
-      weights_->Publish(std::move(*model));
+      Status pulled = PullAtStart(options_, name, relay, *weight_shards_, *weights_);
+      if (!pulled.ok()) return pulled.WithContext("--pull " + name);
     }
   }
   return bound;

@@ -413,6 +413,43 @@ TEST_F(WeightsTest, AFetchingServerServesOnlyWhatItHasAndSaysWhoElseHasIt) {
   EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);
 }
 
+TEST_F(WeightsTest, TheWeightShardsKindInstallsWhatItAdoptsAndServesIt) {
+  HostPort origin = Serve(model_);
+  auto server = std::make_shared<WeightServer>(std::vector<ServedModel>{});
+  WeightInstallOptions install;
+  install.cache_dir = dir_.path() / "target";
+  install.sources = {origin};
+  install.token = kToken;
+  SeedablePtr kind = NewWeightShardsSeedable(server, install);
+  SeedConfig config;
+  config.source = origin;
+  config.token = kToken;
+  auto t = SeedTransport::Create({}, config);
+  ASSERT_EQ((*t)->Adopt(*kind, Json{{"model", "tiny"}}), AdoptOutcome::kAdopted);
+  const auto current = dir_.path() / "target" / "weights" / "tiny" / "current";
+  EXPECT_TRUE(std::filesystem::is_symlink(current));
+  EXPECT_TRUE(SameTree(model_, current));
+  std::shared_ptr<const ServedModel> served = server->FindModel("tiny");
+  ASSERT_NE(served, nullptr);
+  EXPECT_EQ(served->available, nullptr);  // complete: served whole
+  EXPECT_EQ(served->dir, std::filesystem::canonical(current));
+  // A manifest of another model, or a name that is not one path component, is
+  // refused before anything is written.
+  Json manifest = ManifestFrom(origin).ToJson();
+  Status other = kind->Install(Json{{"model", "other"}}, manifest);
+  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument) << other.ToString();
+  EXPECT_NE(other.message().find("not 'other'"), std::string::npos) << other.message();
+  for (const char* bad : {"../tiny", "a/b", "", "."}) {
+    EXPECT_EQ(kind->Install(Json{{"model", bad}}, manifest).code(), StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "target" / "weights" / "other"));
+  // A daemon with no source cannot install weights.
+  SeedablePtr serving_only = NewWeightShardsSeedable(server);
+  EXPECT_EQ(serving_only->Install(Json{{"model", "tiny"}}, manifest).code(),
+            StatusCode::kFailedPrecondition);
+}
+
 TEST_F(WeightsTest, RelaysSpareTheOrigin) {
   WriteRandom(model_ / "big.bin", 24 << 20, 7);
   // The origin: a server whose bytes are counted.

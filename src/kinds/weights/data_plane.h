@@ -107,11 +107,23 @@ class WeightServer {
   std::atomic<uint64_t> bytes_served_{0};
 };
 
+// Where the weight_shards kind installs what it adopts, and from where.
+struct WeightInstallOptions {
+  std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<fingerprint>
+  std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
+  std::string token;
+};
+
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),
 // "relay": HOST:PORT (optional)}, payload the model's manifest whose "sources"
-// list the relays of the same root digest. The target side validates the
-// manifest; the bytes move with FetchModel (seedctl pull, seedd --pull).
-SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server);
+// list the relays of the same root digest. The target validates the manifest;
+// Install (ctx {"model": NAME, "relay": HOST:PORT (optional)}) then fetches the
+// bytes on the data plane from `install.sources` and the relays, serving the
+// chunks verified so far through `server` meanwhile, commits the model under
+// <cache_dir>/weights/NAME/<fingerprint>, switches NAME/current to it
+// atomically and serves it.
+SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
+                                    WeightInstallOptions install = {});
 
 struct FetchOptions {
   std::string token;

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "common/crypto.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
@@ -306,8 +307,8 @@ namespace {
 
 class WeightShardsSeedable final : public Seedable {
  public:
-  explicit WeightShardsSeedable(std::shared_ptr<WeightServer> server)
-      : server_(std::move(server)) {}
+  WeightShardsSeedable(std::shared_ptr<WeightServer> server, WeightInstallOptions install)
+      : server_(std::move(server)), install_(std::move(install)) {}
   std::string_view kind() const override { return kWeightShardsKind; }
   Result<Json> RequestParams(const Json& ctx) const override { return ctx; }
   Result<std::optional<Json>> Resolve(const Json& request) const override {
@@ -337,19 +338,72 @@ class WeightShardsSeedable final : public Seedable {
     if (!m.ok()) return m.status();
     return payload;
   }
-  // The bytes move on the data plane (FetchModel), not through Install.
-  Status Install(const Json&, const Json&) override {
-    return Status::FailedPrecondition("weight_shards are installed with FetchModel");
+  Status Install(const Json& ctx, const Json& payload) override {
+    if (install_.sources.empty()) {
+      return Status::FailedPrecondition("no source to fetch the model's bytes from");
+    }
+    auto name_it = ctx.find("model");
+    if (name_it == ctx.end() || !name_it->is_string()) {
+      return Status::InvalidArgument("field 'model' must be a string");
+    }
+    const std::string name = name_it->get<std::string>();
+    if (!ValidateRelativePath(name).ok() || name.find('/') != std::string::npos) {
+      return Status::InvalidArgument("model name '" + name + "' is not a single path component");
+    }
+    Result<Manifest> manifest = ParseManifest(payload);
+    if (!manifest.ok()) return manifest.status();
+    if (manifest->model != name) {
+      return Status::InvalidArgument("the source sent the manifest of model '" + manifest->model +
+                                     "', not '" + name + "'");
+    }
+    const std::filesystem::path base = install_.cache_dir / "weights" / name;
+    const std::filesystem::path dir = base / manifest->fingerprint;
+    std::error_code ec;
+    std::filesystem::create_directories(base, ec);
+    if (ec) return Status::IoError("create " + base.string() + ": " + ec.message());
+    if (!std::filesystem::exists(dir, ec)) {
+      FetchOptions fetch;
+      fetch.token = install_.token;
+      if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
+      fetch.verified = std::make_shared<ChunkSet>(manifest->chunks.size());
+      // Other fetchers may take what is verified already from here.
+      Manifest partial = *manifest;
+      partial.sources.clear();
+      server_->Publish(ServedModel{std::move(partial), StagingDir(dir), fetch.verified});
+      FetchStats stats;
+      const auto start = std::chrono::steady_clock::now();
+      SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, install_.sources, dir, fetch, &stats));
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Logger().info(
+          "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
+          "resumed chunks)",
+          name, manifest->total_size, secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
+          stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed);
+    }
+    // Switch <name>/current atomically: a new link renamed over the old one.
+    const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
+    std::filesystem::create_directory_symlink(manifest->fingerprint, tmp, ec);
+    if (!ec) std::filesystem::rename(tmp, base / "current", ec);
+    if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
+    manifest->sources.clear();
+    Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
+                  dir.string(), manifest->files.size(), manifest->total_size,
+                  manifest->root_digest);
+    server_->Publish(ServedModel{std::move(*manifest), dir, nullptr});
+    return Status::Ok();
   }
 
  private:
   std::shared_ptr<WeightServer> server_;
+  const WeightInstallOptions install_;
 };
 
 }  // namespace
 
-SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server) {
-  return std::make_shared<WeightShardsSeedable>(std::move(server));
+SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
+                                    WeightInstallOptions install) {
+  return std::make_shared<WeightShardsSeedable>(std::move(server), std::move(install));
 }
 
 }  // namespace seedd
