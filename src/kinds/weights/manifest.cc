@@ -146,6 +146,26 @@ std::string Xxh3Hex(std::string_view data) {
   return HexBytes(c.digest, sizeof(c.digest));
 }
 
+Xxh3Stream::Xxh3Stream() : state_(XXH3_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  Reset();
+}
+
+Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void Xxh3Stream::Reset() { XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_)); }
+
+void Xxh3Stream::Update(std::string_view piece) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), piece.data(), piece.size());
+}
+
+std::string Xxh3Stream::HexDigest() const {
+  XXH128_hash_t h = XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_));
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  return HexBytes(c.digest, sizeof(c.digest));
+}
+
 Status ValidateRelativePath(std::string_view path) {
   auto bad = [&](const char* why) {
     return Status::InvalidArgument("unsafe path '" + std::string(path.substr(0, 200)) +

@@ -84,4 +84,19 @@ Status ValidateRelativePath(std::string_view path);
 // XXH3-128 of `data`, canonical hex.
 std::string Xxh3Hex(std::string_view data);
 
+// XXH3-128 over data given in pieces; HexDigest equals Xxh3Hex of the whole.
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void Reset();
+  void Update(std::string_view piece);
+  std::string HexDigest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
+
 }  // namespace seedd
