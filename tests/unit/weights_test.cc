@@ -246,5 +246,21 @@ TEST(Manifest, ASparseShardWithOffsetsBeyondFourGibibytes) {
   EXPECT_TRUE(ParseManifest(m->ToJson()).ok());
 }
 
+TEST(Xxh3Stream, AnySplitGivesTheDigestOfTheWhole) {
+  std::string data(1 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::string whole = Xxh3Hex(data);
+  for (size_t piece : {size_t{1}, size_t{63}, size_t{4096}, size_t{256 * 1024}, data.size()}) {
+    Xxh3Stream s;
+    for (size_t off = 0; off < data.size(); off += piece) {
+      s.Update(std::string_view(data).substr(off, piece));
+    }
+    EXPECT_EQ(s.HexDigest(), whole) << piece;
+  }
+  Xxh3Stream empty;
+  EXPECT_EQ(empty.HexDigest(), Xxh3Hex(""));
+  EXPECT_NE(whole, Xxh3Hex(data.substr(1)));
+}
+
 }  // namespace
 }  // namespace seedd
