@@ -7,6 +7,7 @@
 # started at once (until every one is ready), and the bytes the origin's interface
 # sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB,
 # default "8 2": seedd's default, and smaller chunks that reach relays sooner).
+# MTU (default 1500) sets the links' MTU.
 # Needs root (ip netns, tc).
 # Usage: bench/fanout.sh BIN_DIR
 set -euo pipefail
@@ -50,7 +51,8 @@ for i in $(seq 0 "$targets"); do
   ip link add eth0 netns "$(ns "$i")" type veth peer name "p$i" netns "$sw"
   ip -n "$(ns "$i")" addr add "$(ip_of "$i")/24" dev eth0
   ip -n "$(ns "$i")" link set lo up
-  ip -n "$(ns "$i")" link set eth0 up
+  ip -n "$(ns "$i")" link set eth0 mtu "${MTU:-1500}" up
+  ip -n "$sw" link set "p$i" mtu "${MTU:-1500}"
   ip -n "$sw" link set "p$i" master br0
   ip -n "$sw" link set "p$i" up
   ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
@@ -121,6 +123,10 @@ run() {
   end="$(stat -c %.9Y "$work/$label"-*.out | sort -n | tail -1)"
   if [ -n "${TRACE:-}" ]; then
     kill "$tracer"
+    for i in 0 1 2; do
+      echo "  host $i upload: $(ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 | grep -o 'dropped [0-9]*, overlimits [0-9]*')," \
+        "download: $(ip netns exec "$sw" tc -s qdisc show dev "p$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*')" >&2
+    done
     python3 - "$start" "$tx0" "$model_bytes" "$work/$label.trace" $(stat -c %.9Y "$work/$label"-*.out) <<'PY' >&2
 import sys
 start, tx0, model = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

@@ -129,7 +129,7 @@ struct FetchOptions {
   std::string token;
   int connections_per_source = 4;  // to each seed (a source given by the caller)
   int pipeline = 4;                // chunk requests in flight per connection
-  int connections_per_peer = 2;    // to each relay learnt from the manifest or a state
+  int connections_per_peer = 1;    // to each relay learnt from the manifest or a state
   std::chrono::milliseconds timeout{30000};
   std::chrono::milliseconds state_interval{200};  // how often sources' states are asked
   // Also check every file's SHA-256 against the manifest before committing (for

@@ -153,6 +153,7 @@ class Fetch {
         return ErrnoStatus("size " + path.string(), errno);
       }
       files_[f.path] = std::move(fd);
+      write_mu_.emplace(f.path, std::make_unique<std::mutex>());
     }
     journal_.Reset(
         ::open((staging_ / kJournal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
@@ -491,6 +492,7 @@ class Fetch {
   Status Receive(int sock, uint32_t index, std::string* buf, bool* verified) {
     const ManifestChunk& c = m_.chunks[index];
     const int file = files_.at(c.file).get();
+    std::mutex& file_mu = *write_mu_.at(c.file);
     buf->resize(kPieceBytes);
     Xxh3Stream hash;
     Status st;
@@ -499,6 +501,9 @@ class Fetch {
       st = RecvAll(sock, buf->data(), n);
       if (!st.ok()) break;
       hash.Update(std::string_view(buf->data(), n));
+      // Writers of one file take turns here, asleep, rather than spinning on
+      // the file's lock in the kernel (a third of the CPU of 8 relays).
+      std::lock_guard<std::mutex> lock(file_mu);
       st = WriteAt(file, c.file, buf->data(), n, c.offset + done);
       done += n;
     }
@@ -680,6 +685,7 @@ class Fetch {
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
   std::map<std::string, UniqueFd> files_;
+  std::map<std::string, std::unique_ptr<std::mutex>> write_mu_;  // one per file
   UniqueFd journal_;
 };
 
