@@ -61,6 +61,7 @@ bench: build
 	bash bench/stores.sh $(BUILD)/bin
 	bash bench/warmup.sh $(BUILD)/bin
 	bash bench/weights.sh $(BUILD)/bin
+	bash bench/fanout.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -7,8 +7,9 @@
 # started at once (until every one is ready), and the bytes the origin's interface
 # sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB,
 # default "8 2": seedd's default, and smaller chunks that reach relays sooner).
-# MTU (default 1500) sets the links' MTU.
-# Needs root (ip netns, tc).
+# MTU (default 1500) sets the links' MTU; TRACE=1 prints, per run, the origin's
+# bytes sent by second, when each target was ready and the qdiscs' drops;
+# LOG_LEVEL sets the daemons' log level. Needs root (ip netns, tc).
 # Usage: bench/fanout.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
@@ -22,9 +23,10 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "fanout: needs root for network namespaces and tc; skipped" >&2
   exit 1
 fi
-for tool in ip tc iperf3; do
-  command -v "$tool" > /dev/null || { echo "fanout: needs $tool (make deps)" >&2; exit 1; }
-done
+if ! command -v iperf3 > /dev/null || ! command -v tc > /dev/null; then
+  echo "fanout: installing iperf3 and iproute2 (Debian packages)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iperf3 iproute2 > /dev/null
+fi
 tag="sdf$$"
 shm="$(mktemp -d /dev/shm/seedd-fanout.XXXXXX)"
 netns_cleanup() {
