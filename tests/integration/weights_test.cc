@@ -450,6 +450,34 @@ TEST_F(WeightsTest, TheWeightShardsKindInstallsWhatItAdoptsAndServesIt) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST_F(WeightsTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
+  // Large enough that the liar's state arrives long before the seed is done.
+  WriteRandom(model_ / "big.bin", 96 << 20, 11);
+  HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  // Its state says it has every chunk; every chunk request gets "not here".
+  auto all = std::make_shared<ChunkSet>(m.chunks.size());
+  for (size_t i = 0; i < m.chunks.size(); ++i) all->Set(i);
+  auto liar = std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{m, dir_.path() / "nothing-here", all}});
+  SeedConfig config;
+  config.listen = HostPort{"127.0.0.1", 0};
+  config.token = kToken;
+  TransportOptions topts;
+  topts.stream_handlers["weight_data"] = [liar](int fd, const Json& r) { liar->Serve(fd, r); };
+  auto t = SeedTransport::Create({}, config, topts);
+  HostPort liar_addr = **(*t)->StartListener();
+  Manifest listed = m;
+  listed.sources = {liar_addr.ToString()};  // as a source's manifest would list a relay
+  FetchStats stats;
+  Status s = FetchModel(listed, {origin}, dir_.path() / "dest", Options(), &stats);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{liar_addr.ToString()});
+  EXPECT_EQ(stats.bytes_from_peers, 0u);
+  (*t)->Close();
+}
+
 TEST_F(WeightsTest, RelaysSpareTheOrigin) {
   WriteRandom(model_ / "big.bin", 24 << 20, 7);
   // The origin: a server whose bytes are counted.

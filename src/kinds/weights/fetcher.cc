@@ -595,10 +595,18 @@ class Fetch {
     std::lock_guard<std::mutex> lock(mu_);
     state_[index] = Chunk::kQueued;
     if (status == kChunkNotHere) {
-      if (source->have[index] && !source->seed && !source->dropped && peer_count_[index] > 0) {
+      const bool offered = source->have[index];
+      if (offered && !source->seed && !source->dropped && peer_count_[index] > 0) {
         --peer_count_[index];
       }
       source->have[index] = false;
+      if (offered && !source->seed) {
+        // A relay's verified chunks only ever grow: offering one and then not
+        // serving it is a lie (or a restart), and counts as a failure.
+        Logger().warn("weight_data: relay {} offered chunk {} but does not serve it", source->name,
+                      index);
+        FailLocked(source);
+      }
     } else if (aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter &&
                peer_count_[index] == 0) {
       // A relay got it long ago yet none offers it: ask the seed for it anyway.
