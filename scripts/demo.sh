@@ -79,6 +79,36 @@ s="$(date +%s.%N)"
 diff -r "$work/model" "$work/B/weights/demo" > /dev/null || { echo "demo: the pulled model differs" >&2; exit 1; }
 echo "demo: the pulled model is byte-identical (every chunk verified with XXH3-128 as it landed)"
 
+# A fleet: an origin and two daemons pulling the model from it at once; each
+# relays the chunks it has verified to the other, so the origin sends about one
+# copy. The origin logs what it served when it stops.
+start_seedd O --model "demo=$work/model"
+origin="$addr"
+origin_pid="${pids[-1]}"
+s="$(date +%s.%N)"
+for n in R1 R2; do
+  "$bin/seedd" --listen 127.0.0.1:0 --token-file "$work/token" --cache-dir "$work/$n" \
+    --source "$origin" --pull demo > "$work/$n.out" 2> "$work/$n.err" &
+  pids+=($!)
+done
+for n in R1 R2; do
+  for _ in $(seq 1 6000); do grep -q "serving on" "$work/$n.out" 2> /dev/null && break; sleep 0.01; done
+  grep -q "serving on" "$work/$n.out" || { echo "demo: $n did not pull:" >&2; cat "$work/$n.err" >&2; exit 1; }
+  diff -r "$work/model" "$work/$n/weights/demo/current" > /dev/null ||
+    { echo "demo: $n's copy differs" >&2; exit 1; }
+done
+fleet_secs="$(py "print('%.2f' % ($(date +%s.%N) - $s))")"
+kill -TERM "$origin_pid"
+wait "$origin_pid" || { echo "demo: the origin did not stop cleanly" >&2; exit 1; }
+rest=()
+for p in "${pids[@]}"; do [ "$p" = "$origin_pid" ] || rest+=("$p"); done
+pids=("${rest[@]}")
+served="$(sed -n 's/.*Weight data plane: served \([0-9]*\) bytes.*/\1/p' "$work/O.err")"
+model_bytes="$(du -sb --apparent-size "$work/model" | cut -f1)"
+py "print('demo: 2 daemons pulled the model at once in $fleet_secs s, byte-identical; the origin sent'
+         ' %.1f MiB for 2 copies of %.1f MiB (%.2fx the model): they relayed the rest to each other'
+         % ($served / 1048576, $model_bytes / 1048576, $served / $model_bytes))"
+
 for p in "${pids[@]:1}"; do kill -TERM "$p"; done
 for p in "${pids[@]:1}"; do wait "$p" || { echo "demo: a daemon did not stop cleanly" >&2; exit 1; }; done
 echo "demo: all daemons stopped cleanly"

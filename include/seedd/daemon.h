@@ -89,6 +89,7 @@ class Daemon {
   std::shared_ptr<FlashInferWarmupCache> autotune_;
   std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
   SeedablePtr weight_shards_;              // null likewise
+  bool stopped_ = false;
 };
 
 }  // namespace seedd

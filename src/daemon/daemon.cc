@@ -227,6 +227,12 @@ Result<std::optional<HostPort>> Daemon::Start() {
   return bound;
 }
 
-void Daemon::Stop() { transport_->Close(); }
+void Daemon::Stop() {
+  transport_->Close();
+  if (weights_ != nullptr && !stopped_) {
+    Logger().info("Weight data plane: served {} bytes of chunks", weights_->bytes_served());
+  }
+  stopped_ = true;
+}
 
 }  // namespace seedd
