@@ -129,6 +129,7 @@ class WeightsTest : public ::testing::Test {
     std::ofstream(model_ / "empty.txt").close();
   }
   void TearDown() override {
+    for (auto& t : transports_) t->Close();
     for (auto& d : daemons_) d->Stop();
   }
 
@@ -145,6 +146,22 @@ class WeightsTest : public ::testing::Test {
     auto bound = (*d)->Start();
     daemons_.push_back(std::move(*d));
     return **bound;
+  }
+
+  // Serves `server`'s data plane and its weight_shards kind until the test ends.
+  HostPort ServeWeights(std::shared_ptr<WeightServer> server) {
+    SeedConfig config;
+    config.listen = HostPort{"127.0.0.1", 0};
+    config.token = kToken;
+    TransportOptions topts;
+    topts.stream_handlers["weight_data"] = [server](int fd, const Json& r) {
+      server->Serve(fd, r);
+    };
+    auto t = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, topts);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    HostPort addr = **(*t)->StartListener();
+    transports_.push_back(std::move(*t));
+    return addr;
   }
 
   Manifest ManifestFrom(const HostPort& source) {
@@ -169,6 +186,7 @@ class WeightsTest : public ::testing::Test {
   testing::TempDir dir_;
   std::filesystem::path model_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
+  std::vector<std::unique_ptr<SeedTransport>> transports_;
 };
 
 TEST_F(WeightsTest, TheModelHasAShardAndOtherFiles) {
@@ -265,21 +283,13 @@ TEST_F(WeightsTest, VerifySha256ChecksEveryFileBeforeCommitting) {
   j["root_digest"] = ManifestRootDigest(j);
   Manifest lying = *ParseManifest(j);
   auto server = std::make_shared<WeightServer>(std::vector<ServedModel>{{lying, model_, nullptr}});
-  SeedConfig config;
-  config.listen = HostPort{"127.0.0.1", 0};
-  config.token = kToken;
-  TransportOptions topts;
-  topts.stream_handlers["weight_data"] = [server](int fd, const Json& r) { server->Serve(fd, r); };
-  auto liar = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, topts);
-  auto liar_addr = (*liar)->StartListener();
-  source = **liar_addr;
+  source = ServeWeights(server);
   Status s = FetchModel(lying, {source}, dir_.path() / "checked", o);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find("failed SHA-256 verification"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "checked"));
   // Without --verify sha256 only the chunk digests are checked.
   EXPECT_TRUE(FetchModel(lying, {source}, dir_.path() / "unchecked", Options()).ok());
-  (*liar)->Close();
 }
 
 TEST_F(WeightsTest, AnUnauthenticatedDataConnectionIsRefused) {
@@ -366,13 +376,7 @@ TEST_F(WeightsTest, AFetchingServerServesOnlyWhatItHasAndSaysWhoElseHasIt) {
   auto partial = std::make_shared<ChunkSet>(m.chunks.size());
   partial->Set(0);
   auto relay = std::make_shared<WeightServer>(std::vector<ServedModel>{{m, model_, partial}});
-  SeedConfig config;
-  config.listen = HostPort{"127.0.0.1", 0};
-  config.token = kToken;
-  TransportOptions topts;
-  topts.stream_handlers["weight_data"] = [relay](int fd, const Json& r) { relay->Serve(fd, r); };
-  auto t = SeedTransport::Create({}, config, topts);
-  HostPort relay_addr = **(*t)->StartListener();
+  HostPort relay_addr = ServeWeights(relay);
   UniqueFd fd = testing::ConnectRaw(relay_addr);
   testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
                                                   {"root_digest", m.root_digest},
@@ -407,7 +411,7 @@ TEST_F(WeightsTest, AFetchingServerServesOnlyWhatItHasAndSaysWhoElseHasIt) {
   // Closing the server ends its open data connections instead of waiting for
   // them to go idle (60 s).
   const auto closing = std::chrono::steady_clock::now();
-  (*t)->Close();
+  transports_.back()->Close();
   EXPECT_LT(std::chrono::steady_clock::now() - closing, std::chrono::seconds(10));
   char byte;
   EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);
@@ -460,13 +464,7 @@ TEST_F(WeightsTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
   for (size_t i = 0; i < m.chunks.size(); ++i) all->Set(i);
   auto liar = std::make_shared<WeightServer>(
       std::vector<ServedModel>{{m, dir_.path() / "nothing-here", all}});
-  SeedConfig config;
-  config.listen = HostPort{"127.0.0.1", 0};
-  config.token = kToken;
-  TransportOptions topts;
-  topts.stream_handlers["weight_data"] = [liar](int fd, const Json& r) { liar->Serve(fd, r); };
-  auto t = SeedTransport::Create({}, config, topts);
-  HostPort liar_addr = **(*t)->StartListener();
+  HostPort liar_addr = ServeWeights(liar);
   Manifest listed = m;
   listed.sources = {liar_addr.ToString()};  // as a source's manifest would list a relay
   FetchStats stats;
@@ -475,7 +473,6 @@ TEST_F(WeightsTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
   EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{liar_addr.ToString()});
   EXPECT_EQ(stats.bytes_from_peers, 0u);
-  (*t)->Close();
 }
 
 TEST_F(WeightsTest, RelaysSpareTheOrigin) {
@@ -486,13 +483,7 @@ TEST_F(WeightsTest, RelaysSpareTheOrigin) {
   Result<Manifest> m = BuildManifest("tiny", model_, build);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   auto origin = std::make_shared<WeightServer>(std::vector<ServedModel>{{*m, model_, nullptr}});
-  SeedConfig config;
-  config.listen = HostPort{"127.0.0.1", 0};
-  config.token = kToken;
-  TransportOptions topts;
-  topts.stream_handlers["weight_data"] = [origin](int fd, const Json& r) { origin->Serve(fd, r); };
-  auto t = SeedTransport::Create({NewWeightShardsSeedable(origin)}, config, topts);
-  HostPort origin_addr = **(*t)->StartListener();
+  HostPort origin_addr = ServeWeights(origin);
   // Three daemons pull the model at once, each relaying what it has verified.
   std::vector<std::unique_ptr<Daemon>> targets;
   for (int i = 0; i < 3; ++i) {
@@ -522,7 +513,6 @@ TEST_F(WeightsTest, RelaysSpareTheOrigin) {
       << origin->bytes_served() << " bytes served for a model of " << m->total_size;
   EXPECT_GE(origin->bytes_served(), m->total_size);
   for (auto& d : targets) d->Stop();
-  (*t)->Close();
 }
 
 TEST_F(WeightsTest, ASparseShardBeyondFourGibibytesArrivesByteIdenticalAndStaysSparse) {
