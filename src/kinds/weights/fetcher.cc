@@ -1,13 +1,10 @@
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/socket.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -17,6 +14,7 @@
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/staging.h"
 #include "transport/client.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
@@ -33,8 +31,6 @@ constexpr auto kReconnectIdle = std::chrono::seconds(20);   // sources close idl
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
 // A chunk a relay was sent this long ago that no relay offers is asked of the seed.
 constexpr auto kForceAfter = std::chrono::seconds(5);
-constexpr const char* kJournal = ".seedd-journal";
-constexpr const char* kRootMarker = ".seedd-root";
 
 uint32_t GetU32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
@@ -58,28 +54,6 @@ Status RecvAll(int fd, char* p, size_t n) {
   return Status::Ok();
 }
 
-Result<std::string> FileSha256(int fd, uint64_t size) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  std::string buf(8 << 20, '\0');
-  for (uint64_t off = 0; off < size;) {
-    ssize_t r = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), size - off),
-                        static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      EVP_MD_CTX_free(ctx);
-      return ErrnoStatus("read back", r < 0 ? errno : EIO);
-    }
-    EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(r));
-    off += static_cast<uint64_t>(r);
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  return HexEncode(std::string_view(reinterpret_cast<const char*>(md), len));
-}
-
 enum ChunkStatus : uint32_t { kChunkOk = 0, kChunkNotHere = 1, kChunkClaimed = 2, kChunkHole = 3 };
 
 // A seed or a relay, and what it has as far as this fetch knows.
@@ -100,64 +74,26 @@ struct Taken {
 
 enum class Chunk : uint8_t { kQueued, kInFlight, kDone };
 
-// Shared state of one fetch: the chunks, the sources, the journal, the files.
+// Shared state of one fetch: the chunks and the sources; the bytes go to `staging`.
 class Fetch {
  public:
-  Fetch(const Manifest& m, std::filesystem::path staging, const FetchOptions& o, FetchStats* s)
-      : m_(m), staging_(std::move(staging)), options_(o), stats_(s) {}
+  Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchStats* s)
+      : m_(m), staging_(staging), options_(o), stats_(s) {}
 
-  Status Prepare() {
+  // Sets up the chunk states; `resumed` chunks were verified by an earlier run.
+  void Prepare(const std::vector<uint32_t>& resumed) {
     const size_t n = m_.chunks.size();
     state_.assign(n, Chunk::kQueued);
     peer_count_.assign(n, 0);
     defer_until_.assign(n, {});
     force_.assign(n, false);
-    std::error_code ec;
-    // A staging directory of another model version starts over.
-    std::ifstream marker(staging_ / kRootMarker);
-    std::string root((std::istreambuf_iterator<char>(marker)), {});
-    if (root != m_.root_digest) std::filesystem::remove_all(staging_, ec);
-    std::filesystem::create_directories(staging_, ec);
-    if (ec) return Status::IoError("create " + staging_.string() + ": " + ec.message());
-    std::ofstream(staging_ / kRootMarker) << m_.root_digest;
-    // Chunks a previous run verified.
-    std::ifstream journal(staging_ / kJournal, std::ios::binary);
-    unsigned char rec[4];
-    while (journal.read(reinterpret_cast<char*>(rec), 4)) {
-      uint32_t i = GetU32(rec);
-      if (i < n && state_[i] != Chunk::kDone) {
-        state_[i] = Chunk::kDone;
-        ++done_;
-        verified_bytes_ += m_.chunks[i].length;
-        ++stats_->chunks_resumed;
-        if (options_.verified) options_.verified->Set(i);
-      }
+    for (uint32_t i : resumed) {
+      state_[i] = Chunk::kDone;
+      ++done_;
+      verified_bytes_ += m_.chunks[i].length;
+      ++stats_->chunks_resumed;
+      if (options_.verified) options_.verified->Set(i);
     }
-    // Enough space for what is still missing, before any byte moves.
-    struct statvfs fs {};
-    if (::statvfs(staging_.c_str(), &fs) == 0) {
-      const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-      const uint64_t needed = m_.total_size - verified_bytes_;
-      if (free_bytes < needed) {
-        return Status::ResourceExhausted("not enough space in " + staging_.parent_path().string() +
-                                         ": " + std::to_string(needed) + " bytes needed, " +
-                                         std::to_string(free_bytes) + " available");
-      }
-    }
-    for (const ManifestFile& f : m_.files) {
-      const auto path = staging_ / f.path;
-      std::filesystem::create_directories(path.parent_path(), ec);
-      UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-      if (!fd.valid()) return ErrnoStatus("create " + path.string(), errno);
-      if (::ftruncate(fd.get(), static_cast<off_t>(f.size)) != 0) {
-        return ErrnoStatus("size " + path.string(), errno);
-      }
-      files_[f.path] = std::move(fd);
-      write_mu_.emplace(f.path, std::make_unique<std::mutex>());
-    }
-    journal_.Reset(
-        ::open((staging_ / kJournal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    if (!journal_.valid()) return ErrnoStatus("open the journal", errno);
     // Interleave the files: concurrent connections then write to different files
     // instead of contending for one file's lock in the kernel. Each fetcher starts
     // at a random place, so that fetchers of one swarm ask for different chunks.
@@ -179,7 +115,6 @@ class Fetch {
       std::rotate(order_.begin(), order_.begin() + static_cast<long>(rng() % order_.size()),
                   order_.end());
     }
-    return Status::Ok();
   }
 
   // Fetches from `seeds` and every relay learnt on the way until every chunk is
@@ -202,31 +137,6 @@ class Fetch {
   bool Complete() {
     std::lock_guard<std::mutex> lock(mu_);
     return done_ == m_.chunks.size();
-  }
-
-  Status Finish() {
-    for (auto& [path, fd] : files_) {
-      if (::fsync(fd.get()) != 0) return ErrnoStatus("fsync " + path, errno);
-    }
-    if (options_.verify_sha256) {
-      for (const ManifestFile& f : m_.files) {
-        Result<std::string> digest = FileSha256(files_.at(f.path).get(), f.size);
-        if (!digest.ok()) return digest.status().WithContext(f.path);
-        if (*digest != f.sha256) {
-          // Every chunk passed XXH3 yet the file does not match: start over.
-          std::error_code ec;
-          files_.clear();
-          std::filesystem::remove_all(staging_, ec);
-          return Status::DataLoss(f.path + " failed SHA-256 verification");
-        }
-      }
-    }
-    files_.clear();
-    journal_.Reset();
-    std::error_code ec;
-    std::filesystem::remove(staging_ / kJournal, ec);
-    std::filesystem::remove(staging_ / kRootMarker, ec);
-    return Status::Ok();
   }
 
  private:
@@ -474,7 +384,7 @@ class Fetch {
         if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
         continue;
       }
-      Status stored = Sync(index);
+      Status stored = staging_.Sync(c);
       if (stored.ok()) stored = Record(index, false);
       if (!stored.ok()) {
         Requeue(index);
@@ -491,8 +401,6 @@ class Fetch {
   // overwritten when it is fetched again.
   Status Receive(int sock, uint32_t index, std::string* buf, bool* verified) {
     const ManifestChunk& c = m_.chunks[index];
-    const int file = files_.at(c.file).get();
-    std::mutex& file_mu = *write_mu_.at(c.file);
     buf->resize(kPieceBytes);
     Xxh3Stream hash;
     Status st;
@@ -501,10 +409,7 @@ class Fetch {
       st = RecvAll(sock, buf->data(), n);
       if (!st.ok()) break;
       hash.Update(std::string_view(buf->data(), n));
-      // Writers of one file take turns here, asleep, rather than spinning on
-      // the file's lock in the kernel (a third of the CPU of 8 relays).
-      std::lock_guard<std::mutex> lock(file_mu);
-      st = WriteAt(file, c.file, buf->data(), n, c.offset + done);
+      st = staging_.Write(c, done, buf->data(), n);
       done += n;
     }
     *verified = st.ok() && hash.HexDigest() == c.xxh3;
@@ -520,35 +425,13 @@ class Fetch {
     return it->second;
   }
 
-  static Status WriteAt(int fd, const std::string& name, const char* p, size_t n, uint64_t offset) {
-    while (n > 0) {
-      ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return ErrnoStatus("write " + name, errno);
-      p += w;
-      n -= static_cast<size_t>(w);
-      offset += static_cast<uint64_t>(w);
-    }
-    return Status::Ok();
-  }
-
-  // Syncs a verified chunk's file; the caller then journals it, so a crash never
-  // records an unwritten chunk.
-  Status Sync(uint32_t index) {
-    const ManifestChunk& c = m_.chunks[index];
-    if (::fdatasync(files_.at(c.file).get()) != 0) return ErrnoStatus("sync " + c.file, errno);
-    return Status::Ok();
-  }
-
   Status Record(uint32_t index, bool hole) {
     const ManifestChunk& c = m_.chunks[index];
+    Status journaled = staging_.Journal(index);
     std::lock_guard<std::mutex> lock(mu_);
-    unsigned char rec[4] = {
-        static_cast<unsigned char>(index >> 24), static_cast<unsigned char>(index >> 16),
-        static_cast<unsigned char>(index >> 8), static_cast<unsigned char>(index)};
-    if (::write(journal_.get(), rec, 4) != 4) {
+    if (!journaled.ok()) {
       state_[index] = Chunk::kQueued;
-      return ErrnoStatus("journal chunk " + std::to_string(index), errno);
+      return journaled;
     }
     state_[index] = Chunk::kDone;
     ++done_;
@@ -673,7 +556,7 @@ class Fetch {
   }
 
   const Manifest& m_;
-  const std::filesystem::path staging_;
+  Staging& staging_;
   const FetchOptions& options_;
   FetchStats* stats_;
   const std::string session_ = RandomHex(8);  // this fetch, to the sources it relays for
@@ -692,9 +575,6 @@ class Fetch {
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
-  std::map<std::string, UniqueFd> files_;
-  std::map<std::string, std::unique_ptr<std::mutex>> write_mu_;  // one per file
-  UniqueFd journal_;
 };
 
 }  // namespace
@@ -716,24 +596,17 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   if (sources.empty() && manifest.sources.empty()) {
     return Status::InvalidArgument("no source to fetch from");
   }
-  const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
-  const auto staging = StagingDir(into);
+  Staging staging(manifest, StagingDir(into));
+  Result<std::vector<uint32_t>> resumed = staging.Open();
+  if (!resumed.ok()) return resumed.status();
   Fetch fetch(manifest, staging, options, stats);
-  SEEDD_RETURN_IF_ERROR(fetch.Prepare());
+  fetch.Prepare(*resumed);
   fetch.Run(sources);
   if (!fetch.Complete()) {
     return Status::Unavailable(
         "every source failed before the model was complete; rerun to resume");
   }
-  SEEDD_RETURN_IF_ERROR(fetch.Finish());
-  // Nothing partial is ever visible under the final name.
-  std::filesystem::rename(staging, into, ec);
-  if (ec)
-    return Status::IoError("rename " + staging.string() + " to " + into.string() + ": " +
-                           ec.message());
-  UniqueFd dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.valid()) ::fsync(dir.get());
-  return Status::Ok();
+  return staging.Commit(into, options.verify_sha256);
 }
 
 }  // namespace seedd
