@@ -7,6 +7,7 @@
 
 #include "common/crypto.h"
 #include "kinds/weights/manifest.h"
+#include "kinds/weights/records.h"
 #include "kinds/weights/safetensors.h"
 #include "support/test_util.h"
 #include "wire/json_text.h"
@@ -244,6 +245,21 @@ TEST(Manifest, ASparseShardWithOffsetsBeyondFourGibibytes) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->chunks.back().offset + m->chunks.back().length, 8 + header.size() + bytes);
   EXPECT_TRUE(ParseManifest(m->ToJson()).ok());
+}
+
+TEST(DataPlaneRecords, EncodeAndDecodeBigEndianFields) {
+  const RequestRecord req = EncodeRequest(kClaimMagic, 0x01020304);
+  EXPECT_EQ(std::string(req.data(), req.size()), std::string("SDRN\x01\x02\x03\x04", 8));
+  EXPECT_EQ(RequestIndex(req), 0x01020304u);
+  const uint64_t length = (5ull << 30) + 7;  // beyond 32 bits
+  const HeaderRecord h = EncodeHeader(kChunkMagic, 9, kChunkClaimed, 0xffffffff, length);
+  EXPECT_EQ(std::string(h.data(), 8), std::string("SDCH\0\0\0\x09", 8));
+  const Header d = DecodeHeader(h);
+  EXPECT_EQ(d.magic, kChunkMagic);
+  EXPECT_EQ(d.index, 9u);
+  EXPECT_EQ(d.status, kChunkClaimed);
+  EXPECT_EQ(d.aux, 0xffffffffu);
+  EXPECT_EQ(d.length, length);
 }
 
 TEST(Xxh3Stream, AnySplitGivesTheDigestOfTheWhole) {

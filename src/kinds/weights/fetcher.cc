@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/records.h"
 #include "kinds/weights/staging.h"
 #include "transport/client.h"
 #include "wire/frame.h"
@@ -31,30 +32,6 @@ constexpr auto kReconnectIdle = std::chrono::seconds(20);   // sources close idl
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
 // A chunk a relay was sent this long ago that no relay offers is asked of the seed.
 constexpr auto kForceAfter = std::chrono::seconds(5);
-
-uint32_t GetU32(const unsigned char* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
-uint64_t GetU64(const unsigned char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
-
-Status RecvAll(int fd, char* p, size_t n) {
-  while (n > 0) {
-    // One wakeup per chunk rather than one per few packets that arrived.
-    ssize_t r = ::recv(fd, p, n, MSG_WAITALL);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus("recv", errno);
-    if (r == 0) return Status::Unavailable("the source closed the data connection");
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return Status::Ok();
-}
-
-enum ChunkStatus : uint32_t { kChunkOk = 0, kChunkNotHere = 1, kChunkClaimed = 2, kChunkHole = 3 };
 
 // A seed or a relay, and what it has as far as this fetch knows.
 struct Source {
@@ -199,19 +176,19 @@ class Fetch {
       if (!fd.ok()) return fd.status();
       *conn = std::move(*fd);
     }
-    const char req[8] = {'S', 'D', 'S', 'T', 0, 0, 0, 0};
-    if (::send(conn->get(), req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+    const RequestRecord req = EncodeRequest(kStateMagic, 0);
+    if (!SendAll(conn->get(), req.data(), req.size())) {
       return Status::Unavailable("cannot send a state request");
     }
-    unsigned char header[24];
-    SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), reinterpret_cast<char*>(header), sizeof(header)));
+    HeaderRecord record;
+    SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), record.data(), record.size()));
+    const Header h = DecodeHeader(record);
     const size_t bitmap = (m_.chunks.size() + 7) / 8;
-    const uint64_t length = GetU64(header + 16);
-    if (std::memcmp(header, "SDST", 4) != 0 || GetU32(header + 8) != kChunkOk || length < bitmap ||
-        length > bitmap + kMaxPeerListBytes) {
+    if (h.magic != kStateMagic || h.status != kChunkOk || h.length < bitmap ||
+        h.length > bitmap + kMaxPeerListBytes) {
       return Status::DataLoss("malformed state response");
     }
-    std::string body(length, '\0');
+    std::string body(h.length, '\0');
     SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), body.data(), body.size()));
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < m_.chunks.size(); ++i) {
@@ -318,11 +295,10 @@ class Fetch {
       while (static_cast<int>(inflight->size()) < depth) {
         std::optional<Taken> next = Take(source, inflight->empty());
         if (!next) break;
-        const char* magic = next->claim ? "SDRN" : "SDRQ";
-        char req[8] = {magic[0], magic[1], magic[2], magic[3]};
-        for (int i = 0; i < 4; ++i) req[4 + i] = static_cast<char>((next->index >> (24 - 8 * i)));
+        const RequestRecord req =
+            EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
         inflight->push_back(*next);
-        if (::send(fd, req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+        if (!SendAll(fd, req.data(), req.size())) {
           return Status::Unavailable("cannot send a chunk request");
         }
       }
@@ -335,19 +311,20 @@ class Fetch {
         continue;
       }
       last_used = std::chrono::steady_clock::now();
-      unsigned char header[24];
-      SEEDD_RETURN_IF_ERROR(RecvAll(fd, reinterpret_cast<char*>(header), sizeof(header)));
-      const uint32_t index = GetU32(header + 4);
-      const uint32_t status = GetU32(header + 8);
-      const uint64_t length = GetU64(header + 16);
-      if (std::memcmp(header, "SDCH", 4) != 0 || index != inflight->front().index) {
+      HeaderRecord record;
+      SEEDD_RETURN_IF_ERROR(RecvAll(fd, record.data(), record.size()));
+      const Header h = DecodeHeader(record);
+      const uint32_t index = h.index;
+      const uint32_t status = h.status;
+      const uint64_t length = h.length;
+      if (h.magic != kChunkMagic || index != inflight->front().index) {
         return Status::DataLoss("malformed chunk response");
       }
       const ManifestChunk& c = m_.chunks[index];
       if (status == kChunkNotHere || status == kChunkClaimed) {
         if (length != 0) return Status::DataLoss("malformed chunk response");
         PopFront(inflight, source);
-        NotThere(index, source, status, GetU32(header + 12));
+        NotThere(index, source, status, h.aux);
         continue;
       }
       if (status == kChunkHole) {

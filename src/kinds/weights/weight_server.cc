@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/records.h"
 #include "wire/frame.h"
 
 namespace seedd {
@@ -20,35 +21,10 @@ constexpr auto kPeerTtl = std::chrono::seconds(10);  // a relay silent this long
 constexpr size_t kMaxPeersPerSwarm = 4096;
 constexpr size_t kMaxRelayText = 300;
 
-enum ChunkStatus : uint32_t { kChunkOk = 0, kChunkNotHere = 1, kChunkClaimed = 2, kChunkHole = 3 };
-
-void PutU32(uint32_t v, char* p) {
-  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xff);
-}
-void PutU64(uint64_t v, char* p) {
-  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xff);
-}
-
-bool SendAll(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool SendHeader(int fd, const char* magic, uint32_t index, uint32_t status, uint32_t aux,
+bool SendHeader(int fd, std::string_view magic, uint32_t index, uint32_t status, uint32_t aux,
                 uint64_t length) {
-  char header[24];
-  std::memcpy(header, magic, 4);
-  PutU32(index, header + 4);
-  PutU32(status, header + 8);
-  PutU32(aux, header + 12);
-  PutU64(length, header + 16);
-  return SendAll(fd, header, sizeof(header));
+  const HeaderRecord h = EncodeHeader(magic, index, status, aux, length);
+  return SendAll(fd, h.data(), h.size());
 }
 
 // True when [offset, offset + length) of `fd` holds no data (a hole reads as zeros).
@@ -215,22 +191,22 @@ void WeightServer::Serve(int fd, const Json& request) {
   std::string ok = EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}});
   if (!SendAll(fd, ok.data(), ok.size())) return;
   std::map<std::string, UniqueFd> files;
-  char req[8];
+  RequestRecord req;
   size_t have = 0;
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, kIdleTimeoutMs) <= 0) return;
-    ssize_t r = ::recv(fd, req + have, sizeof(req) - have, 0);
+    ssize_t r = ::recv(fd, req.data() + have, req.size() - have, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return;  // the fetcher is done
     have += static_cast<size_t>(r);
-    if (have < sizeof(req)) continue;
+    if (have < req.size()) continue;
     have = 0;
-    const bool state = std::memcmp(req, "SDST", 4) == 0;
-    const bool claim = std::memcmp(req, "SDRN", 4) == 0;
-    if (!state && !claim && std::memcmp(req, "SDRQ", 4) != 0) return;  // not our protocol
-    uint32_t index = 0;
-    for (int i = 4; i < 8; ++i) index = (index << 8) | static_cast<unsigned char>(req[i]);
+    const std::string_view magic(req.data(), 4);
+    const bool state = magic == kStateMagic;
+    const bool claim = magic == kClaimMagic;
+    if (!state && !claim && magic != kSendMagic) return;  // not our protocol
+    const uint32_t index = RequestIndex(req);
     // A fetching daemon publishes its model again when it completes: follow it.
     std::shared_ptr<const ServedModel> now = FindRoot(root);
     if (now == nullptr) return;  // no longer served
@@ -249,17 +225,17 @@ void WeightServer::Serve(int fd, const Json& request) {
         if (chunks.size() % 8 != 0) body.back() = static_cast<char>(0xff00 >> (chunks.size() % 8));
       }
       for (const std::string& addr : Peers(root, relay)) body += addr + "\n";
-      if (!SendHeader(fd, "SDST", 0, kChunkOk, 0, body.size())) return;
+      if (!SendHeader(fd, kStateMagic, 0, kChunkOk, 0, body.size())) return;
       if (!SendAll(fd, body.data(), body.size())) return;
       continue;
     }
     if (index >= chunks.size() || (model->available && !model->available->Test(index))) {
-      if (!SendHeader(fd, "SDCH", index, kChunkNotHere, 0, 0)) return;
+      if (!SendHeader(fd, kChunkMagic, index, kChunkNotHere, 0, 0)) return;
       continue;
     }
     uint32_t aux = 0;
     if (claim && ClaimChunk(root, peer, index, &aux) == kChunkClaimed) {
-      if (!SendHeader(fd, "SDCH", index, kChunkClaimed, aux, 0)) return;
+      if (!SendHeader(fd, kChunkMagic, index, kChunkClaimed, aux, 0)) return;
       continue;
     }
     const ManifestChunk& c = chunks[index];
@@ -270,7 +246,7 @@ void WeightServer::Serve(int fd, const Json& request) {
         // A fetch moving its staging directory into place; published again soon.
         files.erase(c.file);
         EndSend(root, peer, index, false);
-        if (!SendHeader(fd, "SDCH", index, kChunkNotHere, 0, 0)) return;
+        if (!SendHeader(fd, kChunkMagic, index, kChunkNotHere, 0, 0)) return;
         continue;
       }
       if (!file.valid()) {
@@ -282,10 +258,10 @@ void WeightServer::Serve(int fd, const Json& request) {
     }
     if (IsHole(file.get(), c.offset, c.length)) {
       EndSend(root, peer, index, true);
-      if (!SendHeader(fd, "SDCH", index, kChunkHole, 0, 0)) return;
+      if (!SendHeader(fd, kChunkMagic, index, kChunkHole, 0, 0)) return;
       continue;
     }
-    bool sent = SendHeader(fd, "SDCH", index, kChunkOk, 0, c.length);
+    bool sent = SendHeader(fd, kChunkMagic, index, kChunkOk, 0, c.length);
     off_t offset = static_cast<off_t>(c.offset);
     uint64_t left = c.length;
     while (sent && left > 0) {  // straight from the page cache to the socket
