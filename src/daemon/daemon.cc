@@ -1,17 +1,13 @@
 #include "seedd/daemon.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 
-#include "common/crypto.h"
 #include "common/logging.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/data_plane.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
-#include "wire/json_text.h"
 
 namespace seedd {
 
@@ -100,7 +96,7 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
 }
 
 bool IsWildcard(const HostPort& hp) {
-  return hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "::" || hp.host == "[::]";
+  return hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "::";
 }
 
 }  // namespace

@@ -1,16 +1,13 @@
 #include <fcntl.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "common/crypto.h"
-#include "common/errno_status.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
@@ -270,8 +267,7 @@ class Fetch {
       request["session"] = session_;
     }
     std::string frame = EncodeJsonFrame(request);
-    if (::send(fd->get(), frame.data(), frame.size(), MSG_NOSIGNAL) !=
-        static_cast<ssize_t>(frame.size())) {
+    if (!SendAll(fd->get(), frame.data(), frame.size())) {
       return Status::Unavailable("cannot send the data request");
     }
     Result<std::string> body = ReadFrameBody(fd->get(), 64 * 1024, Clock::now() + options_.timeout);
@@ -433,7 +429,8 @@ class Fetch {
       // reaches the swarm sooner when its uplink is not split many ways.
       const bool one_at_a_time =
           source->seed && !options_.relay.empty() && live_peers_ > 0 && source->inflight >= 1;
-      for (uint32_t i : one_at_a_time ? std::vector<uint32_t>() : order_) {
+      for (uint32_t i : order_) {
+        if (one_at_a_time) break;
         if (state_[i] != Chunk::kQueued || !source->have[i]) continue;
         Taken t{i, false};
         if (source->seed && !force_[i]) {
