@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/manifest.h"
+#include "kinds/weights/model_index.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
@@ -151,14 +152,24 @@ int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
   return kExitError;
 }
 
-int RunManifest(const std::string& dir, std::string model, uint64_t chunk_mib) {
+int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib) {
+  auto dir = seedd::ResolveModelDir(spec);
+  if (!dir.ok()) {
+    std::fprintf(stderr, "seedctl: %s\n", dir.status().message().c_str());
+    return kExitError;
+  }
   std::error_code ec;
-  if (model.empty()) {
-    model = std::filesystem::weakly_canonical(dir, ec).filename().string();
+  if (model.empty() && spec.rfind("hf:", 0) == 0) {
+    // hf:ORG/NAME[@REVISION] is named NAME.
+    std::string repo = spec.substr(
+        3, spec.find('@') == std::string::npos ? std::string::npos : spec.find('@') - 3);
+    model = repo.substr(repo.find('/') + 1);
+  } else if (model.empty()) {
+    model = std::filesystem::weakly_canonical(*dir, ec).filename().string();
   }
   seedd::BuildOptions options;
   options.chunk_size = chunk_mib << 20;
-  auto manifest = seedd::BuildManifest(model, dir, options);
+  auto manifest = seedd::BuildManifest(model, *dir, options);
   if (!manifest.ok()) {
     std::fprintf(stderr, "seedctl: %s\n", manifest.status().message().c_str());
     return kExitError;
@@ -399,7 +410,11 @@ int main(int argc, char** argv) {
       "manifest",
       "print the weight_shards manifest of a model directory (files, safetensors "
       "tensors, chunk digests, fingerprint, root digest)");
-  manifest_cmd->add_option("dir", manifest_dir, "the model directory")->required();
+  manifest_cmd
+      ->add_option("dir", manifest_dir,
+                   "the model directory, or hf:ORG/NAME[@REVISION] for a model in the Hugging "
+                   "Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)")
+      ->required();
   manifest_cmd->add_option("--model", manifest_model, "model name (default: the directory's name)");
   manifest_cmd->add_option("--chunk-mib", chunk_mib, "chunk size in MiB")
       ->capture_default_str()

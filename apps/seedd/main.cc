@@ -68,12 +68,14 @@ int main(int argc, char** argv) {
                  "ttl=S&timeout_ms=N], s3://BUCKET[/PREFIX]?endpoint=http://HOST:PORT&region=R")
       ->take_all();
   app.add_option("--model", models,
-                 "serve a model directory as weight_shards: NAME=DIR (repeatable); its "
-                 "manifest is built at start, chunk digests cached in the cache directory")
+                 "serve a model as weight_shards: NAME=DIR, or NAME=hf:ORG/NAME[@REVISION] for a "
+                 "snapshot in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else "
+                 "~/.cache/huggingface/hub) (repeatable); its manifest is built at start, chunk "
+                 "digests cached in the cache directory")
       ->take_all();
   app.add_option("--pull", pulls,
                  "fetch model NAME from --source at start, verified and resumable, into "
-                 "<cache-dir>/weights/NAME/<fingerprint> (NAME/current points at it); then "
+                 "<cache-dir>/weights/NAME/<root digest> (NAME/current points at it); then "
                  "serve it (repeatable). While pulling, the daemon already serves the chunks it "
                  "has verified to other fetchers (a relay)")
       ->take_all();

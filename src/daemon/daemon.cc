@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/local_copy.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
 
@@ -69,18 +70,21 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
     if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
     if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
   }
-  // A restart without its sources still has the copy it pulled before.
-  const std::filesystem::path current = options.cache_dir / "weights" / name / "current";
+  // A restart without its sources still has the copy it pulled before, if it is
+  // unchanged since: served under the manifest recorded with it.
+  const std::filesystem::path base = options.cache_dir / "weights" / name;
   std::error_code ec;
-  if (std::filesystem::is_directory(current, ec)) {
-    Logger().warn("Cannot pull model {}; serving the local copy {}", name, current.string());
-    const std::filesystem::path dir = std::filesystem::canonical(current, ec);
-    BuildOptions build;
-    build.digest_cache = options.cache_dir / "weights" / ".digests";
-    build.chunk_size = options.weight_chunk_bytes;
-    Result<Manifest> m = BuildManifest(name, dir, build);
-    if (!m.ok()) return m.status();
-    server.Publish(ServedModel{std::move(*m), dir, nullptr});
+  const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
+  if (!ec && version.has_filename() && version.filename() == version) {
+    Result<ServedModel> local = LoadLocalCopy(base / version, version.string());
+    if (!local.ok()) {
+      return Status::Unavailable("the model could not be fetched, and the local copy " +
+                                 (base / version).string() +
+                                 " cannot be served: " + local.status().message());
+    }
+    Logger().warn("Cannot pull model {}; serving the local copy {} (root digest {})", name,
+                  (base / version).string(), local->manifest.root_digest);
+    server.Publish(std::move(*local));
     return Status::Ok();
   }
   switch (outcome) {
@@ -146,12 +150,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     BuildOptions build;
     build.digest_cache = options.cache_dir / "weights" / ".digests";
     build.chunk_size = options.weight_chunk_bytes;
-    for (const auto& [name, dir] : options.models) {
-      Result<Manifest> m = BuildManifest(name, dir, build);
+    for (const auto& [name, spec] : options.models) {
+      Result<std::filesystem::path> dir = ResolveModelDir(spec.string());
+      if (!dir.ok()) return dir.status().WithContext("--model " + name);
+      Result<IndexedModel> m = IndexModel(name, *dir, build);
       if (!m.ok()) return m.status().WithContext("--model " + name);
       Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
-                    dir.string(), m->files.size(), m->total_size, m->root_digest);
-      served.push_back({std::move(*m), dir, nullptr});
+                    dir->string(), m->manifest.files.size(), m->manifest.total_size,
+                    m->manifest.root_digest);
+      served.push_back(ServeIndexed(std::move(*m)));
     }
     weights = std::make_shared<WeightServer>(std::move(served));
     WeightInstallOptions install;

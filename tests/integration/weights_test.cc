@@ -16,39 +16,19 @@
 #include "kinds/weights/data_plane.h"
 #include "seedd/daemon.h"
 #include "support/test_util.h"
+#include "support/weights_fixture.h"
 #include "transport/client.h"
 #include "wire/frame.h"
 
 namespace seedd {
 namespace {
 
-const char kToken[] = "weights-token";
-
-std::string ReadAll(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteRandom(const std::filesystem::path& p, size_t n, unsigned seed) {
-  std::filesystem::create_directories(p.parent_path());
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  std::ofstream(p, std::ios::binary) << s;
-}
-
-bool SameTree(const std::filesystem::path& a, const std::filesystem::path& b) {
-  size_t files = 0;
-  for (auto& e : std::filesystem::recursive_directory_iterator(a)) {
-    if (!e.is_regular_file()) continue;
-    ++files;
-    auto rel = std::filesystem::relative(e.path(), a);
-    if (ReadAll(e.path()) != ReadAll(b / rel)) return false;
-  }
-  size_t other = 0;
-  for (auto& e : std::filesystem::recursive_directory_iterator(b)) other += e.is_regular_file();
-  return files == other;
-}
+using testing::Ask;
+using testing::kToken;
+using testing::ReadAll;
+using testing::Record;
+using testing::SameTree;
+using testing::WriteRandom;
 
 // Compares two files, skipping ranges that are holes in both (sparse files of
 // several GiB stay cheap to compare).
@@ -81,113 +61,7 @@ bool SameSparseFile(const std::filesystem::path& a, const std::filesystem::path&
   return true;
 }
 
-// Sends data-plane records and reads one response header (and its body).
-struct Record {
-  uint32_t index = 0, status = 0, aux = 0;
-  std::string body;
-};
-Record Ask(int fd, const char* magic, uint32_t index) {
-  std::string req(magic, 4);
-  for (int b = 3; b >= 0; --b) req.push_back(static_cast<char>((index >> (8 * b)) & 0xff));
-  testing::SendAll(fd, req);
-  unsigned char h[24];
-  size_t got = 0;
-  while (got < sizeof(h)) {
-    ssize_t r = ::recv(fd, h + got, sizeof(h) - got, 0);
-    if (r <= 0) return Record{0, 0xdead, 0, {}};
-    got += static_cast<size_t>(r);
-  }
-  auto u32 = [&](int at) {
-    return (uint32_t{h[at]} << 24) | (uint32_t{h[at + 1]} << 16) | (uint32_t{h[at + 2]} << 8) |
-           h[at + 3];
-  };
-  uint64_t length = (uint64_t{u32(16)} << 32) | u32(20);
-  Record rec{u32(4), u32(8), u32(12), std::string(length, '\0')};
-  for (size_t n = 0; n < length;) {
-    ssize_t r = ::recv(fd, rec.body.data() + n, length - n, 0);
-    if (r <= 0) return Record{0, 0xdead, 0, {}};
-    n += static_cast<size_t>(r);
-  }
-  return rec;
-}
-
-class WeightsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    model_ = dir_.path() / "model";
-    std::filesystem::create_directories(model_);
-    // A safetensors shard, an opaque large file, small files and a nested one.
-    std::string header = R"({"w":{"dtype":"U8","shape":[3000000],"data_offsets":[0,3000000]}})";
-    std::string shard(8, '\0');
-    for (int i = 0; i < 8; ++i) shard[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
-    shard += header;
-    std::mt19937_64 rng(1);
-    for (int i = 0; i < 3000000; ++i) shard.push_back(static_cast<char>(rng()));
-    std::ofstream(model_ / "model.safetensors", std::ios::binary) << shard;
-    WriteRandom(model_ / "blob.bin", 2500000, 2);
-    WriteRandom(model_ / "tokenizer" / "tokenizer.json", 1000, 3);
-    std::ofstream(model_ / "empty.txt").close();
-  }
-  void TearDown() override {
-    for (auto& t : transports_) t->Close();
-    for (auto& d : daemons_) d->Stop();
-  }
-
-  // A daemon serving `dir` as model "tiny" with 256 KiB chunks.
-  HostPort Serve(const std::filesystem::path& dir) {
-    DaemonOptions o;
-    o.seed.listen = HostPort{"127.0.0.1", 0};
-    o.seed.token = kToken;
-    o.cache_dir = dir_.path() / ("cache" + std::to_string(daemons_.size()));
-    o.models = {{"tiny", dir}};
-    o.weight_chunk_bytes = 256 * 1024;
-    auto d = Daemon::Create(o);
-    EXPECT_TRUE(d.ok()) << d.status().ToString();
-    auto bound = (*d)->Start();
-    daemons_.push_back(std::move(*d));
-    return **bound;
-  }
-
-  // Serves `server`'s data plane and its weight_shards kind until the test ends.
-  HostPort ServeWeights(std::shared_ptr<WeightServer> server) {
-    SeedConfig config;
-    config.listen = HostPort{"127.0.0.1", 0};
-    config.token = kToken;
-    TransportOptions topts;
-    topts.stream_handlers["weight_data"] = [server](int fd, const Json& r) {
-      server->Serve(fd, r);
-    };
-    auto t = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, topts);
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
-    HostPort addr = **(*t)->StartListener();
-    transports_.push_back(std::move(*t));
-    return addr;
-  }
-
-  Manifest ManifestFrom(const HostPort& source) {
-    SeedConfig config;
-    config.source = source;
-    config.token = kToken;
-    auto t = SeedTransport::Create({}, config);
-    auto r = (*t)->Request(Json{{"kind", "weight_shards"}, {"model", "tiny"}});
-    EXPECT_TRUE(r.has_value() && (*r)["status"] == "ok");
-    auto m = ParseManifest((*r)["payload"]);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return *m;
-  }
-
-  FetchOptions Options() {
-    FetchOptions o;
-    o.token = kToken;
-    o.connections_per_source = 2;
-    return o;
-  }
-
-  testing::TempDir dir_;
-  std::filesystem::path model_;
-  std::vector<std::unique_ptr<Daemon>> daemons_;
-  std::vector<std::unique_ptr<SeedTransport>> transports_;
-};
+class WeightsTest : public testing::WeightsFixture {};
 
 TEST_F(WeightsTest, TheModelHasAShardAndOtherFiles) {
   EXPECT_GT(std::filesystem::file_size(model_ / "model.safetensors"), 3000000u);
@@ -210,10 +84,12 @@ TEST_F(WeightsTest, AMultiFileModelArrivesByteIdentical) {
 
 TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
   HostPort good = Serve(model_);
-  // The faulty source serves the same manifest but flipped bytes in its copy.
-  std::filesystem::copy(model_, dir_.path() / "bad", std::filesystem::copy_options::recursive);
-  HostPort bad = Serve(dir_.path() / "bad");
   Manifest m = ManifestFrom(good);
+  // The faulty source hands out the good manifest but has flipped bytes in its
+  // copy (a server that indexed its copy would notice the change and not serve it).
+  std::filesystem::copy(model_, dir_.path() / "bad", std::filesystem::copy_options::recursive);
+  HostPort bad = ServeWeights(std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{m, dir_.path() / "bad", nullptr, {}, nullptr}}));
   // Every chunk of the bad copy has a flipped byte: whatever it serves is bad.
   for (const ManifestChunk& c : m.chunks) {
     std::fstream f(dir_.path() / "bad" / c.file, std::ios::in | std::ios::out | std::ios::binary);
@@ -223,7 +99,6 @@ TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
     f.seekp(static_cast<std::streamoff>(c.offset + c.length / 2));
     f.put(static_cast<char>(b ^ 0x5a));
   }
-  // The bad copy's own manifest differs, so give both sources the good one.
   testing::LogCapture logs;
   FetchStats stats;
   Status s = FetchModel(m, {bad, good}, dir_.path() / "dest", Options(), &stats);
@@ -282,7 +157,8 @@ TEST_F(WeightsTest, VerifySha256ChecksEveryFileBeforeCommitting) {
   j["files"][0]["sha256"] = std::string(64, 'e');
   j["root_digest"] = ManifestRootDigest(j);
   Manifest lying = *ParseManifest(j);
-  auto server = std::make_shared<WeightServer>(std::vector<ServedModel>{{lying, model_, nullptr}});
+  auto server = std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{lying, model_, nullptr, {}, nullptr}});
   source = ServeWeights(server);
   Status s = FetchModel(lying, {source}, dir_.path() / "checked", o);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
@@ -375,7 +251,8 @@ TEST_F(WeightsTest, AFetchingServerServesOnlyWhatItHasAndSaysWhoElseHasIt) {
   // A relay that has verified chunk 0 only, serving from its staging copy.
   auto partial = std::make_shared<ChunkSet>(m.chunks.size());
   partial->Set(0);
-  auto relay = std::make_shared<WeightServer>(std::vector<ServedModel>{{m, model_, partial}});
+  auto relay =
+      std::make_shared<WeightServer>(std::vector<ServedModel>{{m, model_, partial, {}, nullptr}});
   HostPort relay_addr = ServeWeights(relay);
   UniqueFd fd = testing::ConnectRaw(relay_addr);
   testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
@@ -463,7 +340,7 @@ TEST_F(WeightsTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
   auto all = std::make_shared<ChunkSet>(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) all->Set(i);
   auto liar = std::make_shared<WeightServer>(
-      std::vector<ServedModel>{{m, dir_.path() / "nothing-here", all}});
+      std::vector<ServedModel>{{m, dir_.path() / "nothing-here", all, {}, nullptr}});
   HostPort liar_addr = ServeWeights(liar);
   Manifest listed = m;
   listed.sources = {liar_addr.ToString()};  // as a source's manifest would list a relay
@@ -482,7 +359,8 @@ TEST_F(WeightsTest, RelaysSpareTheOrigin) {
   build.chunk_size = 256 * 1024;
   Result<Manifest> m = BuildManifest("tiny", model_, build);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  auto origin = std::make_shared<WeightServer>(std::vector<ServedModel>{{*m, model_, nullptr}});
+  auto origin =
+      std::make_shared<WeightServer>(std::vector<ServedModel>{{*m, model_, nullptr, {}, nullptr}});
   HostPort origin_addr = ServeWeights(origin);
   // Three daemons pull the model at once, each relaying what it has verified.
   std::vector<std::unique_ptr<Daemon>> targets;

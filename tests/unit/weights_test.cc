@@ -7,6 +7,7 @@
 
 #include "common/crypto.h"
 #include "kinds/weights/manifest.h"
+#include "kinds/weights/model_index.h"
 #include "kinds/weights/records.h"
 #include "kinds/weights/safetensors.h"
 #include "support/test_util.h"
@@ -165,10 +166,43 @@ TEST_F(ManifestTest, TheFingerprintFollowsContentNotTimeAndTheCacheSparesRehashi
   EXPECT_NE(c->fingerprint, a->fingerprint);
 }
 
-TEST_F(ManifestTest, LinksAreNotServed) {
+TEST_F(ManifestTest, ALinkThatLeavesTheModelIsRefusedNamingIt) {
   std::filesystem::create_symlink("/etc/passwd", model_ / "passwd");
+  auto m = IndexModel("tiny", model_, options_);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("passwd links to /etc/passwd, outside"), std::string::npos)
+      << m.status().message();
+  std::filesystem::remove(model_ / "passwd");
+  std::filesystem::create_symlink("missing.json", model_ / "dangling.json");
+  m = IndexModel("tiny", model_, options_);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("dangling.json is a broken link"), std::string::npos)
+      << m.status().message();
+}
+
+TEST_F(ManifestTest, ALinkInsideTheModelIsServedUnderItsOwnName) {
+  std::filesystem::create_symlink("config.json", model_ / "alias.json");
+  auto m = IndexModel("tiny", model_, options_);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->files.at("alias.json").read_path, "config.json");
+  EXPECT_EQ(m->files.at("config.json").read_path, "config.json");
+  std::map<std::string, std::string> sha;
+  for (const auto& f : m->manifest.files) sha[f.path] = f.sha256;
+  EXPECT_EQ(sha.at("alias.json"), sha.at("config.json"));
+}
+
+TEST_F(ManifestTest, ADirectoryWithoutFilesIsNotAModel) {
+  std::filesystem::create_directories(dir_.path() / "empty" / "sub");
+  auto m = BuildManifest("tiny", dir_.path() / "empty", options_);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("holds no files"), std::string::npos) << m.status().message();
+  // A manifest without files is refused by a target, whatever its digest says.
   Json j = Built();
-  for (const auto& f : j["files"]) EXPECT_NE(f["path"], "passwd");
+  j["files"] = Json::array();
+  j["chunks"] = Json::array();
+  j["tensors"] = Json::array();
+  j["total_size"] = 0;
+  EXPECT_NE(Error(Reseal(j)).find("no files"), std::string::npos) << Error(Reseal(j));
 }
 
 TEST_F(ManifestTest, RejectsHostileManifestsBeforeAnyWrite) {

@@ -31,10 +31,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "kinds/weights/manifest.h"
+#include "kinds/weights/model_index.h"
+#include "kinds/weights/records.h"
 #include "seedd/seed_config.h"
 #include "seedd/seedable.h"
 #include "seedd/status.h"
@@ -61,15 +65,33 @@ class ChunkSet {
 
 struct ServedModel {
   Manifest manifest;
-  std::filesystem::path dir;  // where the bytes are read from
+  std::filesystem::path dir;  // the bytes are read below it, never through a link
   // The chunks that may be served; null when the model is complete. A daemon
   // that is fetching a model serves what it has verified so far.
   std::shared_ptr<const ChunkSet> available;
+  // By manifest path: where the file's bytes are below `dir` and their size and
+  // mtime when indexed. A file whose size or mtime changed since is not served
+  // (its chunks' digests no longer describe it). A file not listed is read at its
+  // manifest path, unchecked (a staging copy still being written).
+  std::map<std::string, IndexedFile, std::less<>> files;
+  // `dir`, opened when published: paths resolve below what was there then, even
+  // if `dir` is renamed (a staging directory committed) or a link on its path is
+  // swapped.
+  std::shared_ptr<const UniqueFd> root;
+};
+
+// A model as indexed, ready to serve.
+ServedModel ServeIndexed(IndexedModel index);
+
+// The data plane's bounds on its peers.
+struct WeightServerOptions {
+  std::chrono::milliseconds idle_timeout{60000};  // between requests
+  TransferDeadline send;                          // each response record and its bytes
 };
 
 class WeightServer {
  public:
-  explicit WeightServer(std::vector<ServedModel> models);
+  explicit WeightServer(std::vector<ServedModel> models, WeightServerOptions options = {});
   // The stream handler of kind weight_data. REQUIRES: `request` authenticated.
   void Serve(int fd, const Json& request);
   // Serves `model` from now on, in place of any model of the same name.
@@ -79,6 +101,8 @@ class WeightServer {
   std::vector<std::string> Peers(const std::string& root, const std::string& except);
   // Chunk bytes sent so far, over every connection.
   uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
+  // Data connections being served now.
+  int connections() const { return connections_.load(std::memory_order_relaxed); }
 
  private:
   struct Claim {
@@ -99,17 +123,24 @@ class WeightServer {
   // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
   uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
+  void ServeRequests(int fd, const std::string& root, std::shared_ptr<const ServedModel> model,
+                     int peer, const std::string& relay, const std::string& session);
+  // Logs once per model file that changed since it was indexed.
+  void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
+  const WeightServerOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_;  // GUARDED_BY
   std::map<std::string, std::shared_ptr<const ServedModel>> by_root_;  // GUARDED_BY(mu_)
   std::map<std::string, Swarm> swarms_;                                // GUARDED_BY(mu_)
+  std::set<std::string> warned_;                                       // GUARDED_BY(mu_)
   std::atomic<uint64_t> bytes_served_{0};
+  std::atomic<int> connections_{0};
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.
 struct WeightInstallOptions {
-  std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<fingerprint>
+  std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<root digest>
   std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
   std::string token;
 };
@@ -120,18 +151,22 @@ struct WeightInstallOptions {
 // Install (ctx {"model": NAME, "relay": HOST:PORT (optional)}) then fetches the
 // bytes on the data plane from `install.sources` and the relays, serving the
 // chunks verified so far through `server` meanwhile, commits the model under
-// <cache_dir>/weights/NAME/<fingerprint>, switches NAME/current to it
+// <cache_dir>/weights/NAME/<root digest> (see local_copy.h; a copy there is
+// reused only when unchanged since its pull), switches NAME/current to it
 // atomically and serves it.
 SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
                                     WeightInstallOptions install = {});
 
 struct FetchOptions {
   std::string token;
-  int connections_per_source = 4;  // to each seed (a source given by the caller)
-  int pipeline = 4;                // chunk requests in flight per connection
-  int connections_per_peer = 1;    // to each relay learnt from the manifest or a state
-  std::chrono::milliseconds timeout{30000};
+  int connections_per_source = 4;            // to each seed (a source given by the caller)
+  int pipeline = 4;                          // chunk requests in flight per connection
+  int connections_per_peer = 1;              // to each relay learnt from the manifest or a state
+  std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
   std::chrono::milliseconds state_interval{200};  // how often sources' states are asked
+  // Each chunk, from its request reaching the front of the connection's queue to
+  // its last byte. A source that misses it fails (a relay is dropped at once).
+  TransferDeadline chunk_deadline;
   // Also check every file's SHA-256 against the manifest before committing (for
   // those who distrust their peers; costs one more read of the model).
   bool verify_sha256 = false;
@@ -145,6 +180,9 @@ struct FetchOptions {
   // Called from fetch threads with the bytes verified so far, with the fetch's
   // lock held (FetchStats may be read there).
   std::function<void(uint64_t verified_bytes)> progress;
+  // Called once the staging directory is ready, before any chunk is fetched (a
+  // server publishes it to relay the chunks verified there).
+  std::function<void(const std::filesystem::path& staging)> staged;
 };
 
 struct FetchStats {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "common/crypto.h"
@@ -60,6 +61,7 @@ class Fetch {
     state_.assign(n, Chunk::kQueued);
     peer_count_.assign(n, 0);
     defer_until_.assign(n, {});
+    claimed_since_.assign(n, {});
     force_.assign(n, false);
     for (uint32_t i : resumed) {
       state_[i] = Chunk::kDone;
@@ -156,7 +158,9 @@ class Fetch {
       for (Source* s : live) {
         Status st = PollOne(s, &conns[s->name]);
         if (!st.ok()) {
+          Close(&conns[s->name]);
           conns.erase(s->name);
+          if (Finished()) break;
           Logger().warn("weight_data: {}: state: {}", s->name, st.message());
           Fail(s);
         }
@@ -165,6 +169,8 @@ class Fetch {
       CheckHopeLocked();
       changed_.wait_for(lock, options_.state_interval, [this] { return FinishedLocked(); });
     }
+    lock.unlock();
+    for (auto& [name, conn] : conns) Close(&conn);
   }
 
   Status PollOne(Source* s, UniqueFd* conn) {
@@ -173,20 +179,22 @@ class Fetch {
       if (!fd.ok()) return fd.status();
       *conn = std::move(*fd);
     }
+    const size_t bitmap = (m_.chunks.size() + 7) / 8;
+    // The whole answer within the deadline of its largest size.
+    const auto deadline = options_.chunk_deadline.For(bitmap + kMaxPeerListBytes);
     const RequestRecord req = EncodeRequest(kStateMagic, 0);
-    if (!SendAll(conn->get(), req.data(), req.size())) {
+    if (!SendAllBy(conn->get(), req.data(), req.size(), deadline)) {
       return Status::Unavailable("cannot send a state request");
     }
     HeaderRecord record;
-    SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), record.data(), record.size()));
+    SEEDD_RETURN_IF_ERROR(RecvAllBy(conn->get(), record.data(), record.size(), deadline));
     const Header h = DecodeHeader(record);
-    const size_t bitmap = (m_.chunks.size() + 7) / 8;
     if (h.magic != kStateMagic || h.status != kChunkOk || h.length < bitmap ||
         h.length > bitmap + kMaxPeerListBytes) {
       return Status::DataLoss("malformed state response");
     }
     std::string body(h.length, '\0');
-    SEEDD_RETURN_IF_ERROR(RecvAll(conn->get(), body.data(), body.size()));
+    SEEDD_RETURN_IF_ERROR(RecvAllBy(conn->get(), body.data(), body.size(), deadline));
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < m_.chunks.size(); ++i) {
       s->have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
@@ -227,7 +235,27 @@ class Fetch {
       }
     }
     failed_ = true;
+    EndLocked();
+  }
+
+  // The fetch is over: connections blocked on a slow source are woken at once.
+  // REQUIRES: mu_ held.
+  void EndLocked() {
+    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
     changed_.notify_all();
+  }
+
+  // Connections are tracked so that EndLocked can wake them; false (and the
+  // connection is not to be used) when the fetch is over already.
+  bool Track(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (FinishedLocked()) return false;
+    open_fds_.insert(fd);
+    return true;
+  }
+  void Untrack(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_fds_.erase(fd);
   }
 
   // One connection's loop against `source`; returns when the fetch is over.
@@ -235,6 +263,7 @@ class Fetch {
     while (!Finished() && !Dropped(source)) {
       Result<UniqueFd> conn = Open(*source);
       if (!conn.ok()) {
+        if (Finished()) return;
         Logger().warn("weight_data: {}: {}", source->name, conn.status().message());
         if (Fail(source)) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -243,7 +272,9 @@ class Fetch {
       std::deque<Taken> inflight;
       bool idle = false;
       Status st = Pump(conn->get(), source, &inflight, &idle);
+      Close(&*conn);
       Requeue(&inflight, source);
+      if (Finished()) return;
       if (st.ok() && idle) continue;  // a fresh connection before the source's idle timeout
       if (st.ok()) return;
       Logger().warn("weight_data: {}: {}", source->name, st.message());
@@ -251,9 +282,29 @@ class Fetch {
     }
   }
 
+  // A connection to `source`, handshake done, tracked (see Track): close it with Close.
   Result<UniqueFd> Open(const Source& source) {
     Result<UniqueFd> fd = ConnectTcp(source.addr, std::chrono::seconds(5));
     if (!fd.ok()) return fd.status();
+    if (!Track(fd->get())) return Status::Unavailable("the fetch is over");
+    Result<UniqueFd> ready = Handshake(std::move(*fd));
+    return ready;
+  }
+  void Close(UniqueFd* fd) {
+    if (!fd->valid()) return;
+    Untrack(fd->get());
+    fd->Reset();
+  }
+
+  Result<UniqueFd> Handshake(UniqueFd fd_owned) {
+    struct Guard {
+      Fetch* f;
+      UniqueFd fd;
+      ~Guard() {
+        if (fd.valid()) f->Untrack(fd.get());
+      }
+    } guard{this, std::move(fd_owned)};
+    UniqueFd* fd = &guard.fd;
     int flags = ::fcntl(fd->get(), F_GETFL);
     ::fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
     timeval tv{static_cast<time_t>(options_.timeout.count() / 1000),
@@ -274,9 +325,10 @@ class Fetch {
     if (!body.ok()) return body.status();
     Result<Json> response = ParseJson(*body);
     if (!response.ok() || !response->is_object() || (*response)["status"] != "ok") {
-      return Status::PermissionDenied("the source refused the data connection: " + *body);
+      return Status::PermissionDenied("the source refused the data connection: " +
+                                      body->substr(0, 300));
     }
-    return fd;
+    return std::move(*fd);
   }
 
   // Keeps requests in flight; verifies and writes each chunk. Returns Ok when the
@@ -286,6 +338,7 @@ class Fetch {
     // claim on it is then taken just before the bytes leave.
     const int depth = !options_.relay.empty() ? 1 : options_.pipeline;
     std::string buf;  // one piece of a chunk
+    const uint64_t record_bytes = std::tuple_size_v<HeaderRecord>;
     auto last_used = std::chrono::steady_clock::now();
     for (;;) {
       while (static_cast<int>(inflight->size()) < depth) {
@@ -294,7 +347,7 @@ class Fetch {
         const RequestRecord req =
             EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
         inflight->push_back(*next);
-        if (!SendAll(fd, req.data(), req.size())) {
+        if (!SendAllBy(fd, req.data(), req.size(), options_.chunk_deadline.For(req.size()))) {
           return Status::Unavailable("cannot send a chunk request");
         }
       }
@@ -307,8 +360,11 @@ class Fetch {
         continue;
       }
       last_used = std::chrono::steady_clock::now();
+      // From here the front chunk's whole answer is due by its deadline.
+      const auto deadline =
+          options_.chunk_deadline.For(record_bytes + m_.chunks[inflight->front().index].length);
       HeaderRecord record;
-      SEEDD_RETURN_IF_ERROR(RecvAll(fd, record.data(), record.size()));
+      SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
       const Header h = DecodeHeader(record);
       const uint32_t index = h.index;
       const uint32_t status = h.status;
@@ -343,7 +399,7 @@ class Fetch {
       }
       PopFront(inflight, source);
       bool verified = false;
-      Status got = Receive(fd, index, &buf, &verified);
+      Status got = Receive(fd, index, &buf, &verified, deadline);
       if (!got.ok()) {
         Requeue(index);
         return got;
@@ -372,14 +428,15 @@ class Fetch {
   // about twice (socket buffer, page cache) instead of five times. The bytes of
   // a chunk that fails verification are never journaled nor served, and are
   // overwritten when it is fetched again.
-  Status Receive(int sock, uint32_t index, std::string* buf, bool* verified) {
+  Status Receive(int sock, uint32_t index, std::string* buf, bool* verified,
+                 std::chrono::steady_clock::time_point deadline) {
     const ManifestChunk& c = m_.chunks[index];
     buf->resize(kPieceBytes);
     Xxh3Stream hash;
     Status st;
     for (uint64_t done = 0; done < c.length && st.ok();) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
-      st = RecvAll(sock, buf->data(), n);
+      st = RecvAllBy(sock, buf->data(), n, deadline);
       if (!st.ok()) break;
       hash.Update(std::string_view(buf->data(), n));
       st = staging_.Write(c, done, buf->data(), n);
@@ -411,6 +468,7 @@ class Fetch {
     stats_->chunks_holes += hole;
     verified_bytes_ += c.length;
     if (options_.verified) options_.verified->Set(index);
+    if (done_ == m_.chunks.size()) EndLocked();
     changed_.notify_all();
     if (options_.progress) options_.progress(verified_bytes_);
     return Status::Ok();
@@ -451,25 +509,29 @@ class Fetch {
   void NotThere(uint32_t index, Source* source, uint32_t status, uint32_t aux) {
     std::lock_guard<std::mutex> lock(mu_);
     state_[index] = Chunk::kQueued;
-    if (status == kChunkNotHere) {
-      const bool offered = source->have[index];
-      if (offered && !source->seed && !source->dropped && peer_count_[index] > 0) {
-        --peer_count_[index];
-      }
+    const auto now = std::chrono::steady_clock::now();
+    if (!source->seed) {
+      // A relay is asked only for chunks it offered, and its verified chunks only
+      // ever grow: "not here" is a lie (or a restart), and a relay has no claims
+      // to report. Either way it fails, and is dropped.
+      Logger().warn("weight_data: relay {} offered chunk {} but answered \"{}\"", source->name,
+                    index, status == kChunkNotHere ? "not here" : "claimed");
+      FailLocked(source);
+    } else if (status == kChunkNotHere) {
       source->have[index] = false;
-      if (offered && !source->seed) {
-        // A relay's verified chunks only ever grow: offering one and then not
-        // serving it is a lie (or a restart), and counts as a failure.
-        Logger().warn("weight_data: relay {} offered chunk {} but does not serve it", source->name,
-                      index);
-        FailLocked(source);
-      }
-    } else if (aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter &&
-               peer_count_[index] == 0) {
-      // A relay got it long ago yet none offers it: ask the seed for it anyway.
-      force_[index] = true;
     } else {
-      defer_until_[index] = std::chrono::steady_clock::now() + kClaimRetry;
+      if (claimed_since_[index] == std::chrono::steady_clock::time_point{}) {
+        claimed_since_[index] = now;
+      }
+      // Claimed by a relay long ago (or for long, however the claim is renewed),
+      // yet no live relay offers it: ask the seed for it anyway.
+      const bool sent_long_ago = aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter;
+      if ((sent_long_ago || now - claimed_since_[index] >= kForceAfter) &&
+          peer_count_[index] == 0) {
+        force_[index] = true;
+      } else {
+        defer_until_[index] = now + kClaimRetry;
+      }
     }
     changed_.notify_all();
   }
@@ -512,12 +574,14 @@ class Fetch {
     changed_.notify_all();
     return FailLocked(source);
   }
-  // True when the source is now dropped.
+  // True when the source is now dropped: a seed after kMaxSourceFailures, a relay
+  // (anyone with the token can announce one) at its first failure.
   bool FailLocked(Source* source) {
-    if (++source->failures >= kMaxSourceFailures && !source->dropped) {
+    ++source->failures;
+    if ((!source->seed || source->failures >= kMaxSourceFailures) && !source->dropped) {
       source->dropped = true;
-      Logger().warn("weight_data: dropping source {} after {} failures", source->name,
-                    kMaxSourceFailures);
+      Logger().warn("weight_data: dropping {} {} after {} failure(s)",
+                    source->seed ? "source" : "relay", source->name, source->failures);
       stats_->sources_dropped.push_back(source->name);
       Recount();
       CheckHopeLocked();
@@ -541,7 +605,9 @@ class Fetch {
   std::vector<uint32_t> order_;                   // the fetch order
   std::vector<Chunk> state_;                      // GUARDED_BY(mu_)
   std::vector<uint16_t> peer_count_;              // GUARDED_BY(mu_): live relays having it
-  std::vector<std::chrono::steady_clock::time_point> defer_until_;  // GUARDED_BY(mu_)
+  std::vector<std::chrono::steady_clock::time_point> defer_until_;    // GUARDED_BY(mu_)
+  std::vector<std::chrono::steady_clock::time_point> claimed_since_;  // GUARDED_BY(mu_)
+  std::set<int> open_fds_;       // GUARDED_BY(mu_): connections EndLocked wakes
   std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with SDRQ
   size_t done_ = 0;              // GUARDED_BY(mu_)
   int live_peers_ = 0;           // GUARDED_BY(mu_): relays not dropped
@@ -573,6 +639,7 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   Staging staging(manifest, StagingDir(into));
   Result<std::vector<uint32_t>> resumed = staging.Open();
   if (!resumed.ok()) return resumed.status();
+  if (options.staged) options.staged(StagingDir(into));
   Fetch fetch(manifest, staging, options, stats);
   fetch.Prepare(*resumed);
   fetch.Run(sources);

@@ -13,6 +13,7 @@
 
 #include "common/crypto.h"
 #include "common/errno_status.h"
+#include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "seedd/seed_config.h"
 #include "wire/json_text.h"
@@ -20,22 +21,12 @@
 namespace seedd {
 namespace {
 
-constexpr size_t kMaxFiles = 100000;
 constexpr uint64_t kMaxFileBytes = 1ull << 50;
 
 bool IsHex(const Json& v, size_t n) {
   if (!v.is_string() || v.get_ref<const std::string&>().size() != n) return false;
   for (char c : v.get_ref<const std::string&>()) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-bool IsModelName(const std::string& s) {
-  if (s.empty() || s.size() > 128 || s == "." || s == "..") return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
-      return false;
   }
   return true;
 }
@@ -52,6 +43,7 @@ Result<uint64_t> Uint(const Json& obj, const char* field, const std::string& whe
 // Streams a file region through XXH3-128 per chunk and SHA-256 overall (when asked).
 class FileReader {
  public:
+  int fd() const { return fd_.get(); }
   static Result<FileReader> Open(const std::filesystem::path& p) {
     UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd.valid()) return ErrnoStatus("open " + p.string(), errno);
@@ -227,93 +219,59 @@ std::string ManifestRootDigest(const Json& manifest) {
   return Sha256Hex(DumpJson(without));
 }
 
-Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::path& dir,
-                               const BuildOptions& options, BuildStats* stats) {
-  if (!IsModelName(model)) return Status::InvalidArgument("invalid model name '" + model + "'");
-  if (options.chunk_size < 4096 || options.chunk_size > (1ull << 30)) {
-    return Status::InvalidArgument("chunk size must be 4 KiB to 1 GiB");
+bool IsModelName(std::string_view s) {
+  if (s.empty() || s.size() > 128 || s == "." || s == "..") return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
+      return false;
   }
-  std::error_code ec;
-  const std::filesystem::path root = std::filesystem::canonical(dir, ec);
-  if (ec || !std::filesystem::is_directory(root)) {
-    return Status::NotFound(dir.string() + " is not a directory");
+  return true;
+}
+
+Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOptions& options,
+                               BuildStats* stats) {
+  Result<FileReader> reader = FileReader::Open(abs);
+  if (!reader.ok()) return reader.status();
+  struct stat st {};
+  if (::fstat(reader->fd(), &st) != 0) return ErrnoStatus("stat " + abs.string(), errno);
+  FileDigests d;
+  d.size = static_cast<uint64_t>(st.st_size);
+  d.mtime_ns = MtimeNs(st);
+  if (std::optional<CachedDigests> cached = LoadCache(options, abs, d.size, d.mtime_ns)) {
+    d.chunks = std::move(cached->chunks);
+    d.sha256 = std::move(cached->content_sha256);
+    return d;
   }
-  Manifest m;
-  m.model = model;
-  m.chunk_size = options.chunk_size;
-  m.sources = options.sources;
-  std::vector<std::filesystem::path> paths;
-  for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_symlink(ec) || !it->is_regular_file(ec)) continue;  // links are never served
-    paths.push_back(it->path());
-    if (paths.size() > kMaxFiles) return Status::ResourceExhausted("more than 100000 files");
-  }
-  if (ec) return Status::IoError("walk " + root.string() + ": " + ec.message());
-  std::sort(paths.begin(), paths.end());
-  std::string fingerprint_input;
+  EVP_MD_CTX* sha = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
   std::string buf;
-  for (const auto& abs : paths) {
-    const std::string rel = std::filesystem::relative(abs, root).generic_string();
-    SEEDD_RETURN_IF_ERROR(ValidateRelativePath(rel));
-    struct stat st {};
-    if (::stat(abs.c_str(), &st) != 0) return ErrnoStatus("stat " + abs.string(), errno);
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    const int64_t mtime_ns =
-        static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    const bool is_safetensors = abs.extension() == ".safetensors";
-    std::string identity;  // what the fingerprint covers besides path and size
-    if (is_safetensors) {
-      Result<SafetensorsHeader> h = ReadSafetensorsHeader(abs.string());
-      if (!h.ok()) return h.status();
-      identity = h->header_json;
-      for (auto& t : h->tensors) m.tensors.push_back({rel, std::move(t)});
-    }
-    std::optional<CachedDigests> digests = LoadCache(options, abs, size, mtime_ns);
-    if (!digests.has_value()) {
-      digests.emplace();
-      Result<FileReader> reader = FileReader::Open(abs);
-      if (!reader.ok()) return reader.status();
-      EVP_MD_CTX* sha = EVP_MD_CTX_new();
-      EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
-      for (uint64_t off = 0; off < size; off += options.chunk_size) {
-        const uint64_t len = std::min(options.chunk_size, size - off);
-        if (reader->IsHole(off, len)) {
-          buf.assign(len, '\0');
-        } else if (Status s = reader->Read(off, len, &buf); !s.ok()) {
-          EVP_MD_CTX_free(sha);
-          return s;
-        }
-        digests->chunks.push_back(Xxh3Hex(buf));
-        EVP_DigestUpdate(sha, buf.data(), buf.size());
-        if (stats != nullptr) stats->bytes_hashed += len;
-      }
-      unsigned char md[EVP_MAX_MD_SIZE];
-      unsigned int md_len = 0;
-      EVP_DigestFinal_ex(sha, md, &md_len);
+  for (uint64_t off = 0; off < d.size; off += options.chunk_size) {
+    const uint64_t len = std::min(options.chunk_size, d.size - off);
+    if (reader->IsHole(off, len)) {
+      buf.assign(len, '\0');
+    } else if (Status s = reader->Read(off, len, &buf); !s.ok()) {
       EVP_MD_CTX_free(sha);
-      digests->content_sha256 = HexBytes(md, md_len);
-      StoreCache(options, abs, size, mtime_ns, *digests);
+      return s;
     }
-    if (!is_safetensors) identity = digests->content_sha256;
-    for (size_t i = 0; i < digests->chunks.size(); ++i) {
-      const uint64_t off = i * options.chunk_size;
-      m.chunks.push_back({rel, off, std::min(options.chunk_size, size - off), digests->chunks[i]});
-    }
-    m.files.push_back({rel, size, digests->content_sha256});
-    m.total_size += size;
-    fingerprint_input += rel + '\0' + std::to_string(size) + '\0' + identity + '\n';
+    d.chunks.push_back(Xxh3Hex(buf));
+    EVP_DigestUpdate(sha, buf.data(), buf.size());
+    if (stats != nullptr) stats->bytes_hashed += len;
   }
-  m.fingerprint = Sha256Hex(fingerprint_input);
-  m.root_digest = ManifestRootDigest(m.ToJson());
-  return m;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  EVP_DigestFinal_ex(sha, md, &md_len);
+  EVP_MD_CTX_free(sha);
+  d.sha256 = HexBytes(md, md_len);
+  StoreCache(options, abs, d.size, d.mtime_ns, CachedDigests{d.chunks, d.sha256});
+  return d;
 }
 
 Result<Manifest> ParseManifest(const Json& j) {
   auto bad = [](const std::string& why) { return Status::InvalidArgument("manifest: " + why); };
   if (!j.is_object()) return bad("not a JSON object");
   Manifest m;
-  if (!j.contains("model") || !j["model"].is_string() || !IsModelName(j["model"])) {
+  if (!j.contains("model") || !j["model"].is_string() ||
+      !IsModelName(j["model"].get<std::string>())) {
     return bad("invalid model name");
   }
   m.model = j["model"];
@@ -330,7 +288,8 @@ Result<Manifest> ParseManifest(const Json& j) {
     if (!j.contains(field) || !j[field].is_array())
       return bad(std::string("'") + field + "' must be an array");
   }
-  if (j["files"].size() > kMaxFiles) return bad("more than 100000 files");
+  if (j["files"].empty()) return bad("the model has no files");
+  if (j["files"].size() > kMaxManifestFiles) return bad("more than 100000 files");
   std::map<std::string, uint64_t> sizes;
   uint64_t sum = 0;
   for (const Json& f : j["files"]) {

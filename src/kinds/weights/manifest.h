@@ -20,6 +20,7 @@
 namespace seedd {
 
 inline constexpr uint64_t kDefaultChunkBytes = 8ull << 20;
+inline constexpr size_t kMaxManifestFiles = 100000;
 
 struct ManifestFile {
   std::string path;  // relative, '/'-separated
@@ -65,9 +66,25 @@ struct BuildStats {
   uint64_t bytes_hashed = 0;  // chunk bytes read and hashed (0 when all came from the cache)
 };
 
-// Builds the manifest of every regular file under `dir` (links are skipped).
+// Builds the manifest of the model directory `dir` (see IndexModel in
+// model_index.h, which also says where each file's bytes are read from).
 Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::path& dir,
                                const BuildOptions& options, BuildStats* stats = nullptr);
+
+// The digests of one file: XXH3-128 per chunk and SHA-256 of the whole, with
+// the size and mtime of what was read; from options.digest_cache when an entry
+// matches path, size, mtime and chunk size.
+struct FileDigests {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::vector<std::string> chunks;
+  std::string sha256;
+};
+Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOptions& options,
+                               BuildStats* stats = nullptr);
+
+// Letters, digits, '_', '.', '-'; 1 to 128 bytes; not "." or "..".
+bool IsModelName(std::string_view s);
 
 // Validates a manifest from a peer: names and paths, file sizes, chunks tiling
 // every file exactly, tensors inside their files, sizes adding up, the root digest.

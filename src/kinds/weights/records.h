@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string_view>
 
@@ -37,9 +38,26 @@ HeaderRecord EncodeHeader(std::string_view magic, uint32_t index, uint32_t statu
                           uint64_t length);
 Header DecodeHeader(const HeaderRecord& record);
 
+// How long one data-plane transfer may take: `grace` plus its length at
+// `min_rate`. A peer slower than that (a trickle, a peer that stopped reading)
+// fails the transfer instead of holding the connection forever.
+struct TransferDeadline {
+  std::chrono::milliseconds grace{10000};
+  uint64_t min_rate = 256 * 1024;  // bytes per second
+  std::chrono::steady_clock::time_point For(uint64_t bytes) const;
+};
+
 // Blocking socket I/O for the data plane: all of it or an error. Sends never
 // raise SIGPIPE.
 bool SendAll(int fd, const char* p, size_t n);
 Status RecvAll(int fd, char* p, size_t n);
+
+// The same, all of it before `deadline` (DeadlineExceeded / false after it).
+bool SendAllBy(int fd, const char* p, size_t n, std::chrono::steady_clock::time_point deadline);
+Status RecvAllBy(int fd, char* p, size_t n, std::chrono::steady_clock::time_point deadline);
+// Sets the socket's send (receive) timeout to the time left until `deadline`, so
+// a blocking call on it returns by then; false when it has passed.
+bool ArmSendTimeout(int fd, std::chrono::steady_clock::time_point deadline);
+bool ArmRecvTimeout(int fd, std::chrono::steady_clock::time_point deadline);
 
 }  // namespace seedd

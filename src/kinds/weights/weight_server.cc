@@ -2,11 +2,13 @@
 #include <poll.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "common/crypto.h"
+#include "common/file_util.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
@@ -16,16 +18,11 @@
 namespace seedd {
 namespace {
 
-constexpr int kIdleTimeoutMs = 60000;                // a data connection idle this long is closed
 constexpr auto kPeerTtl = std::chrono::seconds(10);  // a relay silent this long is gone
 constexpr size_t kMaxPeersPerSwarm = 4096;
 constexpr size_t kMaxRelayText = 300;
 
-bool SendHeader(int fd, std::string_view magic, uint32_t index, uint32_t status, uint32_t aux,
-                uint64_t length) {
-  const HeaderRecord h = EncodeHeader(magic, index, status, aux, length);
-  return SendAll(fd, h.data(), h.size());
-}
+constexpr uint64_t kHeaderBytes = std::tuple_size_v<HeaderRecord>;
 
 // True when [offset, offset + length) of `fd` holds no data (a hole reads as zeros).
 bool IsHole(int fd, uint64_t offset, uint64_t length) {
@@ -56,11 +53,19 @@ std::string ChunkSet::Bitmap() const {
   return bits;
 }
 
-WeightServer::WeightServer(std::vector<ServedModel> models) {
+WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
+    : options_(options) {
   for (auto& m : models) Publish(std::move(m));
 }
 
 void WeightServer::Publish(ServedModel model) {
+  if (model.root == nullptr) {
+    Result<UniqueFd> root = OpenDirectory(model.dir);
+    if (!root.ok()) {
+      Logger().warn("weight_data: model {}: {}", model.manifest.model, root.status().message());
+    }
+    model.root = std::make_shared<const UniqueFd>(root.ok() ? std::move(*root) : UniqueFd());
+  }
   auto m = std::make_shared<const ServedModel>(std::move(model));
   std::lock_guard<std::mutex> lock(mu_);
   auto old = by_name_.find(m->manifest.model);
@@ -161,14 +166,19 @@ void WeightServer::EndSend(const std::string& root, int peer, uint32_t index, bo
 }
 
 void WeightServer::Serve(int fd, const Json& request) {
+  connections_.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{connections_};
   auto root_field = request.find("root_digest");
   const std::string root = root_field != request.end() && root_field->is_string()
                                ? root_field->get<std::string>()
                                : std::string();
   std::shared_ptr<const ServedModel> model = root.empty() ? nullptr : FindRoot(root);
-  auto error = [fd](const std::string& message) {
+  auto error = [this, fd](const std::string& message) {
     std::string frame = EncodeJsonFrame(Json{{"status", "error"}, {"message", message}});
-    SendAll(fd, frame.data(), frame.size());
+    SendAllBy(fd, frame.data(), frame.size(), options_.send.For(frame.size()));
   };
   if (model == nullptr) return error("no model with that root_digest");
   std::string relay;
@@ -189,15 +199,40 @@ void WeightServer::Serve(int fd, const Json& request) {
   const size_t chunk_count = model->manifest.chunks.size();
   const int peer = relay.empty() ? -1 : Announce(root, relay, session, chunk_count);
   std::string ok = EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}});
-  if (!SendAll(fd, ok.data(), ok.size())) return;
-  std::map<std::string, UniqueFd> files;
+  if (!SendAllBy(fd, ok.data(), ok.size(), options_.send.For(ok.size()))) return;
+  ServeRequests(fd, root, std::move(model), peer, relay, session);
+}
+
+void WeightServer::WarnChanged(const ServedModel& model, const std::string& file,
+                               const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!warned_.insert(model.manifest.root_digest + "/" + file).second) return;
+  }
+  Logger().error(
+      "weight_data: not serving {} of model {}: {} since it was indexed; its chunk digests no "
+      "longer describe it (restart seedd to index the model again)",
+      (model.dir / file).string(), model.manifest.model, why);
+}
+
+void WeightServer::ServeRequests(int fd, const std::string& root,
+                                 std::shared_ptr<const ServedModel> model, int peer,
+                                 const std::string& relay, const std::string& session) {
+  const size_t chunk_count = model->manifest.chunks.size();
+  auto send_header = [&](std::string_view magic, uint32_t index, uint32_t status, uint32_t aux,
+                         uint64_t length, std::chrono::steady_clock::time_point deadline) {
+    const HeaderRecord h = EncodeHeader(magic, index, status, aux, length);
+    return SendAllBy(fd, h.data(), h.size(), deadline);
+  };
+  auto deadline_for = [&](uint64_t n) { return options_.send.For(n); };
+  std::map<std::string, UniqueFd, std::less<>> files;
   RequestRecord req;
   size_t have = 0;
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, kIdleTimeoutMs) <= 0) return;
-    ssize_t r = ::recv(fd, req.data() + have, req.size() - have, 0);
-    if (r < 0 && errno == EINTR) continue;
+    if (::poll(&p, 1, static_cast<int>(options_.idle_timeout.count())) <= 0) return;
+    ssize_t r = ::recv(fd, req.data() + have, req.size() - have, MSG_DONTWAIT);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (r <= 0) return;  // the fetcher is done
     have += static_cast<size_t>(r);
     if (have < req.size()) continue;
@@ -225,48 +260,80 @@ void WeightServer::Serve(int fd, const Json& request) {
         if (chunks.size() % 8 != 0) body.back() = static_cast<char>(0xff00 >> (chunks.size() % 8));
       }
       for (const std::string& addr : Peers(root, relay)) body += addr + "\n";
-      if (!SendHeader(fd, kStateMagic, 0, kChunkOk, 0, body.size())) return;
-      if (!SendAll(fd, body.data(), body.size())) return;
+      const auto deadline = deadline_for(body.size());
+      if (!send_header(kStateMagic, 0, kChunkOk, 0, body.size(), deadline)) return;
+      if (!SendAllBy(fd, body.data(), body.size(), deadline)) return;
       continue;
     }
+    const auto small = deadline_for(kHeaderBytes);
     if (index >= chunks.size() || (model->available && !model->available->Test(index))) {
-      if (!SendHeader(fd, kChunkMagic, index, kChunkNotHere, 0, 0)) return;
+      if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
       continue;
     }
     uint32_t aux = 0;
     if (claim && ClaimChunk(root, peer, index, &aux) == kChunkClaimed) {
-      if (!SendHeader(fd, kChunkMagic, index, kChunkClaimed, aux, 0)) return;
+      if (!send_header(kChunkMagic, index, kChunkClaimed, aux, 0, small)) return;
       continue;
     }
     const ManifestChunk& c = chunks[index];
-    UniqueFd& file = files[c.file];
-    if (!file.valid()) {
-      file.Reset(::open((model->dir / c.file).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (!file.valid() && model->available) {
-        // A fetch moving its staging directory into place; published again soon.
-        files.erase(c.file);
+    auto indexed = model->files.find(c.file);
+    auto open = files.find(c.file);
+    if (open == files.end()) {
+      const std::string read_path =
+          indexed != model->files.end() ? indexed->second.read_path : c.file;
+      Result<UniqueFd> opened = Status::Unavailable("no root");
+      if (model->root != nullptr && model->root->valid()) {
+        opened = OpenBeneath(model->root->get(), read_path, O_RDONLY);
+      }
+      if (!opened.ok()) {
+        if (model->available == nullptr) {
+          Logger().warn("weight_data: cannot serve {} of model {}: {}", c.file,
+                        model->manifest.model, opened.status().message());
+        }
         EndSend(root, peer, index, false);
-        if (!SendHeader(fd, kChunkMagic, index, kChunkNotHere, 0, 0)) return;
+        if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
         continue;
       }
-      if (!file.valid()) {
-        Logger().warn("weight_data: cannot open {}: {}", (model->dir / c.file).string(),
-                      std::strerror(errno));
+      open = files.emplace(c.file, std::move(*opened)).first;
+    }
+    const int file = open->second.get();
+    if (indexed != model->files.end()) {
+      // Whatever changed the file since it was indexed, its digests are stale.
+      struct stat st {};
+      std::string why;
+      if (::fstat(file, &st) != 0) {
+        why = std::string("cannot stat it: ") + std::strerror(errno);
+      } else if (static_cast<uint64_t>(st.st_size) != indexed->second.size) {
+        why = "its size changed from " + std::to_string(indexed->second.size) + " to " +
+              std::to_string(st.st_size) + " bytes";
+      } else if (MtimeNs(st) != indexed->second.mtime_ns) {
+        why = "it was modified";
+      }
+      if (!why.empty()) {
+        WarnChanged(*model, c.file, why);
         EndSend(root, peer, index, false);
-        return;
+        if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
+        continue;
       }
     }
-    if (IsHole(file.get(), c.offset, c.length)) {
+    if (IsHole(file, c.offset, c.length)) {
       EndSend(root, peer, index, true);
-      if (!SendHeader(fd, kChunkMagic, index, kChunkHole, 0, 0)) return;
+      if (!send_header(kChunkMagic, index, kChunkHole, 0, 0, small)) return;
       continue;
     }
-    bool sent = SendHeader(fd, kChunkMagic, index, kChunkOk, 0, c.length);
+    // The whole chunk within its deadline: a fetcher that stops reading (or reads
+    // a trickle) does not hold this thread.
+    const auto deadline = deadline_for(kHeaderBytes + c.length);
+    bool sent = send_header(kChunkMagic, index, kChunkOk, 0, c.length, deadline);
     off_t offset = static_cast<off_t>(c.offset);
     uint64_t left = c.length;
     while (sent && left > 0) {  // straight from the page cache to the socket
-      ssize_t w = ::sendfile(fd, file.get(), &offset, std::min<uint64_t>(left, 1ull << 30));
-      if (w < 0 && errno == EINTR) continue;
+      if (!ArmSendTimeout(fd, deadline)) {
+        sent = false;
+        break;
+      }
+      ssize_t w = ::sendfile(fd, file, &offset, std::min<uint64_t>(left, 1ull << 30));
+      if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (w <= 0) {
         sent = false;
         break;
@@ -279,107 +346,12 @@ void WeightServer::Serve(int fd, const Json& request) {
   }
 }
 
-namespace {
-
-class WeightShardsSeedable final : public Seedable {
- public:
-  WeightShardsSeedable(std::shared_ptr<WeightServer> server, WeightInstallOptions install)
-      : server_(std::move(server)), install_(std::move(install)) {}
-  std::string_view kind() const override { return kWeightShardsKind; }
-  Result<Json> RequestParams(const Json& ctx) const override { return ctx; }
-  Result<std::optional<Json>> Resolve(const Json& request) const override {
-    auto model = request.find("model");
-    if (model == request.end()) return Status::InvalidArgument("missing field 'model'");
-    if (!model->is_string()) return Status::InvalidArgument("field 'model' must be a string");
-    std::shared_ptr<const ServedModel> m = server_->FindModel(model->get<std::string>());
-    if (m == nullptr) return std::optional<Json>();
-    auto fp = request.find("fingerprint");
-    if (fp != request.end() && (!fp->is_string() || *fp != m->manifest.fingerprint)) {
-      return Status::FailedPrecondition("model '" + m->manifest.model + "' has fingerprint " +
-                                        m->manifest.fingerprint + ", not the one requested");
-    }
-    std::string relay;
-    if (auto r = request.find("relay"); r != request.end() && r->is_string()) {
-      relay = r->get<std::string>();
-    }
-    Json manifest = m->manifest.ToJson();
-    // Where to fetch: the relays of this root digest (not part of the digest).
-    for (std::string& peer : server_->Peers(m->manifest.root_digest, relay)) {
-      manifest["sources"].push_back(std::move(peer));
-    }
-    return std::optional<Json>(std::move(manifest));
-  }
-  Result<Json> ValidatePayload(const Json& payload) const override {
-    Result<Manifest> m = ParseManifest(payload);
-    if (!m.ok()) return m.status();
-    return payload;
-  }
-  Status Install(const Json& ctx, const Json& payload) override {
-    if (install_.sources.empty()) {
-      return Status::FailedPrecondition("no source to fetch the model's bytes from");
-    }
-    auto name_it = ctx.find("model");
-    if (name_it == ctx.end() || !name_it->is_string()) {
-      return Status::InvalidArgument("field 'model' must be a string");
-    }
-    const std::string name = name_it->get<std::string>();
-    if (!ValidateRelativePath(name).ok() || name.find('/') != std::string::npos) {
-      return Status::InvalidArgument("model name '" + name + "' is not a single path component");
-    }
-    Result<Manifest> manifest = ParseManifest(payload);
-    if (!manifest.ok()) return manifest.status();
-    if (manifest->model != name) {
-      return Status::InvalidArgument("the source sent the manifest of model '" + manifest->model +
-                                     "', not '" + name + "'");
-    }
-    const std::filesystem::path base = install_.cache_dir / "weights" / name;
-    const std::filesystem::path dir = base / manifest->fingerprint;
-    std::error_code ec;
-    std::filesystem::create_directories(base, ec);
-    if (ec) return Status::IoError("create " + base.string() + ": " + ec.message());
-    if (!std::filesystem::exists(dir, ec)) {
-      FetchOptions fetch;
-      fetch.token = install_.token;
-      if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
-      fetch.verified = std::make_shared<ChunkSet>(manifest->chunks.size());
-      // Other fetchers may take what is verified already from here.
-      Manifest partial = *manifest;
-      partial.sources.clear();
-      server_->Publish(ServedModel{std::move(partial), StagingDir(dir), fetch.verified});
-      FetchStats stats;
-      const auto start = std::chrono::steady_clock::now();
-      SEEDD_RETURN_IF_ERROR(FetchModel(*manifest, install_.sources, dir, fetch, &stats));
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      Logger().info(
-          "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
-          "resumed chunks)",
-          name, manifest->total_size, secs, manifest->total_size / 1e6 / std::max(secs, 1e-9),
-          stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed);
-    }
-    // Switch <name>/current atomically: a new link renamed over the old one.
-    const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
-    std::filesystem::create_directory_symlink(manifest->fingerprint, tmp, ec);
-    if (!ec) std::filesystem::rename(tmp, base / "current", ec);
-    if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
-    manifest->sources.clear();
-    Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
-                  dir.string(), manifest->files.size(), manifest->total_size,
-                  manifest->root_digest);
-    server_->Publish(ServedModel{std::move(*manifest), dir, nullptr});
-    return Status::Ok();
-  }
-
- private:
-  std::shared_ptr<WeightServer> server_;
-  const WeightInstallOptions install_;
-};
-
-}  // namespace
-
-SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
-                                    WeightInstallOptions install) {
-  return std::make_shared<WeightShardsSeedable>(std::move(server), std::move(install));
+ServedModel ServeIndexed(IndexedModel index) {
+  ServedModel served;
+  served.manifest = std::move(index.manifest);
+  served.dir = std::move(index.root);
+  served.files = std::move(index.files);
+  return served;
 }
 
 }  // namespace seedd

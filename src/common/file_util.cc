@@ -1,0 +1,83 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/crypto.h"
+#include "common/errno_status.h"
+
+namespace seedd {
+
+Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags) {
+  const std::string path(rel);
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir_fd, path.c_str(), &how, sizeof(how))));
+  if (fd.valid()) return fd;
+  if (errno == ELOOP || errno == EXDEV) {
+    return Status::InvalidArgument(path + " goes through a link (links are not followed)");
+  }
+  if (errno != ENOSYS && errno != EPERM) return ErrnoStatus("open " + path, errno);
+  // An older kernel: walk the components, none of them a link.
+  UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return ErrnoStatus("dup", errno);
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = path.find('/', start);
+    const std::string part = path.substr(start, slash == std::string::npos ? slash : slash - start);
+    if (part.empty() || part == "..") return Status::InvalidArgument(path + " leaves its root");
+    const bool last = slash == std::string::npos;
+    UniqueFd next(::openat(dir.get(), part.c_str(),
+                           (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      if (errno == ELOOP || (!last && errno == ENOTDIR)) {
+        return Status::InvalidArgument(path + " goes through a link (links are not followed)");
+      }
+      return ErrnoStatus("open " + path, errno);
+    }
+    if (last) return next;
+    dir = std::move(next);
+    start = slash + 1;
+  }
+}
+
+Result<UniqueFd> OpenDirectory(const std::filesystem::path& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + dir.string(), errno);
+  return fd;
+}
+
+Status SyncDirectory(const std::filesystem::path& dir) {
+  UniqueFd fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + dir.string(), errno);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus("fsync " + dir.string(), errno);
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::filesystem::path& path, std::string_view content) {
+  const std::filesystem::path tmp =
+      path.parent_path() / ("." + path.filename().string() + ".tmp-" + RandomHex(4));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return ErrnoStatus("create " + tmp.string(), errno);
+  for (size_t done = 0; done < content.size();) {
+    ssize_t w = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      return ErrnoStatus("write " + tmp.string(), err);
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd.get()) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("write " + path.string(), err);
+  }
+  return SyncDirectory(path.parent_path());
+}
+
+}  // namespace seedd

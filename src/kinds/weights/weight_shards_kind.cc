@@ -1,0 +1,159 @@
+// The weight_shards kind: manifests on the control channel; Install pulls the
+// bytes on the data plane into the cache, keyed by root digest.
+#include "common/crypto.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/local_copy.h"
+
+namespace seedd {
+namespace {
+
+class WeightShardsSeedable final : public Seedable {
+ public:
+  WeightShardsSeedable(std::shared_ptr<WeightServer> server, WeightInstallOptions install)
+      : server_(std::move(server)), install_(std::move(install)) {}
+  std::string_view kind() const override { return kWeightShardsKind; }
+  Result<Json> RequestParams(const Json& ctx) const override { return ctx; }
+  Result<std::optional<Json>> Resolve(const Json& request) const override {
+    auto model = request.find("model");
+    if (model == request.end()) return Status::InvalidArgument("missing field 'model'");
+    if (!model->is_string()) return Status::InvalidArgument("field 'model' must be a string");
+    std::shared_ptr<const ServedModel> m = server_->FindModel(model->get<std::string>());
+    if (m == nullptr) return std::optional<Json>();
+    auto fp = request.find("fingerprint");
+    if (fp != request.end() && (!fp->is_string() || *fp != m->manifest.fingerprint)) {
+      return Status::FailedPrecondition("model '" + m->manifest.model + "' has fingerprint " +
+                                        m->manifest.fingerprint + ", not the one requested");
+    }
+    SEEDD_RETURN_IF_ERROR(Unchanged(*m));
+    std::string relay;
+    if (auto r = request.find("relay"); r != request.end() && r->is_string()) {
+      relay = r->get<std::string>();
+    }
+    Json manifest = m->manifest.ToJson();
+    // Where to fetch: the relays of this root digest (not part of the digest).
+    for (std::string& peer : server_->Peers(m->manifest.root_digest, relay)) {
+      manifest["sources"].push_back(std::move(peer));
+    }
+    return std::optional<Json>(std::move(manifest));
+  }
+  Result<Json> ValidatePayload(const Json& payload) const override {
+    Result<Manifest> m = ParseManifest(payload);
+    if (!m.ok()) return m.status();
+    return payload;
+  }
+  Status Install(const Json& ctx, const Json& payload) override {
+    if (install_.sources.empty()) {
+      return Status::FailedPrecondition("no source to fetch the model's bytes from");
+    }
+    auto name_it = ctx.find("model");
+    if (name_it == ctx.end() || !name_it->is_string()) {
+      return Status::InvalidArgument("field 'model' must be a string");
+    }
+    const std::string name = name_it->get<std::string>();
+    if (!ValidateRelativePath(name).ok() || name.find('/') != std::string::npos) {
+      return Status::InvalidArgument("model name '" + name + "' is not a single path component");
+    }
+    Result<Manifest> manifest = ParseManifest(payload);
+    if (!manifest.ok()) return manifest.status();
+    if (manifest->model != name) {
+      return Status::InvalidArgument("the source sent the manifest of model '" + manifest->model +
+                                     "', not '" + name + "'");
+    }
+    // A version is named by its root digest, which covers every byte: a new
+    // checkpoint with the same files, sizes and headers gets a directory of its own.
+    const std::filesystem::path base = install_.cache_dir / "weights" / name;
+    const std::filesystem::path dir = base / manifest->root_digest;
+    std::error_code ec;
+    std::filesystem::create_directories(base, ec);
+    if (ec) return Status::IoError("create " + base.string() + ": " + ec.message());
+    std::optional<ServedModel> served;
+    if (std::filesystem::exists(dir, ec)) {
+      Result<ServedModel> local = LoadLocalCopy(dir, manifest->root_digest);
+      if (local.ok()) {
+        Logger().info("Model {}: the local copy {} is this version, unchanged; not fetching", name,
+                      dir.string());
+        served = std::move(*local);
+      } else {
+        Logger().warn("Model {}: not reusing the local copy {}: {}; fetching it again", name,
+                      dir.string(), local.status().message());
+        DiscardLocalCopy(dir);
+      }
+    }
+    if (!served.has_value()) {
+      SEEDD_RETURN_IF_ERROR(Fetch(ctx, *manifest, dir));
+      SEEDD_RETURN_IF_ERROR(RecordLocalCopy(dir, *manifest));
+      Result<ServedModel> fetched = LoadLocalCopy(dir, manifest->root_digest);
+      if (!fetched.ok()) return fetched.status();
+      served = std::move(*fetched);
+    }
+    // Switch <name>/current atomically: a new link renamed over the old one.
+    const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
+    std::filesystem::create_directory_symlink(manifest->root_digest, tmp, ec);
+    if (!ec) std::filesystem::rename(tmp, base / "current", ec);
+    if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
+    SEEDD_RETURN_IF_ERROR(SyncDirectory(base));
+    Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
+                  dir.string(), served->manifest.files.size(), served->manifest.total_size,
+                  served->manifest.root_digest);
+    server_->Publish(std::move(*served));
+    return Status::Ok();
+  }
+
+ private:
+  // Fetches `manifest` into `dir` from the sources and relays, serving what is
+  // verified so far from the staging directory meanwhile.
+  Status Fetch(const Json& ctx, const Manifest& manifest, const std::filesystem::path& dir) {
+    FetchOptions fetch;
+    fetch.token = install_.token;
+    if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
+    fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
+    fetch.staged = [&](const std::filesystem::path& staging) {
+      // Other fetchers may take what is verified already from here.
+      Manifest partial = manifest;
+      partial.sources.clear();
+      server_->Publish(ServedModel{std::move(partial), staging, fetch.verified, {}, nullptr});
+    };
+    FetchStats stats;
+    const auto start = std::chrono::steady_clock::now();
+    SEEDD_RETURN_IF_ERROR(FetchModel(manifest, install_.sources, dir, fetch, &stats));
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Logger().info(
+        "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
+        "resumed chunks)",
+        manifest.model, manifest.total_size, secs, manifest.total_size / 1e6 / std::max(secs, 1e-9),
+        stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed);
+    return Status::Ok();
+  }
+
+  // A model whose files changed since they were indexed is not handed out: its
+  // digests no longer describe its bytes.
+  static Status Unchanged(const ServedModel& m) {
+    for (const auto& [path, indexed] : m.files) {
+      struct stat st {};
+      const std::filesystem::path at = m.dir / indexed.read_path;
+      if (::stat(at.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != indexed.size ||
+          MtimeNs(st) != indexed.mtime_ns) {
+        return Status::FailedPrecondition("model '" + m.manifest.model + "' changed on disk (" +
+                                          path +
+                                          ") since it was indexed; restart the serving "
+                                          "daemon to index it again");
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::shared_ptr<WeightServer> server_;
+  const WeightInstallOptions install_;
+};
+
+}  // namespace
+
+SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
+                                    WeightInstallOptions install) {
+  return std::make_shared<WeightShardsSeedable>(std::move(server), std::move(install));
+}
+
+}  // namespace seedd

@@ -1,0 +1,67 @@
+// Shared by the weights tests: model trees on disk (plain and in the Hugging
+// Face hub cache layout), tree comparison, raw data-plane records, and a fixture
+// that serves models from real daemons on loopback.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kinds/weights/data_plane.h"
+#include "seedd/daemon.h"
+#include "support/test_util.h"
+
+namespace seedd::testing {
+
+inline constexpr char kToken[] = "weights-token";
+
+std::string ReadAll(const std::filesystem::path& p);
+void WriteRandom(const std::filesystem::path& p, size_t n, unsigned seed);
+// A safetensors file with one U8 tensor "w" of `bytes` bytes drawn from `seed`:
+// another seed gives the same header (a new checkpoint of the same shapes).
+void WriteShard(const std::filesystem::path& p, size_t bytes, unsigned seed);
+// True when both trees hold the same regular files (links followed) with the same bytes.
+bool SameTree(const std::filesystem::path& a, const std::filesystem::path& b);
+
+// Lays out `files` (relative name → bytes) as the hub cache does under `hub`:
+// models--ORG--NAME/blobs/<sha256>, snapshots/<commit>/<name> as a relative link
+// into ../../blobs (deeper for nested names), refs/main holding `commit`.
+// Returns the snapshot directory.
+std::filesystem::path MakeHubModel(const std::filesystem::path& hub, const std::string& repo,
+                                   const std::map<std::string, std::string>& files,
+                                   const std::string& commit);
+
+// Sends one data-plane request record and reads the response header and body;
+// status 0xdead when the stream ended first.
+struct Record {
+  uint32_t index = 0, status = 0, aux = 0;
+  std::string body;
+};
+Record Ask(int fd, const char* magic, uint32_t index);
+// Opens an authenticated data connection for `root_digest`; the JSON answer in *answer.
+UniqueFd OpenData(const HostPort& server, const std::string& root_digest, Json* answer);
+
+class WeightsFixture : public ::testing::Test {
+ protected:
+  // model_: a safetensors shard, an opaque large file, small files, a nested one.
+  void SetUp() override;
+  void TearDown() override;
+
+  // A daemon serving `dir` (or an hf: spec) as model "tiny" with 256 KiB chunks.
+  HostPort Serve(const std::filesystem::path& dir);
+  // Serves `server`'s data plane and its weight_shards kind until the test ends.
+  HostPort ServeWeights(std::shared_ptr<WeightServer> server);
+  Manifest ManifestFrom(const HostPort& source);
+  FetchOptions Options();
+
+  TempDir dir_;
+  std::filesystem::path model_;
+  std::vector<std::unique_ptr<Daemon>> daemons_;
+  std::vector<std::unique_ptr<SeedTransport>> transports_;
+};
+
+}  // namespace seedd::testing
