@@ -29,7 +29,7 @@ bool SameTree(const std::filesystem::path& a, const std::filesystem::path& b) {
   for (auto& e : std::filesystem::recursive_directory_iterator(a)) {
     if (!e.is_regular_file()) continue;
     ++files;
-    auto rel = std::filesystem::relative(e.path(), a);
+    auto rel = e.path().lexically_relative(a);
     if (ReadAll(e.path()) != ReadAll(b / rel)) return false;
   }
   size_t other = 0;

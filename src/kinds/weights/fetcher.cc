@@ -37,7 +37,8 @@ struct Source {
   std::string name;
   bool seed = false;  // given by the caller: asked only for chunks no relay has
   std::vector<bool> have;
-  int inflight = 0;  // chunks asked of it and not answered yet, over its connections
+  bool state_known = false;  // `have` is from its state, not assumed
+  int inflight = 0;          // chunks asked of it and not answered yet, over its connections
   int failures = 0;
   bool dropped = false;
 };
@@ -199,6 +200,7 @@ class Fetch {
     for (size_t i = 0; i < m_.chunks.size(); ++i) {
       s->have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
     }
+    s->state_known = true;
     size_t pos = bitmap;
     while (pos < body.size()) {
       size_t end = body.find('\n', pos);
@@ -518,7 +520,16 @@ class Fetch {
                     index, status == kChunkNotHere ? "not here" : "claimed");
       FailLocked(source);
     } else if (status == kChunkNotHere) {
+      // A seed that is itself still fetching says in its state what it has; one
+      // that offered the chunk there and does not serve it is broken (a file
+      // changed under it, say) and fails.
+      const bool offered = source->state_known && source->have[index];
       source->have[index] = false;
+      if (offered) {
+        Logger().warn("weight_data: source {} offered chunk {} but does not serve it", source->name,
+                      index);
+        FailLocked(source);
+      }
     } else {
       if (claimed_since_[index] == std::chrono::steady_clock::time_point{}) {
         claimed_since_[index] = now;
@@ -526,7 +537,10 @@ class Fetch {
       // Claimed by a relay long ago (or for long, however the claim is renewed),
       // yet no live relay offers it: ask the seed for it anyway.
       const bool sent_long_ago = aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter;
-      if ((sent_long_ago || now - claimed_since_[index] >= kForceAfter) &&
+      // So does one whose claim holder cannot be reached: the seed's state named
+      // its relays, and none is left.
+      const bool no_relay_left = live_peers_ == 0 && source->state_known;
+      if ((sent_long_ago || no_relay_left || now - claimed_since_[index] >= kForceAfter) &&
           peer_count_[index] == 0) {
         force_[index] = true;
       } else {

@@ -1,0 +1,324 @@
+// Every pull ends: relays that lie or stall beside an honest origin, and
+// fetchers that stop reading, on real loopback sockets.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/records.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+#include "wire/frame.h"
+
+namespace seedd {
+namespace {
+
+using testing::kToken;
+using testing::SameTree;
+using testing::WriteRandom;
+
+// What a scripted relay does with chunk requests. It says it has every chunk,
+// but kHasNothing.
+enum class Lie {
+  kHasNothing,        // its state offers nothing (it is never asked for a chunk)
+  kClaimsForever,     // status 2 ("claimed"), for ever
+  kTrickles,          // a valid header, then a byte every 50 ms
+  kNeverAnswers,      // reads the requests, answers none of them
+  kOffersThenCloses,  // hangs up on the first chunk request
+  kGarbage,           // 24 random bytes where a header belongs
+};
+
+std::string LieName(const ::testing::TestParamInfo<Lie>& info) {
+  switch (info.param) {
+    case Lie::kClaimsForever:
+      return "ClaimsForever";
+    case Lie::kTrickles:
+      return "Trickles";
+    case Lie::kNeverAnswers:
+      return "NeverAnswers";
+    case Lie::kOffersThenCloses:
+      return "OffersThenCloses";
+    case Lie::kGarbage:
+      return "SendsGarbage";
+    case Lie::kHasNothing:
+      return "HasNothing";
+  }
+  return "?";
+}
+
+bool RecvExactly(int fd, char* p, size_t n) {
+  while (n > 0) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// A data-plane peer on loopback that speaks the protocol's framing and lies.
+class ScriptedRelay {
+ public:
+  ScriptedRelay(Lie lie, const Manifest& m) : lie_(lie), m_(m) {
+    listener_ = testing::ListenLoopback(&port_);
+    accepter_ = std::thread([this] { Accept(); });
+  }
+  ~ScriptedRelay() {
+    stopping_ = true;
+    ::shutdown(listener_.get(), SHUT_RDWR);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    accepter_.join();
+    for (auto& t : conns_) t.join();
+  }
+  HostPort addr() const { return HostPort{"127.0.0.1", port_}; }
+  int connections() const { return accepted_.load(); }
+
+ private:
+  void Accept() {
+    for (;;) {
+      int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0 || stopping_) {
+        if (fd >= 0) ::close(fd);
+        return;
+      }
+      ++accepted_;
+      std::lock_guard<std::mutex> lock(mu_);
+      fds_.push_back(fd);
+      conns_.emplace_back([this, fd] { Serve(fd); });
+    }
+  }
+  void Serve(int fd) {
+    char len[8];
+    if (!RecvExactly(fd, len, 8)) return;
+    uint64_t n = 0;
+    for (char c : len) n = (n << 8) | static_cast<unsigned char>(c);
+    std::string request(std::min<uint64_t>(n, 1 << 16), '\0');
+    if (!RecvExactly(fd, request.data(), request.size())) return;
+    testing::SendAll(fd, EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", m_.chunks.size()}}));
+    std::mt19937_64 rng(7);
+    RequestRecord req;
+    while (!stopping_ && RecvExactly(fd, req.data(), req.size())) {
+      const uint32_t index = RequestIndex(req);
+      if (std::string_view(req.data(), 4) == kStateMagic) {
+        std::string bitmap((m_.chunks.size() + 7) / 8, lie_ == Lie::kHasNothing ? '\0' : '\xff');
+        const HeaderRecord h = EncodeHeader(kStateMagic, 0, kChunkOk, 0, bitmap.size());
+        testing::SendAll(fd, std::string(h.data(), h.size()) + bitmap);
+        continue;
+      }
+      if (index >= m_.chunks.size()) return;
+      switch (lie_) {
+        case Lie::kClaimsForever: {
+          const HeaderRecord h = EncodeHeader(kChunkMagic, index, kChunkClaimed, 0xffffffff, 0);
+          testing::SendAll(fd, std::string(h.data(), h.size()));
+          break;
+        }
+        case Lie::kTrickles: {
+          const HeaderRecord h =
+              EncodeHeader(kChunkMagic, index, kChunkOk, 0, m_.chunks[index].length);
+          testing::SendAll(fd, std::string(h.data(), h.size()));
+          for (uint64_t i = 0; i < m_.chunks[index].length && !stopping_; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            if (::send(fd, "x", 1, MSG_NOSIGNAL) != 1) return;
+          }
+          break;
+        }
+        case Lie::kNeverAnswers:
+        case Lie::kHasNothing:
+          break;
+        case Lie::kOffersThenCloses:
+          ::shutdown(fd, SHUT_RDWR);
+          return;
+        case Lie::kGarbage: {
+          std::string junk(24, '\0');
+          for (auto& c : junk) c = static_cast<char>(rng());
+          testing::SendAll(fd, junk);
+          break;
+        }
+      }
+    }
+  }
+
+  const Lie lie_;
+  const Manifest m_;
+  UniqueFd listener_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> accepted_{0};
+  std::thread accepter_;
+  std::mutex mu_;
+  std::vector<int> fds_;            // GUARDED_BY(mu_); closed by their threads' ends
+  std::vector<std::thread> conns_;  // GUARDED_BY(mu_)
+};
+
+// The deadlines the tests use: a 256 KiB chunk is due within about 0.6 s.
+FetchOptions Strict(FetchOptions o) {
+  o.chunk_deadline.grace = std::chrono::milliseconds(500);
+  o.chunk_deadline.min_rate = 4 << 20;
+  return o;
+}
+
+class HostileRelayTest : public testing::WeightsFixture,
+                         public ::testing::WithParamInterface<Lie> {};
+
+TEST_P(HostileRelayTest, APullBesideALyingRelayEndsByteIdenticalAndDropsIt) {
+  // Large enough that the liar's state (it has everything) arrives long before the
+  // origin alone could finish: the fetcher then prefers the liar for every chunk.
+  WriteRandom(model_ / "big.bin", 64 << 20, 11);
+  HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  ScriptedRelay liar(GetParam(), m);
+  Manifest listed = m;
+  listed.sources = {liar.addr().ToString()};  // as an origin's manifest lists a relay
+  FetchStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = FetchModel(listed, {origin}, dir_.path() / "dest", Strict(Options()), &stats);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{liar.addr().ToString()});
+  EXPECT_EQ(stats.bytes_from_peers, 0u);
+  EXPECT_GE(liar.connections(), 1);
+  // One missed deadline (~0.6 s) drops it; before, these pulls never ended.
+  EXPECT_LT(took, std::chrono::seconds(30));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryLie, HostileRelayTest,
+                         ::testing::Values(Lie::kClaimsForever, Lie::kTrickles, Lie::kNeverAnswers,
+                                           Lie::kOffersThenCloses, Lie::kGarbage),
+                         LieName);
+
+// A TCP connection whose receive window stays tiny: a peer that reads nothing
+// fills it at once and the sender blocks.
+UniqueFd ConnectNarrow(const HostPort& to) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int small = 4096;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(to.port);
+  ::inet_pton(AF_INET, to.host.c_str(), &a.sin_addr);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+class StallingPeersTest : public testing::WeightsFixture {
+ protected:
+  // An origin of model_ (16 MiB more, 8 MiB chunks) with the given bounds.
+  std::shared_ptr<WeightServer> Origin(WeightServerOptions options, HostPort* addr, Manifest* m) {
+    WriteRandom(model_ / "big.bin", 16 << 20, 5);
+    BuildOptions build;
+    build.chunk_size = 8 << 20;
+    Result<IndexedModel> index = IndexModel("tiny", model_, build);
+    EXPECT_TRUE(index.ok()) << index.status().ToString();
+    *m = index->manifest;
+    auto server = std::make_shared<WeightServer>(
+        std::vector<ServedModel>{ServeIndexed(std::move(*index))}, options);
+    *addr = ServeWeights(server);
+    return server;
+  }
+  // A data connection that asks for `magic` `index` and then never reads.
+  UniqueFd Stall(const HostPort& origin, const Manifest& m, const char* magic, uint32_t index,
+                 const std::string& relay) {
+    UniqueFd fd = ConnectNarrow(origin);
+    Json hello = {{"kind", "weight_data"}, {"root_digest", m.root_digest}, {"token", kToken}};
+    if (!relay.empty()) {
+      hello["relay"] = relay;
+      hello["session"] = "stall";
+    }
+    testing::SendAll(fd.get(), EncodeJsonFrame(hello));
+    EXPECT_EQ(testing::ReadResponse(fd.get())["status"], "ok");
+    const RequestRecord req = EncodeRequest(magic, index);
+    testing::SendAll(fd.get(), std::string(req.data(), req.size()));
+    return fd;
+  }
+};
+
+TEST_F(StallingPeersTest, AFetcherThatStopsReadingIsCutAtTheSendDeadline) {
+  WeightServerOptions options;
+  options.send.grace = std::chrono::milliseconds(300);
+  options.send.min_rate = 8 << 20;  // an 8 MiB chunk is due within 1.3 s
+  HostPort origin;
+  Manifest m;
+  std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
+  uint32_t big = 0;  // an 8 MiB chunk: far more than the windows hold
+  while (m.chunks[big].file != "big.bin") ++big;
+  std::vector<UniqueFd> stalled;
+  for (int i = 0; i < 4; ++i) stalled.push_back(Stall(origin, m, "SDRQ", big, ""));
+  ASSERT_TRUE(testing::WaitUntil([&] { return server->connections() == 4; }));
+  // Blocked in sendfile on full windows, each is cut at its deadline: no
+  // serving thread stays with a peer that does not read.
+  EXPECT_TRUE(
+      testing::WaitUntil([&] { return server->connections() == 0; }, std::chrono::seconds(20)))
+      << server->connections() << " connections still served";
+  ASSERT_TRUE(FetchModel(m, {origin}, dir_.path() / "dest", Options()).ok());
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+}
+
+TEST_F(StallingPeersTest, AClaimAtTheOriginThatNeverCompletesIsAskedForPlainly) {
+  // The origin's sends may block for a minute: its claims stay "still sending".
+  WeightServerOptions options;
+  options.send.grace = std::chrono::seconds(60);
+  HostPort origin;
+  Manifest m;
+  std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
+  // A token holder announces itself as a relay (one that is up, and offers
+  // nothing) and claims every chunk of the 16 MiB file, then never reads.
+  ScriptedRelay claimer(Lie::kHasNothing, m);
+  std::vector<UniqueFd> stalled;
+  for (uint32_t i = 0; i < m.chunks.size(); ++i) {
+    if (m.chunks[i].file == "big.bin") {
+      stalled.push_back(Stall(origin, m, "SDRN", i, claimer.addr().ToString()));
+    }
+  }
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return server->connections() == static_cast<int>(stalled.size()); }));
+  // A relaying fetcher asks the origin with claims ("SDRN"): told "claimed, still
+  // sending" for ever, it asks plainly ("SDRQ") once the claim is old.
+  FetchOptions o = Options();
+  o.relay = "127.0.0.1:10";
+  FetchStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = FetchModel(m, {origin}, dir_.path() / "dest", o, &stats);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_EQ(stats.bytes_from_peers, 0u);
+  EXPECT_EQ(stats.peers, std::vector<std::string>{claimer.addr().ToString()});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(40));
+}
+
+TEST_F(StallingPeersTest, AClaimHeldByARelayNobodyCanReachIsAskedForAtOnce) {
+  WeightServerOptions options;
+  options.send.grace = std::chrono::seconds(60);
+  HostPort origin;
+  Manifest m;
+  std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
+  // The claimer announced an address where nothing listens (a relay that died).
+  std::vector<UniqueFd> stalled;
+  for (uint32_t i = 0; i < m.chunks.size(); ++i) {
+    if (m.chunks[i].file == "big.bin") {
+      stalled.push_back(Stall(origin, m, "SDRN", i, "127.0.0.1:9"));
+    }
+  }
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return server->connections() == static_cast<int>(stalled.size()); }));
+  FetchOptions o = Options();
+  o.relay = "127.0.0.1:10";
+  FetchStats stats;
+  ASSERT_TRUE(FetchModel(m, {origin}, dir_.path() / "dest", o, &stats).ok());
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{"127.0.0.1:9"});
+}
+
+}  // namespace
+}  // namespace seedd

@@ -1,0 +1,236 @@
+// Weights you can trust: a model version is named by what covers its bytes,
+// a local copy is reused or served only while unchanged, models in the Hugging
+// Face hub cache are served as they lie, and an origin serves only what it indexed.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "kinds/weights/data_plane.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+
+namespace seedd {
+namespace {
+
+using testing::Ask;
+using testing::kToken;
+using testing::ReadAll;
+using testing::SameTree;
+using testing::WriteRandom;
+using testing::WriteShard;
+
+// Flips one byte in the middle of `p`: same size, new bytes, new mtime.
+void FlipAByte(const std::filesystem::path& p) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = static_cast<std::streamoff>(std::filesystem::file_size(p) / 2);
+  f.seekg(at);
+  char b = 0;
+  f.get(b);
+  f.seekp(at);
+  f.put(static_cast<char>(b ^ 0x5a));
+}
+
+class ModelVersionsTest : public testing::WeightsFixture {
+ protected:
+  // A daemon that pulls model "tiny" from `source` at start into `cache`.
+  Result<std::unique_ptr<Daemon>> StartPuller(const HostPort& source,
+                                              const std::filesystem::path& cache, HostPort* bound) {
+    DaemonOptions o;
+    o.seed.listen = HostPort{"127.0.0.1", 0};
+    o.seed.source = source;
+    o.seed.token = kToken;
+    o.cache_dir = cache;
+    o.pulls = {"tiny"};
+    Result<std::unique_ptr<Daemon>> d = Daemon::Create(o);
+    if (!d.ok()) return d.status();
+    Result<std::optional<HostPort>> started = (*d)->Start();
+    if (!started.ok()) return started.status();
+    *bound = **started;
+    return d;
+  }
+  std::filesystem::path Current(const std::filesystem::path& cache) {
+    return cache / "weights" / "tiny" / "current";
+  }
+  // A copy of model_ whose shard holds other tensor bytes under the same header.
+  std::filesystem::path NextCheckpoint() {
+    const auto next = dir_.path() / "model-step2";
+    std::filesystem::copy(model_, next, std::filesystem::copy_options::recursive);
+    WriteShard(next / "model.safetensors", 3000000, 2);
+    return next;
+  }
+};
+
+TEST_F(ModelVersionsTest, ANewCheckpointWithTheSameShapesReplacesTheOldAfterARestart) {
+  const auto cache = dir_.path() / "target";
+  HostPort first = Serve(model_);
+  const Manifest v1 = ManifestFrom(first);
+  HostPort at;
+  {
+    auto target = StartPuller(first, cache, &at);
+    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    EXPECT_TRUE(SameTree(model_, Current(cache)));
+  }
+  daemons_.back()->Stop();
+  const auto step2 = NextCheckpoint();
+  HostPort second = Serve(step2);
+  const Manifest v2 = ManifestFrom(second);
+  // Same files, sizes and headers: the fingerprint cannot tell them apart.
+  ASSERT_EQ(v2.fingerprint, v1.fingerprint);
+  ASSERT_NE(v2.root_digest, v1.root_digest);
+  auto target = StartPuller(second, cache, &at);
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  EXPECT_EQ(std::filesystem::read_symlink(Current(cache)), v2.root_digest);
+  EXPECT_TRUE(SameTree(step2, Current(cache)));
+  // What it serves is what `current` holds, under the new version's digest.
+  EXPECT_EQ(ManifestFrom(at).root_digest, v2.root_digest);
+  ASSERT_TRUE(FetchModel(v2, {at}, dir_.path() / "from-target", Options()).ok());
+  EXPECT_TRUE(SameTree(step2, dir_.path() / "from-target"));
+}
+
+TEST_F(ModelVersionsTest, AModifiedLocalCopyIsFetchedAgain) {
+  const auto cache = dir_.path() / "target";
+  HostPort origin = Serve(model_);
+  HostPort at;
+  {
+    auto target = StartPuller(origin, cache, &at);
+    ASSERT_TRUE(target.ok()) << target.status().ToString();
+  }
+  FlipAByte(Current(cache) / "blob.bin");
+  ASSERT_FALSE(SameTree(model_, Current(cache)));
+  testing::LogCapture logs;
+  auto target = StartPuller(origin, cache, &at);
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  EXPECT_TRUE(SameTree(model_, Current(cache)));
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "was modified after it was pulled"))
+      << logs.Dump();
+}
+
+TEST_F(ModelVersionsTest, WithNoSourceOnlyAnUnchangedLocalCopyIsServed) {
+  const auto cache = dir_.path() / "target";
+  HostPort origin = Serve(model_);
+  const Manifest v1 = ManifestFrom(origin);
+  HostPort at;
+  {
+    auto target = StartPuller(origin, cache, &at);
+    ASSERT_TRUE(target.ok()) << target.status().ToString();
+  }
+  daemons_.back()->Stop();
+  {
+    // Unchanged: served under the digest recorded with it.
+    auto target = StartPuller(origin, cache, &at);
+    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    EXPECT_EQ(ManifestFrom(at).root_digest, v1.root_digest);
+  }
+  FlipAByte(Current(cache) / "model.safetensors");
+  auto target = StartPuller(origin, cache, &at);
+  ASSERT_FALSE(target.ok());
+  EXPECT_NE(target.status().message().find("was modified after it was pulled"), std::string::npos)
+      << target.status().message();
+}
+
+TEST_F(ModelVersionsTest, AModelInTheHubCacheIsServedUnderItsFileNamesAndArrivesByteIdentical) {
+  const auto hub = dir_.path() / "hub";
+  WriteShard(dir_.path() / "shard", 3000000, 4);
+  const std::string shard = ReadAll(dir_.path() / "shard");
+  const auto snapshot = testing::MakeHubModel(
+      hub, "org/tiny",
+      {{"model.safetensors", shard},
+       {"config.json", R"({"hidden_size": 64})"},
+       {"tokenizer/tokenizer.json", R"({"vocab": {}})"},
+       {"generation_config.json", R"({"hidden_size": 64})"}},  // the same blob as config.json
+      "0123456789abcdef0123456789abcdef01234567");
+  ::setenv("HF_HUB_CACHE", hub.c_str(), 1);
+  HostPort origin = Serve("hf:org/tiny");
+  ::unsetenv("HF_HUB_CACHE");
+  const Manifest m = ManifestFrom(origin);
+  std::vector<std::string> names;
+  for (const ManifestFile& f : m.files) names.push_back(f.path);
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "generation_config.json",
+                                             "model.safetensors", "tokenizer/tokenizer.json"}));
+  EXPECT_EQ(m.tensors.size(), 1u);
+  ASSERT_TRUE(FetchModel(m, {origin}, dir_.path() / "dest", Options()).ok());
+  EXPECT_TRUE(SameTree(snapshot, dir_.path() / "dest"));
+  EXPECT_FALSE(std::filesystem::is_symlink(dir_.path() / "dest" / "config.json"));
+}
+
+TEST_F(ModelVersionsTest, AHubSnapshotLinkThatLeavesItsRepositoryIsRefusedAtStart) {
+  const auto hub = dir_.path() / "hub";
+  const auto snapshot = testing::MakeHubModel(hub, "org/tiny", {{"config.json", "{}"}}, "feedface");
+  WriteRandom(dir_.path() / "secret", 100, 1);
+  std::filesystem::create_symlink("../../../../secret", snapshot / "stolen.bin");
+  DaemonOptions o;
+  o.seed.listen = HostPort{"127.0.0.1", 0};
+  o.seed.token = kToken;
+  o.cache_dir = dir_.path() / "cache";
+  o.models = {{"tiny", snapshot}};
+  auto d = Daemon::Create(o);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("stolen.bin links to"), std::string::npos)
+      << d.status().message();
+  EXPECT_NE(d.status().message().find("outside the model's root"), std::string::npos);
+}
+
+TEST_F(ModelVersionsTest, AFileChangedAfterIndexingIsNotServedUnderItsOldDigests) {
+  HostPort origin = Serve(model_);
+  const Manifest m = ManifestFrom(origin);
+  uint32_t blob = 0, shard = 0;
+  while (m.chunks[blob].file != "blob.bin") ++blob;
+  while (m.chunks[shard].file != "model.safetensors") ++shard;
+  FlipAByte(model_ / "blob.bin");
+  testing::LogCapture logs;
+  // Its manifest is no longer handed out...
+  SeedConfig config;
+  config.source = origin;
+  config.token = kToken;
+  auto client = SeedTransport::Create({}, config);
+  auto answer = (*client)->Request(Json{{"kind", "weight_shards"}, {"model", "tiny"}});
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ((*answer)["status"], "error");
+  EXPECT_NE((*answer)["message"].get<std::string>().find("changed on disk (blob.bin)"),
+            std::string::npos)
+      << answer->dump();
+  // ...and its chunks are not sent under the old digests.
+  Json hello;
+  UniqueFd fd = testing::OpenData(origin, m.root_digest, &hello);
+  ASSERT_EQ(hello["status"], "ok");
+  EXPECT_EQ(Ask(fd.get(), "SDRQ", blob).status, 1u);
+  EXPECT_EQ(Ask(fd.get(), "SDRQ", shard).status, 0u);  // other files still are
+  EXPECT_TRUE(logs.Contains(spdlog::level::err, "blob.bin of model tiny: it was modified"))
+      << logs.Dump();
+  // A pull of the old version fails (the origin offers chunks it does not
+  // serve: dropped) rather than getting other bytes or never ending.
+  FetchStats stats;
+  Status s = FetchModel(m, {origin}, dir_.path() / "dest", Options(), &stats);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{origin.ToString()});
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "dest"));
+}
+
+TEST_F(ModelVersionsTest, ALinkSwappedInAfterIndexingCannotRedirectReads) {
+  HostPort origin = Serve(model_);
+  const Manifest m = ManifestFrom(origin);
+  uint32_t tokenizer = 0;
+  while (m.chunks[tokenizer].file != "tokenizer/tokenizer.json") ++tokenizer;
+  // Elsewhere, a file of the same size and mtime; then tokenizer/ becomes a link there.
+  const auto real = model_ / "tokenizer" / "tokenizer.json";
+  const auto elsewhere = dir_.path() / "elsewhere";
+  WriteRandom(elsewhere / "tokenizer.json", std::filesystem::file_size(real), 99);
+  struct stat st {};
+  ASSERT_EQ(::stat(real.c_str(), &st), 0);
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (elsewhere / "tokenizer.json").c_str(), times, 0), 0);
+  std::filesystem::rename(model_ / "tokenizer", model_ / "tokenizer.moved");
+  std::filesystem::create_directory_symlink(elsewhere, model_ / "tokenizer");
+  Json hello;
+  UniqueFd fd = testing::OpenData(origin, m.root_digest, &hello);
+  ASSERT_EQ(hello["status"], "ok");
+  testing::Record r = Ask(fd.get(), "SDRQ", tokenizer);
+  EXPECT_EQ(r.status, 1u);
+  EXPECT_NE(r.body, ReadAll(elsewhere / "tokenizer.json"));
+}
+
+}  // namespace
+}  // namespace seedd
