@@ -10,6 +10,7 @@
 #include "support/process.h"
 #include "support/servers.h"
 #include "support/test_util.h"
+#include "support/weights_fixture.h"
 #include "wire/json_text.h"
 
 namespace seedd {
@@ -337,6 +338,37 @@ TEST_F(E2eTest, SeedctlPullFetchesAModelAndManifestDescribesIt) {
   auto parsed = ParseJson(manifest.out);
   ASSERT_TRUE(parsed.ok());
   EXPECT_TRUE(ParseManifest(*parsed).ok());
+}
+
+TEST_F(E2eTest, AModelInTheHubCacheIsServedByItsHubNameAndPulledByteIdentical) {
+  const auto hub = dir_.path() / "hub";
+  const std::string weights = RandomBytes(3 << 20);
+  testing::MakeHubModel(hub, "org/tiny", {{"model.bin", weights}, {"config.json", "{}"}}, "c0ffee");
+  const std::string env = "HF_HUB_CACHE=" + hub.string();
+  Process a({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", TokenFile().string(),
+             "--cache-dir", (dir_.path() / "a").string(), "--model", "m=hf:org/tiny"},
+            {env});
+  auto line = a.ReadLine(seconds(10));
+  ASSERT_TRUE(line.has_value()) << a.Stderr();
+  const std::string addr = line->substr(std::string("seedd: serving on ").size());
+  auto pulled =
+      RunCommand({SEEDCTL_BIN, "pull", "--source", addr, "--token-file", TokenFile().string(),
+                  "--model", "m", "--into", (dir_.path() / "dest").string()});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_NE(pulled.out.find("pulled m (2 files, 3.0 MiB)"), std::string::npos) << pulled.out;
+  EXPECT_EQ(ReadFile(dir_.path() / "dest" / "model.bin"), weights);
+  EXPECT_EQ(ReadFile(dir_.path() / "dest" / "config.json"), "{}");
+  auto manifest = RunCommand({SEEDCTL_BIN, "manifest", "hf:org/tiny"}, {env});
+  ASSERT_EQ(manifest.status, 0) << manifest.err;
+  auto parsed = ParseJson(manifest.out);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ((*parsed)["model"], "tiny");
+  EXPECT_EQ((*parsed)["files"].size(), 2u);
+  // A model that is not there says where it looked.
+  auto missing = RunCommand({SEEDCTL_BIN, "manifest", "hf:org/absent"}, {env});
+  EXPECT_EQ(missing.status, 4);
+  EXPECT_NE(missing.err.find("not in the Hugging Face cache " + hub.string()), std::string::npos)
+      << missing.err;
 }
 
 TEST_F(E2eTest, ADaemonPullsAModelAtStartThenServesIt) {
