@@ -37,7 +37,7 @@ netns_cleanup() {
 }
 trap 'cleanup; netns_cleanup; rm -rf "$shm"' EXIT
 umask 077
-head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
 
 # The network: host i (0 = the origin) at 10.77.0.(i+1), its eth0 shaped on egress
 # (its upload) and the bridge port shaped on egress (its download).

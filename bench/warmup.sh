@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 reps="${REPS:-3}"
 source "$root/scripts/seedd_lib.sh"
 umask 077
-head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
 start_redis
 results="$work/results"
 echo "warmup: $reps runs (each cold pass takes about half a minute)"

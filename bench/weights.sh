@@ -16,7 +16,7 @@ fi
 shm="$(mktemp -d /dev/shm/seedd-bench.XXXXXX)"
 trap 'cleanup; rm -rf "$shm"' EXIT
 umask 077
-head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
 
 echo "weights: generating a ${size_gib} GiB model in tmpfs"
 python3 - "$shm/model" "$size_gib" <<'PY'

@@ -12,7 +12,7 @@ source "$(dirname "$0")/seedd_lib.sh"
 py() { python3 -c "$@"; }
 
 umask 077
-head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
 
 start_redis
 store="redis://127.0.0.1:$redis_port?prefix=seedd:"

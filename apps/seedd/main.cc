@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-autotune", no_autotune, "skip the autotune pass (the warmup gate)");
+  app.add_flag("--autotune-pass-token", autotune.pass_token,
+               "hand SEEDD_TOKEN on to a command: autotune runner (by default it is removed "
+               "from the runner's environment)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--max-connections", max_connections,

@@ -31,6 +31,7 @@ struct AutotuneOptions {
   std::string config_hash;          // empty: SHA-256 of the runner's configuration
   int64_t dp_rank = 0;
   int64_t rank = 0;
+  bool pass_token = false;  // hand SEEDD_TOKEN on to a command: runner
 };
 
 struct DaemonOptions {

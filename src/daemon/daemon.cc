@@ -1,5 +1,8 @@
 #include "seedd/daemon.h"
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -33,6 +36,13 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
       return Status::InvalidArgument("the token file " + token_file->string() +
                                      " is larger than 4 KiB");
     }
+    struct stat st {};
+    if (::stat(token_file->c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      Logger().warn("The token file {} is readable by others (mode {}): chmod 600 {}",
+                    token_file->string(), mode, token_file->string());
+    }
   } else if (const char* env = std::getenv("SEEDD_TOKEN"); env != nullptr) {
     token = env;
   }
@@ -42,6 +52,20 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
   }
   if (token_file.has_value() && token.empty()) {
     return Status::InvalidArgument("the token file " + token_file->string() + " is empty");
+  }
+  // Sent inside JSON, a byte outside printable ASCII would be escaped or
+  // rejected on the way, and every request would then be "Unauthorized".
+  for (size_t i = 0; i < token.size(); ++i) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (c < 0x20 || c > 0x7e) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02x", c);
+      return Status::InvalidArgument(
+          std::string("the token ") +
+          (token_file.has_value() ? "in " + token_file->string() : "in SEEDD_TOKEN") +
+          " holds a byte that is not printable ASCII (" + hex + " at offset " +
+          std::to_string(i) + "); use printable ASCII, e.g. openssl rand -hex 32");
+    }
   }
   return token;
 }
@@ -123,7 +147,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       if (!parsed.ok()) return parsed.status();
       shapes = std::move(*parsed);
     }
-    Result<AutotuneRunnerPtr> made = NewAutotuneRunner(at.runner, std::move(shapes));
+    Result<AutotuneRunnerPtr> made = NewAutotuneRunner(at.runner, std::move(shapes), at.pass_token);
     if (!made.ok()) return made.status();
     runner = std::move(*made);
   }

@@ -43,7 +43,11 @@ std::string RandomBytes(size_t n) {
 
 class E2eTest : public ::testing::Test {
  protected:
-  void SetUp() override { WriteFile(TokenFile(), std::string(kToken) + "\n"); }
+  void SetUp() override {
+    WriteFile(TokenFile(), std::string(kToken) + "\n");
+    std::filesystem::permissions(TokenFile(), std::filesystem::perms::owner_read |
+                                                  std::filesystem::perms::owner_write);
+  }
   std::filesystem::path TokenFile() const { return dir_.path() / "token"; }
 
   // Starts a daemon on a free port; returns its address from the ready line.

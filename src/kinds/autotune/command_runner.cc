@@ -19,8 +19,8 @@ namespace {
 
 class CommandRunner final : public AutotuneRunner {
  public:
-  CommandRunner(std::string command, std::vector<std::string> argv)
-      : command_(std::move(command)), argv_(std::move(argv)) {}
+  CommandRunner(std::string command, std::vector<std::string> argv, bool pass_token)
+      : command_(std::move(command)), argv_(std::move(argv)), pass_token_(pass_token) {}
 
   std::string name() const override { return "command:" + command_; }
   Json Configuration() const override { return Json{{"runner", "command"}, {"argv", argv_}}; }
@@ -34,7 +34,11 @@ class CommandRunner final : public AutotuneRunner {
     if (!saved.ok()) return saved.status();
     if (saved->has_value()) std::ofstream(path, std::ios::binary) << **saved;
     std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    for (char** e = environ; *e != nullptr; ++e) {
+      // The shared secret stays in seedd unless the operator hands it on.
+      if (!pass_token_ && std::string_view(*e).rfind("SEEDD_TOKEN=", 0) == 0) continue;
+      env.emplace_back(*e);
+    }
     env.push_back("SEEDD_AUTOTUNE_TABLE=" + path);
     env.push_back("SEEDD_DP_RANK=" + std::to_string(ctx.dp_rank));
     env.push_back("SEEDD_RANK=" + std::to_string(ctx.rank));
@@ -71,11 +75,12 @@ class CommandRunner final : public AutotuneRunner {
  private:
   std::string command_;
   std::vector<std::string> argv_;
+  const bool pass_token_;
 };
 
 }  // namespace
 
-Result<AutotuneRunnerPtr> NewCommandRunner(std::string_view command) {
+Result<AutotuneRunnerPtr> NewCommandRunner(std::string_view command, bool pass_token) {
   std::vector<std::string> argv;
   std::string word;
   for (char c : command) {
@@ -88,12 +93,13 @@ Result<AutotuneRunnerPtr> NewCommandRunner(std::string_view command) {
   }
   if (!word.empty()) argv.push_back(word);
   if (argv.empty()) return Status::InvalidArgument("command: needs a program");
-  return AutotuneRunnerPtr(new CommandRunner(std::string(command), std::move(argv)));
+  return AutotuneRunnerPtr(new CommandRunner(std::string(command), std::move(argv), pass_token));
 }
 
-Result<AutotuneRunnerPtr> NewAutotuneRunner(std::string_view spec, std::vector<GemmShape> shapes) {
+Result<AutotuneRunnerPtr> NewAutotuneRunner(std::string_view spec, std::vector<GemmShape> shapes,
+                                            bool pass_token) {
   if (spec == "cpu-gemm") return AutotuneRunnerPtr(NewCpuGemmRunner(std::move(shapes)));
-  if (spec.rfind("command:", 0) == 0) return NewCommandRunner(spec.substr(8));
+  if (spec.rfind("command:", 0) == 0) return NewCommandRunner(spec.substr(8), pass_token);
   return Status::InvalidArgument("unknown autotune runner '" + std::string(spec) +
                                  "' (known: cpu-gemm, command:<program and args>)");
 }

@@ -56,10 +56,13 @@ std::unique_ptr<CpuGemmRunner> NewCpuGemmRunner(std::vector<GemmShape> shapes);
 
 // "command:<program and args>": runs the program (split on spaces) with
 // SEEDD_AUTOTUNE_TABLE=<path> (holding the current table when there is one),
-// SEEDD_DP_RANK and SEEDD_RANK; the file it leaves is the tuned table.
-Result<AutotuneRunnerPtr> NewCommandRunner(std::string_view command);
+// SEEDD_DP_RANK and SEEDD_RANK; the file it leaves is the tuned table. The
+// program gets this process's environment without SEEDD_TOKEN, unless
+// `pass_token`.
+Result<AutotuneRunnerPtr> NewCommandRunner(std::string_view command, bool pass_token = false);
 
 // Builds "cpu-gemm" or "command:..." by name.
-Result<AutotuneRunnerPtr> NewAutotuneRunner(std::string_view spec, std::vector<GemmShape> shapes);
+Result<AutotuneRunnerPtr> NewAutotuneRunner(std::string_view spec, std::vector<GemmShape> shapes,
+                                            bool pass_token = false);
 
 }  // namespace seedd
