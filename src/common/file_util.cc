@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,6 +40,43 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags) {
       return ErrnoStatus("open " + path, errno);
     }
     if (last) return next;
+    dir = std::move(next);
+    start = slash + 1;
+  }
+}
+
+Result<UniqueFd> CreateBeneath(int dir_fd, std::string_view rel, int flags, unsigned mode) {
+  const std::string path(rel);
+  UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return ErrnoStatus("dup", errno);
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = path.find('/', start);
+    const std::string part = path.substr(start, slash == std::string::npos ? slash : slash - start);
+    if (part.empty() || part == "." || part == "..") {
+      return Status::InvalidArgument(path + " is not a plain relative path");
+    }
+    if (slash == std::string::npos) {
+      UniqueFd fd(
+          ::openat(dir.get(), part.c_str(), flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode));
+      if (!fd.valid()) {
+        if (errno == ELOOP) return Status::InvalidArgument(path + " is a link (not followed)");
+        return ErrnoStatus("create " + path, errno);
+      }
+      return fd;
+    }
+    if (::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus("mkdir " + path.substr(0, slash), errno);
+    }
+    UniqueFd next(
+        ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      if (errno == ELOOP || errno == ENOTDIR) {
+        return Status::InvalidArgument(path.substr(0, slash) +
+                                       " is not a directory (links are not followed)");
+      }
+      return ErrnoStatus("open " + path.substr(0, slash), errno);
+    }
     dir = std::move(next);
     start = slash + 1;
   }

@@ -20,6 +20,10 @@ namespace seedd {
 // InvalidArgument; a missing part NotFound.
 Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags);
 
+// Opens (with O_CREAT, `mode`) `rel` below `dir_fd`, creating the directories on
+// the way, none of them followed if it is a link.
+Result<UniqueFd> CreateBeneath(int dir_fd, std::string_view rel, int flags, unsigned mode);
+
 // Opens a directory to resolve paths below it (O_PATH | O_DIRECTORY).
 Result<UniqueFd> OpenDirectory(const std::filesystem::path& dir);
 

@@ -184,7 +184,7 @@ TEST_P(HostileRelayTest, APullBesideALyingRelayEndsByteIdenticalAndDropsIt) {
   const auto start = std::chrono::steady_clock::now();
   Status s = FetchModel(listed, {origin}, dir_.path() / "dest", Strict(Options()), &stats);
   const auto took = std::chrono::steady_clock::now() - start;
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
   EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{liar.addr().ToString()});
   EXPECT_EQ(stats.bytes_from_peers, 0u);
@@ -290,7 +290,7 @@ TEST_F(StallingPeersTest, AClaimAtTheOriginThatNeverCompletesIsAskedForPlainly) 
   FetchStats stats;
   const auto start = std::chrono::steady_clock::now();
   Status s = FetchModel(m, {origin}, dir_.path() / "dest", o, &stats);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
   EXPECT_EQ(stats.bytes_from_peers, 0u);
   EXPECT_EQ(stats.peers, std::vector<std::string>{claimer.addr().ToString()});

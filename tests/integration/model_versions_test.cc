@@ -70,7 +70,7 @@ TEST_F(ModelVersionsTest, ANewCheckpointWithTheSameShapesReplacesTheOldAfterARes
   HostPort at;
   {
     auto target = StartPuller(first, cache, &at);
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(target);
     EXPECT_TRUE(SameTree(model_, Current(cache)));
   }
   daemons_.back()->Stop();
@@ -81,7 +81,7 @@ TEST_F(ModelVersionsTest, ANewCheckpointWithTheSameShapesReplacesTheOldAfterARes
   ASSERT_EQ(v2.fingerprint, v1.fingerprint);
   ASSERT_NE(v2.root_digest, v1.root_digest);
   auto target = StartPuller(second, cache, &at);
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   EXPECT_EQ(std::filesystem::read_symlink(Current(cache)), v2.root_digest);
   EXPECT_TRUE(SameTree(step2, Current(cache)));
   // What it serves is what `current` holds, under the new version's digest.
@@ -96,13 +96,13 @@ TEST_F(ModelVersionsTest, AModifiedLocalCopyIsFetchedAgain) {
   HostPort at;
   {
     auto target = StartPuller(origin, cache, &at);
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(target);
   }
   FlipAByte(Current(cache) / "blob.bin");
   ASSERT_FALSE(SameTree(model_, Current(cache)));
   testing::LogCapture logs;
   auto target = StartPuller(origin, cache, &at);
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   EXPECT_TRUE(SameTree(model_, Current(cache)));
   EXPECT_TRUE(logs.Contains(spdlog::level::warn, "was modified after it was pulled"))
       << logs.Dump();
@@ -115,13 +115,13 @@ TEST_F(ModelVersionsTest, WithNoSourceOnlyAnUnchangedLocalCopyIsServed) {
   HostPort at;
   {
     auto target = StartPuller(origin, cache, &at);
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(target);
   }
   daemons_.back()->Stop();
   {
     // Unchanged: served under the digest recorded with it.
     auto target = StartPuller(origin, cache, &at);
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(target);
     EXPECT_EQ(ManifestFrom(at).root_digest, v1.root_digest);
   }
   FlipAByte(Current(cache) / "model.safetensors");

@@ -2,6 +2,7 @@
 // polling with a deadline, and raw protocol sockets.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <spdlog/sinks/base_sink.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "common/unique_fd.h"
 #include "seedd/json.h"
 #include "seedd/seed_config.h"
+#include "seedd/status.h"
 
 namespace seedd::testing {
 
@@ -48,6 +50,22 @@ class LogCapture {
   std::shared_ptr<Sink> sink_;
   spdlog::level::level_enum old_level_;
 };
+
+// EXPECT_OK(expr) / ASSERT_OK(expr): expr (a Status or a Result) is ok; a
+// failure prints the Status.
+inline const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const Result<T>& r) {
+  return r.status();
+}
+template <typename T>
+::testing::AssertionResult IsOk(const char* text, const T& value) {
+  const Status& s = StatusOf(value);
+  if (s.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << text << " is " << s.ToString();
+}
+#define EXPECT_OK(expr) EXPECT_PRED_FORMAT1(::seedd::testing::IsOk, expr)
+#define ASSERT_OK(expr) ASSERT_PRED_FORMAT1(::seedd::testing::IsOk, expr)
 
 // Polls `pred` every millisecond until true or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& pred,

@@ -25,7 +25,7 @@ std::filesystem::path WriteToken(const testing::TempDir& dir, const std::string&
 TEST(Token, ATrailingNewlineIsTrimmed) {
   testing::TempDir dir;
   auto token = LoadToken(WriteToken(dir, "s3cret\n", std::filesystem::perms::owner_read));
-  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  ASSERT_OK(token);
   EXPECT_EQ(*token, "s3cret");
 }
 

@@ -191,6 +191,21 @@ TEST_F(ManifestTest, ALinkInsideTheModelIsServedUnderItsOwnName) {
   EXPECT_EQ(sha.at("alias.json"), sha.at("config.json"));
 }
 
+TEST_F(ManifestTest, PathsUnderTheNamesSeeddKeepsForItselfAreRefused) {
+  for (const char* path : {".seedd-journal", "sub/.seedd-record.json", ".seedd-x/a.bin"}) {
+    Json j = Built();
+    j["files"][0]["path"] = path;
+    for (auto& c : j["chunks"]) {
+      if (c["file"] == Built()["files"][0]["path"]) c["file"] = path;
+    }
+    EXPECT_NE(Error(Reseal(j)).find("uses a name seedd keeps for itself"), std::string::npos)
+        << path << ": " << Error(Reseal(j));
+  }
+  // Such files in a model directory are seedd's own and are not served.
+  std::ofstream(model_ / ".seedd-journal") << "x";
+  for (const auto& f : Built()["files"]) EXPECT_NE(f["path"], ".seedd-journal");
+}
+
 TEST_F(ManifestTest, ADirectoryWithoutFilesIsNotAModel) {
   std::filesystem::create_directories(dir_.path() / "empty" / "sub");
   auto m = BuildManifest("tiny", dir_.path() / "empty", options_);

@@ -240,6 +240,23 @@ class Fetch {
     EndLocked();
   }
 
+  // Writing to the destination failed (a full disk, say): no source is to blame,
+  // and the fetch ends with the local error. Returns Ok for the caller to stop.
+  Status LocalFailure(Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (local_error_.ok()) local_error_ = std::move(st);
+    failed_ = true;
+    EndLocked();
+    return Status::Ok();
+  }
+
+ public:
+  Status local_error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return local_error_;
+  }
+
+ private:
   // The fetch is over: connections blocked on a slow source are woken at once.
   // REQUIRES: mu_ held.
   void EndLocked() {
@@ -392,7 +409,7 @@ class Fetch {
           continue;
         }
         // The staging file reads zeros there already: nothing to write.
-        SEEDD_RETURN_IF_ERROR(Record(index, true));
+        if (Status st = Record(index, true); !st.ok()) return LocalFailure(st);
         continue;
       }
       if (status != kChunkOk || length != c.length) {
@@ -401,10 +418,11 @@ class Fetch {
       }
       PopFront(inflight, source);
       bool verified = false;
-      Status got = Receive(fd, index, &buf, &verified, deadline);
+      bool local = false;
+      Status got = Receive(fd, index, &buf, &verified, deadline, &local);
       if (!got.ok()) {
         Requeue(index);
-        return got;
+        return local ? LocalFailure(got) : got;
       }
       Count(c.length, source);
       if (!verified) {
@@ -419,7 +437,7 @@ class Fetch {
       if (stored.ok()) stored = Record(index, false);
       if (!stored.ok()) {
         Requeue(index);
-        return stored;
+        return LocalFailure(stored);
       }
     }
   }
@@ -431,7 +449,7 @@ class Fetch {
   // a chunk that fails verification are never journaled nor served, and are
   // overwritten when it is fetched again.
   Status Receive(int sock, uint32_t index, std::string* buf, bool* verified,
-                 std::chrono::steady_clock::time_point deadline) {
+                 std::chrono::steady_clock::time_point deadline, bool* local) {
     const ManifestChunk& c = m_.chunks[index];
     buf->resize(kPieceBytes);
     Xxh3Stream hash;
@@ -442,6 +460,7 @@ class Fetch {
       if (!st.ok()) break;
       hash.Update(std::string_view(buf->data(), n));
       st = staging_.Write(c, done, buf->data(), n);
+      *local = !st.ok();
       done += n;
     }
     *verified = st.ok() && hash.HexDigest() == c.xxh3;
@@ -625,7 +644,8 @@ class Fetch {
   std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with SDRQ
   size_t done_ = 0;              // GUARDED_BY(mu_)
   int live_peers_ = 0;           // GUARDED_BY(mu_): relays not dropped
-  bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest
+  bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest, or a local error
+  Status local_error_;           // GUARDED_BY(mu_)
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
@@ -657,6 +677,9 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   Fetch fetch(manifest, staging, options, stats);
   fetch.Prepare(*resumed);
   fetch.Run(sources);
+  if (Status local = fetch.local_error(); !local.ok()) {
+    return local.WithContext("the pull into " + into.string() + " stopped; rerun to resume");
+  }
   if (!fetch.Complete()) {
     return Status::Unavailable(
         "every source failed before the model was complete; rerun to resume");

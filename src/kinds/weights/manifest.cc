@@ -158,6 +158,16 @@ std::string Xxh3Stream::HexDigest() const {
   return HexBytes(c.digest, sizeof(c.digest));
 }
 
+bool IsReservedPath(std::string_view path) {
+  for (size_t at = 0; at < path.size();) {
+    if (path.substr(at, 7) == ".seedd-") return true;
+    const size_t slash = path.find('/', at);
+    if (slash == std::string_view::npos) break;
+    at = slash + 1;
+  }
+  return false;
+}
+
 Status ValidateRelativePath(std::string_view path) {
   auto bad = [&](const char* why) {
     return Status::InvalidArgument("unsafe path '" + std::string(path.substr(0, 200)) +
@@ -297,6 +307,9 @@ Result<Manifest> ParseManifest(const Json& j) {
       return bad("a file without a path");
     const std::string path = f["path"];
     SEEDD_RETURN_IF_ERROR(ValidateRelativePath(path).WithContext("manifest"));
+    if (IsReservedPath(path)) {
+      return bad("file '" + path + "' uses a name seedd keeps for itself (.seedd-*)");
+    }
     Result<uint64_t> size = Uint(f, "size", "manifest: file '" + path + "'");
     if (!size.ok()) return size.status();
     if (*size > kMaxFileBytes) return bad("file '" + path + "' is larger than 1 PiB");

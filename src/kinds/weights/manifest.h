@@ -98,6 +98,10 @@ std::string ManifestRootDigest(const Json& manifest);
 // component, no '\\' or NUL, at most 4096 bytes and 255 per component.
 Status ValidateRelativePath(std::string_view path);
 
+// True when a component of `path` starts with ".seedd-": names seedd uses inside
+// staging and cache directories, never a model's.
+bool IsReservedPath(std::string_view path);
+
 // XXH3-128 of `data`, canonical hex.
 std::string Xxh3Hex(std::string_view data);
 

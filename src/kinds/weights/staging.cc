@@ -4,17 +4,48 @@
 #include <openssl/evp.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <xxhash.h>
 
-#include <fstream>
+#include <algorithm>
+#include <random>
+#include <set>
 
 #include "common/crypto.h"
 #include "common/errno_status.h"
+#include "common/file_util.h"
+#include "common/logging.h"
 
 namespace seedd {
 namespace {
 
 constexpr const char* kJournal = ".seedd-journal";
-constexpr const char* kRootMarker = ".seedd-root";
+constexpr std::string_view kJournalMagic = "SEEDDJNL";
+constexpr size_t kHeaderBytes = 8 + 4 + 64;
+constexpr size_t kRecordBytes = 8;
+// Resumed chunks checked on every resume: the last journaled ones (a crash is
+// likeliest to have hurt them) and a random sample, both bounded in bytes.
+constexpr size_t kSpotCheckLast = 8;
+constexpr size_t kSpotCheckSample = 24;
+
+void PutU32(uint32_t v, char* p) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+Status ReadExactly(int fd, uint64_t offset, char* p, size_t n, const std::string& what) {
+  for (size_t done = 0; done < n;) {
+    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus("read " + what, errno);
+    if (r == 0) return Status::DataLoss(what + " is shorter than expected");
+    done += static_cast<size_t>(r);
+  }
+  return Status::Ok();
+}
 
 Result<std::string> FileSha256(int fd, uint64_t size) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
@@ -40,33 +71,135 @@ Result<std::string> FileSha256(int fd, uint64_t size) {
 
 }  // namespace
 
+std::array<char, 8> Staging::JournalRecord(uint32_t index, const std::string& root_digest) {
+  std::array<char, 8> rec{};
+  std::string input(4, '\0');
+  PutU32(index, input.data());
+  input += root_digest;
+  PutU32(index, rec.data());
+  PutU32(static_cast<uint32_t>(XXH3_64bits(input.data(), input.size())), rec.data() + 4);
+  return rec;
+}
+
+std::string Staging::JournalHeader(const std::string& root_digest) {
+  std::string h(kJournalMagic);
+  h.resize(12);
+  PutU32(kJournalVersion, h.data() + 8);
+  return h + root_digest;
+}
+
 Staging::Staging(const Manifest& manifest, std::filesystem::path dir)
     : m_(manifest), dir_(std::move(dir)) {}
 
-Result<std::vector<uint32_t>> Staging::Open() {
-  std::error_code ec;
-  // A staging directory of another model version starts over.
-  std::ifstream marker(dir_ / kRootMarker);
-  std::string root((std::istreambuf_iterator<char>(marker)), {});
-  if (root != m_.root_digest) std::filesystem::remove_all(dir_, ec);
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return Status::IoError("create " + dir_.string() + ": " + ec.message());
-  std::ofstream(dir_ / kRootMarker) << m_.root_digest;
-  // Chunks a previous run verified.
-  std::vector<uint32_t> resumed;
+Result<std::vector<uint32_t>> Staging::ReadJournal(bool* fresh) {
+  *fresh = true;
+  UniqueFd fd(::openat(dir_fd_.get(), kJournal, O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return std::vector<uint32_t>();
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat the journal", errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string header(kHeaderBytes, '\0');
+  if (size < kHeaderBytes ||
+      !ReadExactly(fd.get(), 0, header.data(), header.size(), "the journal").ok() ||
+      header != JournalHeader(m_.root_digest)) {
+    return std::vector<uint32_t>();  // another version, another model, or no header
+  }
+  *fresh = false;
+  const uint64_t records = (size - kHeaderBytes) / kRecordBytes;
+  std::string body(records * kRecordBytes, '\0');
+  SEEDD_RETURN_IF_ERROR(ReadExactly(fd.get(), kHeaderBytes, body.data(), body.size(), "journal"));
+  std::vector<uint32_t> chunks;
   std::vector<bool> seen(m_.chunks.size());
-  uint64_t resumed_bytes = 0;
-  std::ifstream journal(dir_ / kJournal, std::ios::binary);
-  unsigned char rec[4];
-  while (journal.read(reinterpret_cast<char*>(rec), 4)) {
-    const uint32_t i =
-        (uint32_t{rec[0]} << 24) | (uint32_t{rec[1]} << 16) | (uint32_t{rec[2]} << 8) | rec[3];
-    if (i < m_.chunks.size() && !seen[i]) {
-      seen[i] = true;
-      resumed.push_back(i);
-      resumed_bytes += m_.chunks[i].length;
+  uint64_t good = 0;
+  for (; good < records; ++good) {
+    const char* rec = body.data() + good * kRecordBytes;
+    const uint32_t index = GetU32(rec);
+    if (index >= m_.chunks.size() ||
+        std::string_view(rec, kRecordBytes) !=
+            std::string_view(JournalRecord(index, m_.root_digest).data(), kRecordBytes)) {
+      break;
+    }
+    if (!seen[index]) chunks.push_back(index);
+    seen[index] = true;
+  }
+  const uint64_t keep = kHeaderBytes + good * kRecordBytes;
+  if (keep != size) {
+    Logger().warn("weight_data: {}: the journal has a torn tail of {} bytes; truncated",
+                  dir_.string(), size - keep);
+    if (::ftruncate(fd.get(), static_cast<off_t>(keep)) != 0) {
+      return ErrnoStatus("truncate the journal", errno);
     }
   }
+  return chunks;
+}
+
+bool Staging::ChunkMatches(uint32_t index) {
+  const ManifestChunk& c = m_.chunks[index];
+  Result<std::shared_ptr<UniqueFd>> fd = File(c.file);
+  if (!fd.ok()) return false;
+  std::string buf(c.length, '\0');
+  if (!ReadExactly((*fd)->get(), c.offset, buf.data(), buf.size(), c.file).ok()) return false;
+  return Xxh3Hex(buf) == c.xxh3;
+}
+
+std::vector<uint32_t> Staging::SpotCheck(std::vector<uint32_t> resumed) {
+  if (resumed.empty()) return resumed;
+  std::set<uint32_t> sample;
+  for (size_t i = resumed.size() > kSpotCheckLast ? resumed.size() - kSpotCheckLast : 0;
+       i < resumed.size(); ++i) {
+    sample.insert(resumed[i]);
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  for (size_t i = 0; i < kSpotCheckSample && i < resumed.size(); ++i) {
+    sample.insert(resumed[rng() % resumed.size()]);
+  }
+  bool all_good = true;
+  for (uint32_t index : sample) all_good = all_good && ChunkMatches(index);
+  if (all_good) return resumed;
+  // One bad chunk: trust no journaled chunk without checking it.
+  Logger().warn("weight_data: {}: a resumed chunk does not match its digest; checking all {}",
+                dir_.string(), resumed.size());
+  std::vector<uint32_t> good;
+  for (uint32_t index : resumed) {
+    if (ChunkMatches(index)) {
+      good.push_back(index);
+    } else {
+      Logger().warn("weight_data: resumed chunk {} ({} at {}) does not match; fetching it again",
+                    index, m_.chunks[index].file, m_.chunks[index].offset);
+    }
+  }
+  return good;
+}
+
+Status Staging::RewriteJournal(const std::vector<uint32_t>& chunks) {
+  std::string text = JournalHeader(m_.root_digest);
+  for (uint32_t index : chunks) {
+    const auto rec = JournalRecord(index, m_.root_digest);
+    text.append(rec.data(), rec.size());
+  }
+  return WriteFileAtomic(dir_ / kJournal, text);
+}
+
+Result<std::vector<uint32_t>> Staging::Open() {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return Status::IoError("create " + dir_.string() + ": " + ec.message());
+  dir_fd_.Reset(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir_fd_.valid()) return ErrnoStatus("open " + dir_.string(), errno);
+  bool fresh = true;
+  Result<std::vector<uint32_t>> journaled = ReadJournal(&fresh);
+  if (!journaled.ok()) return journaled.status();
+  if (fresh) {
+    // Whatever is here belongs to no journal of this version: start over.
+    for (auto it = std::filesystem::directory_iterator(dir_, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::error_code rm;
+      std::filesystem::remove_all(it->path(), rm);
+    }
+    SEEDD_RETURN_IF_ERROR(RewriteJournal({}));
+  }
+  uint64_t resumed_bytes = 0;
+  for (uint32_t i : *journaled) resumed_bytes += m_.chunks[i].length;
   // Enough space for what is still missing, before any byte moves.
   struct statvfs fs {};
   if (::statvfs(dir_.c_str(), &fs) == 0) {
@@ -79,29 +212,48 @@ Result<std::vector<uint32_t>> Staging::Open() {
     }
   }
   for (const ManifestFile& f : m_.files) {
-    const auto path = dir_ / f.path;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (!fd.valid()) return ErrnoStatus("create " + path.string(), errno);
-    if (::ftruncate(fd.get(), static_cast<off_t>(f.size)) != 0) {
-      return ErrnoStatus("size " + path.string(), errno);
+    Result<UniqueFd> fd = CreateBeneath(dir_fd_.get(), f.path, O_RDWR, 0644);
+    if (!fd.ok()) return fd.status();
+    if (::ftruncate(fd->get(), static_cast<off_t>(f.size)) != 0) {
+      return ErrnoStatus("size " + f.path, errno);
     }
-    files_[f.path] = std::move(fd);
     write_mu_.emplace(f.path, std::make_unique<std::mutex>());
   }
-  journal_.Reset(
-      ::open((dir_ / kJournal).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  std::vector<uint32_t> resumed = SpotCheck(*journaled);
+  if (resumed.size() != journaled->size()) SEEDD_RETURN_IF_ERROR(RewriteJournal(resumed));
+  journal_.Reset(::openat(dir_fd_.get(), kJournal, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
   if (!journal_.valid()) return ErrnoStatus("open the journal", errno);
   return resumed;
 }
 
+Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path) {
+  std::lock_guard<std::mutex> lock(files_mu_);
+  if (auto it = open_.find(path); it != open_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.at);
+    return it->second.fd;
+  }
+  Result<UniqueFd> fd = CreateBeneath(dir_fd_.get(), path, O_RDWR, 0644);
+  if (!fd.ok()) return fd.status();
+  if (open_.size() >= kMaxOpenFiles) {
+    // Closed once its last user is done with it.
+    open_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(path);
+  auto shared = std::make_shared<UniqueFd>(std::move(*fd));
+  open_[path] = OpenFile{shared, lru_.begin()};
+  return shared;
+}
+
 Status Staging::Write(const ManifestChunk& c, uint64_t offset, const char* p, size_t n) {
-  const int fd = files_.at(c.file).get();
+  Result<std::shared_ptr<UniqueFd>> file = File(c.file);
+  if (!file.ok()) return file.status();
+  const int fd = (*file)->get();
   std::lock_guard<std::mutex> lock(*write_mu_.at(c.file));
   for (uint64_t at = c.offset + offset; n > 0;) {
     ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoStatus("write " + c.file, errno);
+    if (w < 0) return ErrnoStatus("write " + (dir_ / c.file).string(), errno);
     p += w;
     n -= static_cast<size_t>(w);
     at += static_cast<uint64_t>(w);
@@ -110,54 +262,69 @@ Status Staging::Write(const ManifestChunk& c, uint64_t offset, const char* p, si
 }
 
 Status Staging::Sync(const ManifestChunk& c) {
-  if (::fdatasync(files_.at(c.file).get()) != 0) return ErrnoStatus("sync " + c.file, errno);
+  Result<std::shared_ptr<UniqueFd>> file = File(c.file);
+  if (!file.ok()) return file.status();
+  if (::fdatasync((*file)->get()) != 0) {
+    return ErrnoStatus("sync " + (dir_ / c.file).string(), errno);
+  }
   return Status::Ok();
 }
 
 Status Staging::Journal(uint32_t index) {
-  unsigned char rec[4] = {
-      static_cast<unsigned char>(index >> 24), static_cast<unsigned char>(index >> 16),
-      static_cast<unsigned char>(index >> 8), static_cast<unsigned char>(index)};
+  const auto rec = JournalRecord(index, m_.root_digest);
   std::lock_guard<std::mutex> lock(journal_mu_);
-  if (::write(journal_.get(), rec, 4) != 4) {
+  if (::write(journal_.get(), rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) {
     return ErrnoStatus("journal chunk " + std::to_string(index), errno);
   }
   return Status::Ok();
 }
 
 Status Staging::Commit(const std::filesystem::path& into, bool verify_sha256) {
-  for (auto& [path, fd] : files_) {
-    if (::fsync(fd.get()) != 0) return ErrnoStatus("fsync " + path, errno);
+  {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    open_.clear();
+    lru_.clear();
   }
   std::error_code ec;
-  if (verify_sha256) {
-    for (const ManifestFile& f : m_.files) {
-      Result<std::string> digest = FileSha256(files_.at(f.path).get(), f.size);
+  std::set<std::string> dirs;
+  for (const ManifestFile& f : m_.files) {
+    Result<UniqueFd> fd = OpenBeneath(dir_fd_.get(), f.path, O_RDONLY);
+    if (!fd.ok()) return fd.status();
+    if (::fsync(fd->get()) != 0) return ErrnoStatus("fsync " + f.path, errno);
+    if (verify_sha256) {
+      Result<std::string> digest = FileSha256(fd->get(), f.size);
       if (!digest.ok()) return digest.status().WithContext(f.path);
       if (*digest != f.sha256) {
-        files_.clear();
+        journal_.Reset();
         std::filesystem::remove_all(dir_, ec);
         return Status::DataLoss(f.path + " failed SHA-256 verification");
       }
     }
+    for (auto slash = f.path.rfind('/'); slash != std::string::npos && slash > 0;
+         slash = f.path.rfind('/', slash - 1)) {
+      dirs.insert(f.path.substr(0, slash));
+    }
   }
-  files_.clear();
   {
     std::lock_guard<std::mutex> lock(journal_mu_);
     journal_.Reset();
   }
-  std::filesystem::remove(dir_ / kJournal, ec);
-  std::filesystem::remove(dir_ / kRootMarker, ec);
+  if (::unlinkat(dir_fd_.get(), kJournal, 0) != 0 && errno != ENOENT) {
+    return ErrnoStatus("remove the journal", errno);
+  }
+  // The directories' entries are durable before the name moves.
+  for (const std::string& d : dirs) {
+    Result<UniqueFd> fd = OpenBeneath(dir_fd_.get(), d, O_RDONLY | O_DIRECTORY);
+    if (fd.ok()) ::fsync(fd->get());
+  }
+  if (::fsync(dir_fd_.get()) != 0) return ErrnoStatus("fsync " + dir_.string(), errno);
   // Nothing partial is ever visible under the final name.
   std::filesystem::rename(dir_, into, ec);
   if (ec) {
     return Status::IoError("rename " + dir_.string() + " to " + into.string() + ": " +
                            ec.message());
   }
-  const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
-  UniqueFd dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.valid()) ::fsync(dir.get());
-  return Status::Ok();
+  return SyncDirectory(into.has_parent_path() ? into.parent_path() : std::filesystem::path("."));
 }
 
 }  // namespace seedd

@@ -3,12 +3,28 @@
 // it), the free-space check, and the commit (sync, an optional SHA-256 check of
 // every file, rename into place). Nothing partial is ever under the final name.
 //
+// The journal (.seedd-journal) starts with a header: "SEEDDJNL", a version (u32,
+// big-endian, 1) and the root digest (64 hex digits); then one 8-byte record per
+// verified chunk: its index and a check (both u32, big-endian; the check is the
+// low 32 bits of XXH3-64 over the index and the root digest). A record that
+// fails its check, and everything after it, is a torn tail: truncated on resume.
+// A journal of another version or root digest starts the directory over.
+// Resumed chunks are spot-checked against their digests (the last ones
+// journaled and a random sample); one mismatch and every resumed chunk is
+// checked, and those that fail are fetched again.
+//
+// At most kMaxOpenFiles model files are open at once, whatever the model's size.
+// Files and directories inside staging are created with openat walks that never
+// follow a link.
+//
 // Thread safety: Write, Sync and Journal may be called from many threads once
 // Open returned; Open and Commit from one thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,13 +37,16 @@
 
 namespace seedd {
 
+inline constexpr size_t kMaxOpenFiles = 64;
+inline constexpr uint32_t kJournalVersion = 1;
+
 class Staging {
  public:
   Staging(const Manifest& manifest, std::filesystem::path dir);
 
-  // Creates the directory or resumes it (one of another model version starts
-  // over), checks there is space for what is missing, opens every file. Returns
-  // the chunks an earlier run journaled.
+  // Creates the directory or resumes it, checks there is space for what is
+  // missing, creates every file. Returns the chunks an earlier run journaled
+  // that passed the spot check.
   Result<std::vector<uint32_t>> Open();
   // Writes `n` bytes of chunk `c`, `offset` bytes into the chunk. Writers of one
   // file take turns here, asleep, rather than spinning on its lock in the kernel.
@@ -36,15 +55,37 @@ class Staging {
   // an unwritten chunk.
   Status Sync(const ManifestChunk& c);
   Status Journal(uint32_t index);
-  // Syncs every file, checks each file's SHA-256 when asked (a mismatch removes
-  // the staging directory: every chunk passed XXH3, so start over), then renames
-  // the directory to `into`.
+  // Syncs every file and directory, checks each file's SHA-256 when asked (a
+  // mismatch removes the staging directory: every chunk passed XXH3, so start
+  // over), then renames the directory to `into`.
   Status Commit(const std::filesystem::path& into, bool verify_sha256);
 
+  // The journal's record for chunk `index` of the model with `root_digest`.
+  static std::array<char, 8> JournalRecord(uint32_t index, const std::string& root_digest);
+  // The journal's header for `root_digest`.
+  static std::string JournalHeader(const std::string& root_digest);
+
  private:
+  // The open file of manifest path `path`, opened (and another closed) when needed.
+  Result<std::shared_ptr<UniqueFd>> File(const std::string& path);
+  // Reads the journal: the chunks recorded before the first bad record (the file
+  // is truncated there). Empty and *fresh when it is missing or of another model.
+  Result<std::vector<uint32_t>> ReadJournal(bool* fresh);
+  // Keeps the resumed chunks whose bytes match their digests (see above).
+  std::vector<uint32_t> SpotCheck(std::vector<uint32_t> resumed);
+  bool ChunkMatches(uint32_t index);
+  Status RewriteJournal(const std::vector<uint32_t>& chunks);
+
   const Manifest& m_;
   const std::filesystem::path dir_;
-  std::map<std::string, UniqueFd> files_;
+  UniqueFd dir_fd_;
+  std::mutex files_mu_;
+  std::list<std::string> lru_;  // GUARDED_BY(files_mu_): most recent first
+  struct OpenFile {
+    std::shared_ptr<UniqueFd> fd;
+    std::list<std::string>::iterator at;
+  };
+  std::map<std::string, OpenFile, std::less<>> open_;            // GUARDED_BY(files_mu_)
   std::map<std::string, std::unique_ptr<std::mutex>> write_mu_;  // one per file
   std::mutex journal_mu_;
   UniqueFd journal_;  // GUARDED_BY(journal_mu_)

@@ -21,6 +21,7 @@ namespace {
 constexpr auto kPeerTtl = std::chrono::seconds(10);  // a relay silent this long is gone
 constexpr size_t kMaxPeersPerSwarm = 4096;
 constexpr size_t kMaxRelayText = 300;
+constexpr size_t kMaxOpenFilesPerConnection = 16;
 
 constexpr uint64_t kHeaderBytes = std::tuple_size_v<HeaderRecord>;
 
@@ -294,6 +295,7 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
         if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
         continue;
       }
+      if (files.size() >= kMaxOpenFilesPerConnection) files.clear();  // a model of many files
       open = files.emplace(c.file, std::move(*opened)).first;
     }
     const int file = open->second.get();

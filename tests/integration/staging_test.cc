@@ -1,0 +1,193 @@
+// Staging you can crash in: the journal resumes what was verified and nothing
+// else, staging never follows a link, and a failing destination is the
+// destination's fault, not a source's.
+#include "kinds/weights/staging.h"
+
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "kinds/weights/data_plane.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+
+namespace seedd {
+namespace {
+
+using testing::ReadAll;
+using testing::SameTree;
+using testing::WriteRandom;
+
+class StagingTest : public testing::WeightsFixture {
+ protected:
+  // A fetch from a source that is down: the staging directory (with its
+  // journal's header) stays, and nothing else happened.
+  std::filesystem::path Interrupted(const Manifest& m) {
+    EXPECT_FALSE(FetchModel(m, {HostPort{"127.0.0.1", 1}}, dest(), Options()).ok());
+    EXPECT_TRUE(std::filesystem::exists(staging()));
+    return staging();
+  }
+  std::filesystem::path dest() { return dir_.path() / "dest"; }
+  std::filesystem::path staging() { return dir_.path() / ".dest.seedd-staging"; }
+  // As a fetch that verified chunks `chunks` leaves them: bytes (from `from`,
+  // when given) and journal records. Returns their bytes.
+  uint64_t Verified(const Manifest& m, const std::vector<uint32_t>& chunks,
+                    const std::filesystem::path& from) {
+    uint64_t bytes = 0;
+    std::ofstream journal(staging() / ".seedd-journal", std::ios::binary | std::ios::app);
+    for (uint32_t i : chunks) {
+      const ManifestChunk& c = m.chunks[i];
+      if (!from.empty()) {
+        std::string data = ReadAll(from / c.file).substr(c.offset, c.length);
+        std::fstream f(staging() / c.file, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(static_cast<std::streamoff>(c.offset));
+        f.write(data.data(), static_cast<std::streamsize>(data.size()));
+      }
+      const auto rec = Staging::JournalRecord(i, m.root_digest);
+      journal.write(rec.data(), static_cast<std::streamsize>(rec.size()));
+      bytes += c.length;
+    }
+    return bytes;
+  }
+  std::vector<uint32_t> Even(const Manifest& m) {
+    std::vector<uint32_t> chunks;
+    for (uint32_t i = 0; i < m.chunks.size(); i += 2) chunks.push_back(i);
+    return chunks;
+  }
+};
+
+TEST_F(StagingTest, ARestartedFetchTransfersOnlyTheMissingChunks) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  Interrupted(m);
+  const uint64_t resumed = Verified(m, Even(m), model_);
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {source}, dest(), Options(), &stats));
+  EXPECT_TRUE(SameTree(model_, dest()));
+  EXPECT_EQ(stats.bytes_received, m.total_size - resumed);
+  EXPECT_EQ(stats.chunks_resumed, (m.chunks.size() + 1) / 2);
+}
+
+TEST_F(StagingTest, ATornJournalTailIsTruncatedAndTheRecordsBeforeItResume) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  Interrupted(m);
+  const uint64_t resumed = Verified(m, {0, 1, 2}, model_);
+  {
+    // A crash mid-append: a record whose check is wrong, then half a record.
+    std::ofstream journal(staging() / ".seedd-journal", std::ios::binary | std::ios::app);
+    auto rec = Staging::JournalRecord(3, m.root_digest);
+    rec[7] = static_cast<char>(rec[7] ^ 1);
+    journal.write(rec.data(), static_cast<std::streamsize>(rec.size()));
+    journal.write("\0\0\0", 3);
+  }
+  testing::LogCapture logs;
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {source}, dest(), Options(), &stats));
+  EXPECT_TRUE(SameTree(model_, dest()));
+  EXPECT_EQ(stats.chunks_resumed, 3u);
+  EXPECT_EQ(stats.bytes_received, m.total_size - resumed);
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "torn tail of 11 bytes")) << logs.Dump();
+}
+
+TEST_F(StagingTest, AJournaledChunkWhoseBytesDoNotMatchIsFetchedAgain) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  Interrupted(m);
+  // Journaled, but the bytes never reached the disk (a disk that lied about a
+  // sync): the staging files still hold zeros there.
+  Verified(m, Even(m), {});
+  testing::LogCapture logs;
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {source}, dest(), Options(), &stats));
+  EXPECT_TRUE(SameTree(model_, dest()));
+  EXPECT_EQ(stats.chunks_resumed, 0u);
+  EXPECT_EQ(stats.bytes_received, m.total_size);
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "does not match; fetching it again"))
+      << logs.Dump();
+}
+
+TEST_F(StagingTest, AJournalOfAnotherVersionStartsOver) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  Interrupted(m);
+  Verified(m, Even(m), model_);
+  Manifest other = m;
+  other.root_digest = std::string(64, 'a');  // the journal's records name another version
+  {
+    std::fstream f(staging() / ".seedd-journal", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(12);
+    f.write(other.root_digest.data(), 64);
+  }
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {source}, dest(), Options(), &stats));
+  EXPECT_TRUE(SameTree(model_, dest()));
+  EXPECT_EQ(stats.chunks_resumed, 0u);
+}
+
+TEST_F(StagingTest, ALinkPlantedInStagingIsNotFollowed) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  Interrupted(m);
+  // tokenizer/ becomes a link to a directory outside: resuming must not write there.
+  const auto outside = dir_.path() / "outside";
+  std::filesystem::create_directories(outside);
+  std::filesystem::remove_all(staging() / "tokenizer");
+  std::filesystem::create_directory_symlink(outside, staging() / "tokenizer");
+  Status s = FetchModel(m, {source}, dest(), Options());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("links are not followed"), std::string::npos) << s.message();
+  EXPECT_TRUE(std::filesystem::is_empty(outside));
+  EXPECT_FALSE(std::filesystem::exists(dest()));
+}
+
+TEST_F(StagingTest, AFullDiskEndsThePullWithALocalErrorAndBlamesNoSource) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  const auto mnt = dir_.path() / "small";
+  std::filesystem::create_directories(mnt);
+  // Room for the model (about 5.5 MB) when the pull starts...
+  ASSERT_EQ(::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m"), 0) << std::strerror(errno);
+  FetchOptions o = Options();
+  o.staged = [&](const std::filesystem::path&) {
+    // ...and none once it has: someone else filled the disk.
+    std::ofstream filler(mnt / "filler", std::ios::binary);
+    std::string block(1 << 20, 'x');
+    while (filler.write(block.data(), static_cast<std::streamsize>(block.size()))) {
+    }
+  };
+  FetchStats stats;
+  Status s = FetchModel(m, {source}, mnt / "dest", o, &stats);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rerun to resume"), std::string::npos) << s.message();
+  EXPECT_TRUE(stats.sources_dropped.empty());
+  EXPECT_FALSE(std::filesystem::exists(mnt / "dest"));
+  ::umount2(mnt.c_str(), MNT_DETACH);
+}
+
+TEST_F(StagingTest, AModelOfFiveThousandFilesPullsWithAFewOpenFiles) {
+  for (int i = 0; i < 5000; ++i) {
+    WriteRandom(model_ / "many" / std::to_string(i % 50) / (std::to_string(i) + ".bin"), 64,
+                static_cast<unsigned>(i));
+  }
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  ASSERT_GT(m.files.size(), 5000u);
+  // Count what this process has open at the peak of the pull.
+  size_t peak = 0;
+  FetchOptions o = Options();
+  o.progress = [&](uint64_t) {
+    const auto open = std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                    std::filesystem::directory_iterator());
+    peak = std::max(peak, static_cast<size_t>(open));
+  };
+  ASSERT_OK(FetchModel(m, {source}, dest(), o));
+  EXPECT_TRUE(SameTree(model_, dest()));
+  EXPECT_LT(peak, 512u) << "open files at the peak";
+}
+
+}  // namespace
+}  // namespace seedd
