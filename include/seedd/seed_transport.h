@@ -49,6 +49,20 @@ struct TransportOptions {
   // authentication, and the most such connections served at once.
   std::map<std::string, StreamHandler> stream_handlers;
   size_t max_streams = 256;
+  // Server: data connections waiting for a stream thread beyond this are refused
+  // with an error ("the data plane is busy").
+  size_t max_queued_streams = 64;
+  // Server: what one peer host (an IPv4 address, an IPv6 /64) may hold:
+  // connections that have not authenticated yet, and data connections. 0 for
+  // max_unauthenticated: three quarters of max_connections, the rest kept for
+  // authenticated work.
+  size_t max_unauthenticated_per_address = 64;
+  size_t max_unauthenticated = 0;
+  size_t max_streams_per_address = 32;
+  // Server: an address with more failed authentications than this within
+  // auth_failure_window has its connections refused until the window ends.
+  size_t max_auth_failures = 20;
+  std::chrono::milliseconds auth_failure_window{10000};
   // Client: connect timeout, and the deadline for the whole response.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds response_timeout = kAuthenticatedTimeout;

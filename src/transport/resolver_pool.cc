@@ -59,6 +59,11 @@ void ResolverPool::Spawn() {
   threads_.emplace_back([this] { Work(); });
 }
 
+size_t ResolverPool::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tasks_.size();
+}
+
 void ResolverPool::Submit(std::function<void()> task) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return;

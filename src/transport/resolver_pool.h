@@ -38,6 +38,8 @@ class ResolverPool {
   void Shutdown();
 
   size_t threads() const;
+  // Tasks queued and not started yet.
+  size_t queued() const;
 
  private:
   using Clock = std::chrono::steady_clock;

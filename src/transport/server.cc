@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
@@ -26,6 +27,40 @@ using std::chrono::milliseconds;
 
 // A peer whose request was bad gets this long to read our error response.
 constexpr milliseconds kErrorWriteTimeout{1000};
+
+AddressLimitOptions LimitsFrom(const TransportOptions& o) {
+  AddressLimitOptions l;
+  l.max_unauthenticated_per_address = o.max_unauthenticated_per_address;
+  l.max_unauthenticated = o.max_unauthenticated != 0
+                              ? o.max_unauthenticated
+                              : std::max<size_t>(1, o.max_connections * 3 / 4);
+  l.max_streams_per_address = o.max_streams_per_address;
+  l.max_auth_failures = o.max_auth_failures;
+  l.auth_failure_window = o.auth_failure_window;
+  return l;
+}
+
+// A warning that a flood would repeat: logged at most once a second, with how
+// many times it happened since.
+class ThrottledWarning {
+ public:
+  template <typename... Args>
+  void Warn(fmt::format_string<Args...> format, Args&&... args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++count_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    Logger().warn("{} (x{} in the last second)", fmt::format(format, std::forward<Args>(args)...),
+                  count_);
+    last_ = now;
+    count_ = 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_{};  // GUARDED_BY(mu_)
+  size_t count_ = 0;                              // GUARDED_BY(mu_)
+};
 
 std::string Seconds(milliseconds d) {
   double s = static_cast<double>(d.count()) / 1000.0;
@@ -45,7 +80,8 @@ struct SeedServer::Rep {
         acceptor(io),
         retry_timer(io),
         pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads),
-        streams(1, std::max<size_t>(1, o.max_streams)) {}
+        streams(1, std::max<size_t>(1, o.max_streams)),
+        limits(LimitsFrom(o)) {}
 
   void DoAccept();
   void Register(Connection* c);
@@ -74,20 +110,42 @@ struct SeedServer::Rep {
   bool closed = false;
   std::chrono::steady_clock::time_point last_cap_log{};
   size_t refused_since_log = 0;
+  AddressLimits limits;
+  ThrottledWarning refused_address;  // per-address limits
+  ThrottledWarning failed_auth;
+  ThrottledWarning busy_streams;
 };
 
 // One peer's exchange: read one frame, authenticate, resolve off the loop, write
 // one response, close. Lives in shared_ptrs held by its pending handlers.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(SeedServer::Rep* server, tcp::socket socket)
+  // REQUIRES: server->limits admitted `peer` (it counts as unauthenticated).
+  Connection(SeedServer::Rep* server, tcp::socket socket, std::string peer)
       : server_(server),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
-        reader_(kMaxRemoteRequestBytes) {
+        reader_(kMaxRemoteRequestBytes),
+        peer_(std::move(peer)) {
     server_->Register(this);
   }
-  ~Connection() { server_->Unregister(this); }
+  ~Connection() {
+    if (!authenticated_ && !evicted_) server_->limits.Released(peer_);
+    server_->Unregister(this);
+  }
+
+  const std::string& peer() const { return peer_; }
+
+  // On the loop thread: closes this connection if it is still reading its
+  // request (its place goes to another host's; see AddressLimits::Transfer).
+  bool EvictIfReading() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != State::kReading || evicted_ || authenticated_) return false;
+    evicted_ = true;
+    state_ = State::kDone;
+    CloseSocket();
+    return true;
+  }
 
   void Start() {
     ArmDeadline(server_->options.request_timeout);
@@ -171,9 +229,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     if (!server_->handler.Authenticate(*request)) {
+      const size_t failures = server_->limits.AuthFailed(peer_, AddressLimits::Clock::now());
+      server_->failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer_,
+                                failures, Seconds(server_->limits.options().auth_failure_window));
       RespondError("Unauthorized request");
       return;
     }
+    authenticated_ = true;
+    server_->limits.Authenticated(peer_);
     if (const StreamHandler* stream = FindStream(*request)) {
       HandOver(*stream, std::move(*request));
       return;
@@ -228,44 +291,67 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // The socket leaves the loop for a stream thread; the connection ends here.
+  // A peer holding its share of stream threads, or a full queue, gets an error.
   void HandOver(const StreamHandler& handler, Json request) {
+    const TransportOptions& o = server_->options;
+    if (server_->streams.queued() >= o.max_queued_streams) {
+      server_->busy_streams.Warn("Refused a data connection from {}: {} waiting, the limit is {}",
+                                 peer_, server_->streams.queued(), o.max_queued_streams);
+      RespondError("the data plane is busy (" + std::to_string(o.max_queued_streams) +
+                   " connections waiting); retry later");
+      return;
+    }
+    if (!server_->limits.AdmitStream(peer_)) {
+      server_->busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", peer_,
+                                 o.max_streams_per_address);
+      RespondError("too many data connections from " + peer_ + " (at most " +
+                   std::to_string(o.max_streams_per_address) + ")");
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDone;
     timer_.cancel();
     asio::error_code ec;
     int fd = socket_.release(ec);
     if (ec) {
+      server_->limits.StreamEnded(peer_);
       CloseSocket();
       return;
     }
-    server_->streams.Submit([fd, handler, request = std::move(request), rep = server_] {
-      {
-        std::lock_guard<std::mutex> lock(rep->streams_mu);
-        if (rep->streams_closing) {
+    server_->streams.Submit(
+        [fd, handler, request = std::move(request), rep = server_, peer = peer_] {
+          struct Ended {
+            SeedServer::Rep* rep;
+            const std::string& peer;
+            ~Ended() { rep->limits.StreamEnded(peer); }
+          } ended{rep, peer};
+          {
+            std::lock_guard<std::mutex> lock(rep->streams_mu);
+            if (rep->streams_closing) {
+              ::close(fd);
+              return;
+            }
+            rep->stream_fds.insert(fd);
+          }
+          // Stream handlers may sendfile() to a peer that has gone; sendfile has no
+          // MSG_NOSIGNAL, so SIGPIPE is blocked on this thread (it would end the
+          // process) and any that got raised is drained: the handler sees EPIPE.
+          sigset_t pipe;
+          sigemptyset(&pipe);
+          sigaddset(&pipe, SIGPIPE);
+          pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+          int flags = ::fcntl(fd, F_GETFL);
+          ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+          handler(fd, request);
+          {
+            std::lock_guard<std::mutex> lock(rep->streams_mu);
+            rep->stream_fds.erase(fd);
+          }
           ::close(fd);
-          return;
-        }
-        rep->stream_fds.insert(fd);
-      }
-      // Stream handlers may sendfile() to a peer that has gone; sendfile has no
-      // MSG_NOSIGNAL, so SIGPIPE is blocked on this thread (it would end the
-      // process) and any that got raised is drained: the handler sees EPIPE.
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
-      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-      int flags = ::fcntl(fd, F_GETFL);
-      ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-      handler(fd, request);
-      {
-        std::lock_guard<std::mutex> lock(rep->streams_mu);
-        rep->stream_fds.erase(fd);
-      }
-      ::close(fd);
-      timespec zero{0, 0};
-      while (sigtimedwait(&pipe, nullptr, &zero) == SIGPIPE) {
-      }
-    });
+          timespec zero{0, 0};
+          while (sigtimedwait(&pipe, nullptr, &zero) == SIGPIPE) {
+          }
+        });
   }
 
   void RespondError(const std::string& message) {
@@ -303,6 +389,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string out_;
   State state_ = State::kReading;
   bool deadline_hit_ = false;
+  const std::string peer_;      // AddressLimits::Key of the remote address
+  bool authenticated_ = false;  // else it counts against its address's limit
+  bool evicted_ = false;        // its count went to the connection that took its place
 };
 
 void SeedServer::Rep::Register(Connection* c) {
@@ -349,8 +438,52 @@ void SeedServer::Rep::DoAccept() {
         refused_since_log = 0;
       }
     } else {
-      // No TCP_NODELAY: each side writes one whole frame, so Nagle never holds data back.
-      std::make_shared<Connection>(this, std::move(socket))->Start();
+      asio::error_code peer_ec;
+      const tcp::endpoint remote = socket.remote_endpoint(peer_ec);
+      const std::string peer =
+          AddressLimits::Key(peer_ec ? std::string("?") : remote.address().to_string());
+      std::string victim;
+      AddressLimits::Verdict verdict = limits.Admit(peer, AddressLimits::Clock::now(), &victim);
+      if (verdict == AddressLimits::Verdict::kEvict) {
+        verdict = AddressLimits::Verdict::kServerFull;
+        std::lock_guard<std::mutex> lock(mu);
+        for (Connection* c : connections) {
+          if (c->peer() == victim && c->EvictIfReading()) {
+            limits.Transfer(victim, peer);
+            verdict = AddressLimits::Verdict::kAccept;
+            break;
+          }
+        }
+      }
+      if (verdict == AddressLimits::Verdict::kAccept) {
+        // No TCP_NODELAY: each side writes one whole frame, so Nagle never holds data back.
+        std::make_shared<Connection>(this, std::move(socket), peer)->Start();
+      } else {
+        asio::error_code ignored;
+        socket.close(ignored);
+        const AddressLimitOptions& l = limits.options();
+        switch (verdict) {
+          case AddressLimits::Verdict::kAddressFull:
+            refused_address.Warn(
+                "Refused a D2D connection from {}: it holds {} unauthenticated, the limit per "
+                "address",
+                peer, l.max_unauthenticated_per_address);
+            break;
+          case AddressLimits::Verdict::kServerFull:
+            refused_address.Warn(
+                "Refused a D2D connection from {}: {} unauthenticated connections open, the "
+                "limit (the rest of --max-connections is kept for authenticated work)",
+                peer, l.max_unauthenticated);
+            break;
+          case AddressLimits::Verdict::kThrottled:
+            refused_address.Warn(
+                "Refused a D2D connection from {}: more than {} failed authentications in {} s",
+                peer, l.max_auth_failures, Seconds(l.auth_failure_window));
+            break;
+          default:
+            refused_address.Warn("Refused a D2D connection from {}: too many peer addresses", peer);
+        }
+      }
     }
     DoAccept();
   });

@@ -19,6 +19,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::ConnectFrom;
 using testing::ConnectRaw;
 using testing::Header;
 using testing::LogCapture;
@@ -226,9 +227,17 @@ TEST_F(TransportTest, ATricklingPeerIsCutAtTheDeadlineWhileOthersAreServed) {
 }
 
 TEST_F(TransportTest, AThousandIdleConnectionsDoNotDelayAnAuthenticatedRequest) {
+  // From 20 hosts, each within its limit of unauthenticated connections, and
+  // all of them within a total that keeps 24 of the 1,024 for work.
+  TransportOptions options;
+  options.max_unauthenticated = 1000;
+  auto store = NewMemoryArtifactStore();
+  ASSERT_OK(store->Put(*ArtifactKey::Make("triton", kHash, "kernels.bin"), "compiled"));
+  server_->Close();
+  server_ = Serve({NewArtifactSeedable(std::move(store))}, options);
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 1000; ++i) {
-    idle.push_back(ConnectRaw(addr_));
+    idle.push_back(ConnectFrom("127.0.1." + std::to_string(1 + i % 20), addr_));
     ASSERT_TRUE(idle.back().valid());
   }
   ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() >= 1000; }));
@@ -265,6 +274,7 @@ TEST_F(TransportTest, ConnectionsBeyondTheCapAreClosedWithALogLine) {
   LogCapture logs;
   TransportOptions options;
   options.max_connections = 8;
+  options.max_unauthenticated = 8;  // the cap under test, not the share kept for work
   auto capped = Serve({NewArtifactSeedable(NewMemoryArtifactStore())}, options);
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 8; ++i) idle.push_back(ConnectRaw(addr_));

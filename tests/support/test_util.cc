@@ -1,5 +1,6 @@
 #include "support/test_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -102,6 +103,25 @@ UniqueFd ConnectRaw(const HostPort& peer) {
   int flags = fcntl(fd->get(), F_GETFL);
   fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
   return std::move(*fd);
+}
+
+UniqueFd ConnectFrom(const std::string& source, const HostPort& peer, int receive_buffer) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (receive_buffer > 0) {
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  }
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(peer.port);
+  ::inet_pton(AF_INET, peer.host.c_str(), &to.sin_addr);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    return UniqueFd();
+  }
+  return fd;
 }
 
 void SendAll(int fd, const std::string& bytes) {

@@ -76,6 +76,10 @@ UniqueFd ListenLoopback(uint16_t* port);
 
 // A blocking TCP connection to `peer` (no timeouts: tests bound themselves).
 UniqueFd ConnectRaw(const HostPort& peer);
+// The same from the IPv4 address `source` (any of 127.0.0.0/8 on loopback),
+// with SO_RCVBUF set first when receive_buffer > 0 (a peer that reads nothing
+// then fills its window at once).
+UniqueFd ConnectFrom(const std::string& source, const HostPort& peer, int receive_buffer = 0);
 void SendAll(int fd, const std::string& bytes);
 // Reads until EOF or error; returns everything received.
 std::string ReadToEof(int fd);

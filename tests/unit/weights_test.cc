@@ -192,18 +192,20 @@ TEST_F(ManifestTest, ALinkInsideTheModelIsServedUnderItsOwnName) {
 }
 
 TEST_F(ManifestTest, PathsUnderTheNamesSeeddKeepsForItselfAreRefused) {
+  const Json good = Built();
   for (const char* path : {".seedd-journal", "sub/.seedd-record.json", ".seedd-x/a.bin"}) {
-    Json j = Built();
+    Json j = good;
     j["files"][0]["path"] = path;
     for (auto& c : j["chunks"]) {
-      if (c["file"] == Built()["files"][0]["path"]) c["file"] = path;
+      if (c["file"] == good["files"][0]["path"]) c["file"] = path;
     }
     EXPECT_NE(Error(Reseal(j)).find("uses a name seedd keeps for itself"), std::string::npos)
         << path << ": " << Error(Reseal(j));
   }
   // Such files in a model directory are seedd's own and are not served.
   std::ofstream(model_ / ".seedd-journal") << "x";
-  for (const auto& f : Built()["files"]) EXPECT_NE(f["path"], ".seedd-journal");
+  const Json built = Built();
+  for (const auto& f : built["files"]) EXPECT_NE(f["path"], ".seedd-journal");
 }
 
 TEST_F(ManifestTest, ADirectoryWithoutFilesIsNotAModel) {

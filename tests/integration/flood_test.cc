@@ -1,0 +1,211 @@
+// No single peer can take a daemon down: one host (127.0.0.2) floods, another
+// (127.0.0.1) is served.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
+#include "kinds/weights/data_plane.h"
+#include "seedd/artifact_kind.h"
+#include "seedd/seed_transport.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+#include "wire/frame.h"
+
+namespace seedd {
+namespace {
+
+using testing::ConnectFrom;
+using testing::kToken;
+using testing::LogCapture;
+using testing::SameTree;
+using testing::WaitUntil;
+
+constexpr char kFlooder[] = "127.0.0.2";
+
+class FloodTest : public testing::WeightsFixture {
+ protected:
+  std::unique_ptr<SeedTransport> Listen(TransportOptions options, HostPort* addr) {
+    SeedConfig config;
+    config.listen = HostPort{"127.0.0.1", 0};
+    config.token = kToken;
+    auto store = NewMemoryArtifactStore();
+    EXPECT_OK(store->Put(*ArtifactKey::Make("triton", std::string(16, 'a'), "k.bin"), "bytes"));
+    auto t = SeedTransport::Create({NewArtifactSeedable(std::move(store))}, config, options);
+    EXPECT_OK(t);
+    *addr = **(*t)->StartListener();
+    return std::move(*t);
+  }
+  static Json Request(const std::string& token = kToken) {
+    return Json{{"kind", "artifact"},
+                {"namespace", "triton"},
+                {"config_hash", std::string(16, 'a')},
+                {"filename", "k.bin"},
+                {"token", token}};
+  }
+  // One request from 127.0.0.1 as a client library would send it.
+  static Json Ask(const HostPort& addr) {
+    SeedConfig config;
+    config.source = addr;
+    config.token = kToken;
+    auto client = SeedTransport::Create({}, config);
+    Json request = Request();
+    request.erase("token");
+    auto r = (*client)->Request(request);
+    return r.has_value() ? *r : Json();
+  }
+};
+
+TEST_F(FloodTest, AHostHoldingIdleConnectionsLeavesEveryRequestFromAnotherServed) {
+  LogCapture logs;
+  HostPort addr;
+  auto server = Listen({}, &addr);
+  // The flooder opens 1,100 connections and sends nothing, reopening any the
+  // daemon closes, while the other host makes its requests.
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    std::vector<UniqueFd> held;
+    while (!stop) {
+      held.erase(std::remove_if(held.begin(), held.end(),
+                                [](const UniqueFd& fd) {
+                                  char b;
+                                  return ::recv(fd.get(), &b, 1, MSG_DONTWAIT) == 0;
+                                }),
+                 held.end());
+      while (held.size() < 1100 && !stop) {
+        UniqueFd fd = ConnectFrom(kFlooder, addr);
+        if (!fd.valid()) break;
+        held.push_back(std::move(fd));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  ASSERT_TRUE(WaitUntil([&] { return logs.Contains(spdlog::level::warn, kFlooder); }))
+      << logs.Dump();
+  int served = 0;
+  for (int i = 0; i < 200; ++i) served += Ask(addr).value("status", "") == "ok";
+  stop = true;
+  flood.join();
+  EXPECT_EQ(served, 200);
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn,
+                            "Refused a D2D connection from 127.0.0.2: it holds 64 "
+                            "unauthenticated"))
+      << logs.Dump();
+}
+
+TEST_F(FloodTest, RepeatedFailedAuthenticationThrottlesThatHostOnly) {
+  LogCapture logs;
+  TransportOptions options;
+  options.max_auth_failures = 5;
+  options.auth_failure_window = std::chrono::seconds(60);
+  HostPort addr;
+  auto server = Listen(options, &addr);
+  auto attempt = [&](const std::string& token) {
+    UniqueFd fd = ConnectFrom(kFlooder, addr);
+    testing::SendAll(fd.get(), EncodeJsonFrame(Request(token)));
+    return testing::ReadResponse(fd.get());
+  };
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(attempt("guess")["message"], "Unauthorized request");
+  // Now even the right token from that host is not read: the connection is closed.
+  EXPECT_TRUE(attempt(kToken).is_null());
+  EXPECT_EQ(Ask(addr)["status"], "ok");  // another host is served
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "Failed authentication from 127.0.0.2"))
+      << logs.Dump();
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "more than 5 failed authentications"))
+      << logs.Dump();
+}
+
+TEST_F(FloodTest, DataConnectionsThatNeverReadDoNotStopAnotherHostsPull) {
+  testing::WriteRandom(model_ / "big.bin", 32 << 20, 3);
+  HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  uint32_t big = 0;
+  while (m.chunks[big].file != "big.bin") ++big;
+  // 256 data connections from one host, each asking for a chunk and reading
+  // nothing: as many as the daemon has stream threads.
+  std::vector<UniqueFd> stalled;
+  int refused = 0;
+  for (int i = 0; i < 256; ++i) {
+    UniqueFd fd = ConnectFrom(kFlooder, origin, 4096);
+    ASSERT_TRUE(fd.valid());
+    testing::SendAll(
+        fd.get(), EncodeJsonFrame(Json{
+                      {"kind", "weight_data"}, {"root_digest", m.root_digest}, {"token", kToken}}));
+    Json answer = testing::ReadResponse(fd.get());
+    if (answer["status"] != "ok") {
+      ++refused;
+      EXPECT_NE(answer["message"].get<std::string>().find("too many data connections from "
+                                                          "127.0.0.2 (at most 32)"),
+                std::string::npos)
+          << answer.dump();
+      continue;
+    }
+    const RequestRecord req = EncodeRequest(kSendMagic, big);
+    testing::SendAll(fd.get(), std::string(req.data(), req.size()));
+    stalled.push_back(std::move(fd));
+  }
+  EXPECT_EQ(refused, 256 - 32);
+  // The other host's pull is served meanwhile.
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {origin}, dir_.path() / "dest", Options(), &stats));
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+}
+
+TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
+  // Stream handlers that hold their thread until released.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> running{0};
+  TransportOptions options;
+  options.max_streams = 2;
+  options.max_queued_streams = 1;
+  options.stream_handlers["weight_data"] = [&](int, const Json&) {
+    ++running;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+  };
+  HostPort addr;
+  auto server = Listen(options, &addr);
+  struct Release {  // whatever happens, the handlers end before the server closes
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& release;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        release = true;
+      }
+      cv.notify_all();
+    }
+  } guard{mu, cv, release};
+  auto open = [&] {
+    UniqueFd fd = testing::ConnectRaw(addr);
+    testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"}, {"token", kToken}}));
+    return fd;
+  };
+  UniqueFd a = open();
+  ASSERT_TRUE(WaitUntil([&] { return running == 1; }));
+  UniqueFd b = open();
+  ASSERT_TRUE(WaitUntil([&] { return running == 2; }));
+  UniqueFd queued = open();
+  // Handed to the stream pool (it left the event loop), where it waits.
+  ASSERT_TRUE(WaitUntil([&] { return server->open_connections() == 0; }));
+  UniqueFd refused = open();
+  Json answer = testing::ReadResponse(refused.get());
+  EXPECT_EQ(answer["status"], "error");
+  EXPECT_NE(answer.value("message", "").find("the data plane is busy"), std::string::npos)
+      << answer.dump();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(WaitUntil([&] { return running == 3; }));  // the queued one was served
+  server->Close();
+}
+
+}  // namespace
+}  // namespace seedd
