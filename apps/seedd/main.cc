@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   std::string cache_dir;
   std::string log_level = "info";
   size_t max_connections = 1024;
+  seedd::TransportOptions limits;  // the per-host bounds set by flags
   size_t resolver_threads = 64;
   std::vector<std::string> stores;
   std::vector<std::string> models;
@@ -118,6 +119,20 @@ int main(int argc, char** argv) {
                  "open peer connections beyond this are closed at once")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--max-unauthenticated-per-address", limits.max_unauthenticated_per_address,
+                 "connections one host (an IPv4 address, an IPv6 /64) may hold before it "
+                 "authenticates; three quarters of --max-connections is the total for all hosts")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--max-data-connections-per-address", limits.max_streams_per_address,
+                 "weight data connections one host may hold at once")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--max-auth-failures", limits.max_auth_failures,
+                 "failed authentications from one host within 10 s after which its connections "
+                 "are refused until the 10 s end")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--resolver-threads", resolver_threads,
                  "most threads answering requests off the event loop; two stay warm, more start "
                  "while all are busy (each slow request holds one)")
@@ -153,6 +168,9 @@ int main(int argc, char** argv) {
   options.cache_dir =
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
+  options.transport.max_unauthenticated_per_address = limits.max_unauthenticated_per_address;
+  options.transport.max_streams_per_address = limits.max_streams_per_address;
+  options.transport.max_auth_failures = limits.max_auth_failures;
   options.store_urls = stores;
   options.pulls = pulls;
   options.weight_chunk_bytes = chunk_mib << 20;

@@ -34,6 +34,11 @@ class Seedable {
   // Returns the payload, or nullopt on a miss.
   virtual Result<std::optional<Json>> Resolve(const Json& request) const = 0;
 
+  // Source side, what the listener calls: Resolve's payload as JSON text. A kind
+  // whose payload is large and handed out often (a manifest) overrides it to
+  // serialize once, not per request; the default serializes Resolve's.
+  virtual Result<std::optional<std::string>> ResolveText(const Json& request) const;
+
   // Target side: check what arrived; returns the payload to install.
   virtual Result<Json> ValidatePayload(const Json& payload) const = 0;
 

@@ -5,6 +5,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "wire/frame.h"
 #include "wire/json_text.h"
 
 namespace seedd {
@@ -39,14 +40,15 @@ const Seedable* RequestHandler::Find(std::string_view kind) const {
   return it == seedables_.end() ? nullptr : it->second.get();
 }
 
+const Seedable* RequestHandler::FindFor(const Json& request) const {
+  if (!request.is_object()) return nullptr;
+  auto kind = request.find("kind");
+  if (kind == request.end() || !kind->is_string()) return nullptr;
+  return Find(kind->get_ref<const std::string&>());
+}
+
 Json RequestHandler::Handle(const Json& request) const {
-  const Seedable* seedable = nullptr;
-  if (request.is_object()) {
-    auto kind = request.find("kind");
-    if (kind != request.end() && kind->is_string()) {
-      seedable = Find(kind->get_ref<const std::string&>());
-    }
-  }
+  const Seedable* seedable = FindFor(request);
   if (seedable == nullptr) {
     return ErrorResponse("unsupported seed kind");
   }
@@ -63,6 +65,34 @@ Json RequestHandler::Handle(const Json& request) const {
     // A seedable must not throw; if one does, the peer gets an error, not a crash.
     Logger().error("Resolving {} threw: {}", seedable->kind(), e.what());
     return ErrorResponse("internal error resolving " + std::string(seedable->kind()));
+  }
+}
+
+Result<std::optional<std::string>> Seedable::ResolveText(const Json& request) const {
+  Result<std::optional<Json>> payload = Resolve(request);
+  if (!payload.ok()) return payload.status();
+  if (!payload->has_value()) return std::optional<std::string>();
+  return std::optional<std::string>(DumpJson(**payload));
+}
+
+std::string RequestHandler::HandleToFrame(const Json& request) const {
+  const Seedable* seedable = FindFor(request);
+  if (seedable == nullptr) return EncodeJsonFrame(ErrorResponse("unsupported seed kind"));
+  try {
+    Result<std::optional<std::string>> payload = seedable->ResolveText(request);
+    if (!payload.ok()) return EncodeJsonFrame(ErrorResponse(payload.status().message()));
+    if (!payload->has_value()) return EncodeJsonFrame(Json{{"status", "miss"}});
+    // The same object Handle answers, keys in the same (sorted) order.
+    std::string body;
+    body.reserve((*payload)->size() + 32);
+    body += "{\"payload\":";
+    body += **payload;
+    body += ",\"status\":\"ok\"}";
+    return EncodeFrame(body);
+  } catch (const std::exception& e) {
+    Logger().error("Resolving {} threw: {}", seedable->kind(), e.what());
+    return EncodeJsonFrame(
+        ErrorResponse("internal error resolving " + std::string(seedable->kind())));
   }
 }
 

@@ -29,6 +29,8 @@ class RequestHandler {
 
   // Answers an authenticated request: ok / miss / error.
   Json Handle(const Json& request) const;
+  // Handle's response as frame bytes, the payload from the seedable's ResolveText.
+  std::string HandleToFrame(const Json& request) const;
 
   // The whole source-side exchange for one received frame body: parse,
   // authenticate, handle. Used by the fuzzer and by tests.
@@ -37,6 +39,8 @@ class RequestHandler {
   const Seedable* Find(std::string_view kind) const;
 
  private:
+  // The seedable of the request's "kind", if any.
+  const Seedable* FindFor(const Json& request) const;
   std::map<std::string, SeedablePtr, std::less<>> seedables_;
   std::string token_;
 };

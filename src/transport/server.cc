@@ -245,7 +245,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     state_ = State::kResolving;
     ArmDeadline(server_->options.authenticated_timeout);
     server_->pool.Submit([self = shared_from_this(), req = std::move(*request)] {
-      self->FinishOnResolver(EncodeJsonFrame(self->server_->handler.Handle(req)));
+      self->FinishOnResolver(self->server_->handler.HandleToFrame(req));
     });
   }
 

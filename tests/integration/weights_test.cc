@@ -89,7 +89,7 @@ TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
   // copy (a server that indexed its copy would notice the change and not serve it).
   std::filesystem::copy(model_, dir_.path() / "bad", std::filesystem::copy_options::recursive);
   HostPort bad = ServeWeights(std::make_shared<WeightServer>(
-      std::vector<ServedModel>{{m, dir_.path() / "bad", nullptr, {}, nullptr}}));
+      std::vector<ServedModel>{{m, dir_.path() / "bad", nullptr, {}, nullptr, nullptr}}));
   // Every chunk of the bad copy has a flipped byte: whatever it serves is bad.
   for (const ManifestChunk& c : m.chunks) {
     std::fstream f(dir_.path() / "bad" / c.file, std::ios::in | std::ios::out | std::ios::binary);
@@ -124,7 +124,7 @@ TEST_F(WeightsTest, VerifySha256ChecksEveryFileBeforeCommitting) {
   j["root_digest"] = ManifestRootDigest(j);
   Manifest lying = *ParseManifest(j);
   auto server = std::make_shared<WeightServer>(
-      std::vector<ServedModel>{{lying, model_, nullptr, {}, nullptr}});
+      std::vector<ServedModel>{{lying, model_, nullptr, {}, nullptr, nullptr}});
   source = ServeWeights(server);
   Status s = FetchModel(lying, {source}, dir_.path() / "checked", o);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
@@ -217,8 +217,8 @@ TEST_F(WeightsTest, AFetchingServerServesOnlyWhatItHasAndSaysWhoElseHasIt) {
   // A relay that has verified chunk 0 only, serving from its staging copy.
   auto partial = std::make_shared<ChunkSet>(m.chunks.size());
   partial->Set(0);
-  auto relay =
-      std::make_shared<WeightServer>(std::vector<ServedModel>{{m, model_, partial, {}, nullptr}});
+  auto relay = std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{m, model_, partial, {}, nullptr, nullptr}});
   HostPort relay_addr = ServeWeights(relay);
   UniqueFd fd = testing::ConnectRaw(relay_addr);
   testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
@@ -306,7 +306,7 @@ TEST_F(WeightsTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
   auto all = std::make_shared<ChunkSet>(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) all->Set(i);
   auto liar = std::make_shared<WeightServer>(
-      std::vector<ServedModel>{{m, dir_.path() / "nothing-here", all, {}, nullptr}});
+      std::vector<ServedModel>{{m, dir_.path() / "nothing-here", all, {}, nullptr, nullptr}});
   HostPort liar_addr = ServeWeights(liar);
   Manifest listed = m;
   listed.sources = {liar_addr.ToString()};  // as a source's manifest would list a relay
@@ -325,8 +325,8 @@ TEST_F(WeightsTest, RelaysSpareTheOrigin) {
   build.chunk_size = 256 * 1024;
   Result<Manifest> m = BuildManifest("tiny", model_, build);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  auto origin =
-      std::make_shared<WeightServer>(std::vector<ServedModel>{{*m, model_, nullptr, {}, nullptr}});
+  auto origin = std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{*m, model_, nullptr, {}, nullptr, nullptr}});
   HostPort origin_addr = ServeWeights(origin);
   // Three daemons pull the model at once, each relaying what it has verified.
   std::vector<std::unique_ptr<Daemon>> targets;
@@ -412,6 +412,67 @@ TEST_F(WeightsTest, ASparseShardBeyondFourGibibytesArrivesByteIdenticalAndStaysS
   struct stat st {};
   ASSERT_EQ(::stat((dir_.path() / "dest" / "big.safetensors").c_str(), &st), 0);
   EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 1ull << 30);
+}
+
+}  // namespace
+}  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// Announces `relay` to `server` for `root` on a data connection, as a relaying fetcher does.
+UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay) {
+  UniqueFd fd = testing::ConnectRaw(server);
+  testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
+                                                  {"root_digest", root},
+                                                  {"token", testing::kToken},
+                                                  {"relay", relay},
+                                                  {"session", "s-" + relay}}));
+  EXPECT_EQ(testing::ReadResponse(fd.get())["status"], "ok");
+  return fd;
+}
+
+TEST_F(WeightsTest, AManifestIsSerializedOncePerVersionHoweverOftenItIsAskedFor) {
+  Result<IndexedModel> index = IndexModel("tiny", model_, BuildOptions{});
+  ASSERT_OK(index);
+  const std::string root = index->manifest.root_digest;
+  auto server =
+      std::make_shared<WeightServer>(std::vector<ServedModel>{ServeIndexed(std::move(*index))});
+  HostPort addr = ServeWeights(server);
+  UniqueFd relay = Announce(addr, root, "127.0.0.1:4321");
+  for (int i = 0; i < 50; ++i) {
+    Manifest m = ManifestFrom(addr);  // parsed and checked: the text is a valid manifest
+    EXPECT_EQ(m.root_digest, root);
+    EXPECT_EQ(m.sources, std::vector<std::string>{"127.0.0.1:4321"});  // spliced in per request
+  }
+  EXPECT_EQ(server->manifests_serialized(), 1u);
+  WriteRandom(model_ / "blob.bin", 1000, 9);  // a new version
+  Result<IndexedModel> next = IndexModel("tiny", model_, BuildOptions{});
+  ASSERT_OK(next);
+  server->Publish(ServeIndexed(std::move(*next)));
+  EXPECT_NE(ManifestFrom(addr).root_digest, root);
+  EXPECT_EQ(server->manifests_serialized(), 2u);
+}
+
+TEST_F(WeightsTest, TheRelaysASwarmRemembersAreBoundedAndExpire) {
+  Result<IndexedModel> index = IndexModel("tiny", model_, BuildOptions{});
+  ASSERT_OK(index);
+  const std::string root = index->manifest.root_digest;
+  WeightServerOptions options;
+  options.max_relays = 3;
+  options.relay_ttl = std::chrono::milliseconds(300);
+  auto server = std::make_shared<WeightServer>(
+      std::vector<ServedModel>{ServeIndexed(std::move(*index))}, options);
+  HostPort addr = ServeWeights(server);
+  std::vector<UniqueFd> held;
+  for (int i = 1; i <= 4; ++i)
+    held.push_back(Announce(addr, root, "10.0.0." + std::to_string(i) + ":1"));
+  EXPECT_EQ(server->Peers(root, ""),
+            (std::vector<std::string>{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"}));
+  // Silent for longer than the TTL: forgotten, and their places go to new relays.
+  ASSERT_TRUE(testing::WaitUntil([&] { return server->Peers(root, "").empty(); }));
+  held.push_back(Announce(addr, root, "10.0.0.9:1"));
+  EXPECT_EQ(server->Peers(root, ""), std::vector<std::string>{"10.0.0.9:1"});
 }
 
 }  // namespace

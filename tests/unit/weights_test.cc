@@ -191,6 +191,35 @@ TEST_F(ManifestTest, ALinkInsideTheModelIsServedUnderItsOwnName) {
   EXPECT_EQ(sha.at("alias.json"), sha.at("config.json"));
 }
 
+TEST_F(ManifestTest, EachBoundOnAPeersManifestIsCheckedWithAClearError) {
+  const Json good = Built();
+  ManifestLimits limits;
+  EXPECT_TRUE(ParseManifest(good, limits).ok());
+  auto refused = [&](ManifestLimits l, const std::string& why) {
+    auto r = ParseManifest(good, l);
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  ManifestLimits l = limits;
+  l.files = 3;
+  refused(l, "files (at most 3)");
+  l = limits;
+  l.chunks = 2;
+  refused(l, "chunks (at most 2)");
+  l = limits;
+  l.tensors = 1;
+  refused(l, "tensors (at most 1)");
+  l = limits;
+  l.sources = 0;
+  refused(l, "sources (at most 0)");
+  l = limits;
+  l.dims = 1;
+  refused(l, "dimensions (at most 1)");
+  l = limits;
+  l.name_bytes = 3;
+  refused(l, "longer than 3 bytes");
+}
+
 TEST_F(ManifestTest, PathsUnderTheNamesSeeddKeepsForItselfAreRefused) {
   const Json good = Built();
   for (const char* path : {".seedd-journal", "sub/.seedd-record.json", ".seedd-x/a.bin"}) {

@@ -78,6 +78,13 @@ struct ServedModel {
   // if `dir` is renamed (a staging directory committed) or a link on its path is
   // swapped.
   std::shared_ptr<const UniqueFd> root;
+  // The manifest as JSON text with an empty "sources", split where the sources
+  // go: serialized once when published, handed out per request. Set by Publish.
+  struct Text {
+    std::string head;  // ... "sources":[
+    std::string tail;  // ] ...
+  };
+  std::shared_ptr<const Text> text;
 };
 
 // A model as indexed, ready to serve.
@@ -87,6 +94,10 @@ ServedModel ServeIndexed(IndexedModel index);
 struct WeightServerOptions {
   std::chrono::milliseconds idle_timeout{60000};  // between requests
   TransferDeadline send;                          // each response record and its bytes
+  // The relays a swarm (one root digest) remembers: each until it has not been
+  // heard from for relay_ttl, at most max_relays at once (more are not listed).
+  std::chrono::milliseconds relay_ttl{10000};
+  size_t max_relays = 1024;
 };
 
 class WeightServer {
@@ -103,6 +114,10 @@ class WeightServer {
   uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
   // Data connections being served now.
   int connections() const { return connections_.load(std::memory_order_relaxed); }
+  // Manifests serialized so far (once per model version published).
+  uint64_t manifests_serialized() const {
+    return manifests_serialized_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Claim {
@@ -120,6 +135,8 @@ class WeightServer {
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
   int Announce(const std::string& root, const std::string& relay, const std::string& session,
                size_t chunks);
+  // Forgets the relays of `swarm` not heard from for relay_ttl. REQUIRES: mu_ held.
+  void Expire(Swarm& swarm, std::chrono::steady_clock::time_point now);
   // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
   uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
@@ -136,6 +153,7 @@ class WeightServer {
   std::set<std::string> warned_;                                       // GUARDED_BY(mu_)
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
+  std::atomic<uint64_t> manifests_serialized_{0};
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.

@@ -142,7 +142,7 @@ class Fetch {
     for (int c = 0; c < std::max(1, connections); ++c) {
       workers_.emplace_back([this, s] { Work(s); });
     }
-    if (!seed) Recount();
+    if (!seed) ++live_peers_;  // it has nothing yet: no chunk count changes
   }
 
   // Asks every source for its state at options_.state_interval: which chunks it
@@ -197,8 +197,14 @@ class Fetch {
     std::string body(h.length, '\0');
     SEEDD_RETURN_IF_ERROR(RecvAllBy(conn->get(), body.data(), body.size(), deadline));
     std::lock_guard<std::mutex> lock(mu_);
+    // Only what changed moves the relay counts: a state costs O(chunks), not
+    // O(relays x chunks).
+    const bool counted = !s->seed && !s->dropped;
     for (size_t i = 0; i < m_.chunks.size(); ++i) {
-      s->have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
+      const bool has = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
+      if (has == s->have[i]) continue;
+      s->have[i] = has;
+      if (counted) peer_count_[i] = static_cast<uint16_t>(peer_count_[i] + (has ? 1 : -1));
     }
     s->state_known = true;
     size_t pos = bitmap;
@@ -209,12 +215,12 @@ class Fetch {
       if (peer.ok()) AddSourceLocked(*peer, false);
       pos = end + 1;
     }
-    Recount();
     changed_.notify_all();
     return Status::Ok();
   }
 
-  // How many live relays have each chunk. REQUIRES: mu_ held.
+  // How many live relays have each chunk, counted again (when one is dropped).
+  // REQUIRES: mu_ held.
   void Recount() {
     std::fill(peer_count_.begin(), peer_count_.end(), 0);
     live_peers_ = 0;

@@ -276,7 +276,7 @@ Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOpti
   return d;
 }
 
-Result<Manifest> ParseManifest(const Json& j) {
+Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   auto bad = [](const std::string& why) { return Status::InvalidArgument("manifest: " + why); };
   if (!j.is_object()) return bad("not a JSON object");
   Manifest m;
@@ -299,7 +299,17 @@ Result<Manifest> ParseManifest(const Json& j) {
       return bad(std::string("'") + field + "' must be an array");
   }
   if (j["files"].empty()) return bad("the model has no files");
-  if (j["files"].size() > kMaxManifestFiles) return bad("more than 100000 files");
+  auto over = [&](const char* what, size_t n, size_t limit) {
+    return bad(std::to_string(n) + " " + what + " (at most " + std::to_string(limit) + ")");
+  };
+  if (j["files"].size() > limits.files) return over("files", j["files"].size(), limits.files);
+  if (j["chunks"].size() > limits.chunks) return over("chunks", j["chunks"].size(), limits.chunks);
+  if (j["tensors"].size() > limits.tensors) {
+    return over("tensors", j["tensors"].size(), limits.tensors);
+  }
+  if (j["sources"].size() > limits.sources) {
+    return over("sources", j["sources"].size(), limits.sources);
+  }
   std::map<std::string, uint64_t> sizes;
   uint64_t sum = 0;
   for (const Json& f : j["files"]) {
@@ -363,6 +373,14 @@ Result<Manifest> ParseManifest(const Json& j) {
         !t["name"].is_string() || !t.contains("dtype") || !t["dtype"].is_string() ||
         !t.contains("shape") || !t["shape"].is_array()) {
       return bad("a tensor needs file, name, dtype and shape");
+    }
+    if (t["name"].get_ref<const std::string&>().size() > limits.name_bytes) {
+      return bad("a tensor name is longer than " + std::to_string(limits.name_bytes) + " bytes");
+    }
+    if (t["shape"].size() > limits.dims) {
+      return bad("tensor '" + t["name"].get<std::string>() + "' has " +
+                 std::to_string(t["shape"].size()) + " dimensions (at most " +
+                 std::to_string(limits.dims) + ")");
     }
     ManifestTensor mt;
     mt.file = t["file"];

@@ -86,9 +86,21 @@ Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOpti
 // Letters, digits, '_', '.', '-'; 1 to 128 bytes; not "." or "..".
 bool IsModelName(std::string_view s);
 
-// Validates a manifest from a peer: names and paths, file sizes, chunks tiling
-// every file exactly, tensors inside their files, sizes adding up, the root digest.
-Result<Manifest> ParseManifest(const Json& json);
+// Bounds on a manifest from a peer, each checked before the part it bounds is
+// read (docs/operations.md lists them).
+struct ManifestLimits {
+  size_t files = kMaxManifestFiles;
+  size_t chunks = 4u << 20;  // 32 TiB of 8 MiB chunks
+  size_t tensors = 1u << 20;
+  size_t dims = 32;          // per tensor shape
+  size_t name_bytes = 1024;  // a tensor's name
+  size_t sources = 256;
+};
+
+// Validates a manifest from a peer: its size against `limits`, names and paths,
+// file sizes, chunks tiling every file exactly, tensors inside their files, sizes
+// adding up, the root digest.
+Result<Manifest> ParseManifest(const Json& json, const ManifestLimits& limits = {});
 
 // SHA-256 hex of the canonical text (sorted keys, compact) of `manifest` without
 // its "root_digest" and "sources" (where to fetch varies; what to fetch does not).

@@ -14,12 +14,11 @@
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/records.h"
 #include "wire/frame.h"
+#include "wire/json_text.h"
 
 namespace seedd {
 namespace {
 
-constexpr auto kPeerTtl = std::chrono::seconds(10);  // a relay silent this long is gone
-constexpr size_t kMaxPeersPerSwarm = 4096;
 constexpr size_t kMaxRelayText = 300;
 constexpr size_t kMaxOpenFilesPerConnection = 16;
 
@@ -67,11 +66,25 @@ void WeightServer::Publish(ServedModel model) {
     }
     model.root = std::make_shared<const UniqueFd>(root.ok() ? std::move(*root) : UniqueFd());
   }
+  if (model.text == nullptr) {
+    Manifest without = model.manifest;
+    without.sources.clear();
+    const std::string text = DumpJson(without.ToJson());
+    manifests_serialized_.fetch_add(1, std::memory_order_relaxed);
+    constexpr std::string_view kSources = "\"sources\":[";  // a key: quotes unescaped
+    const size_t at = text.find(kSources);
+    if (at != std::string::npos) {
+      const size_t split = at + kSources.size();
+      model.text = std::make_shared<const ServedModel::Text>(
+          ServedModel::Text{text.substr(0, split), text.substr(split)});
+    }
+  }
   auto m = std::make_shared<const ServedModel>(std::move(model));
   std::lock_guard<std::mutex> lock(mu_);
   auto old = by_name_.find(m->manifest.model);
   if (old != by_name_.end() && old->second->manifest.root_digest != m->manifest.root_digest) {
     by_root_.erase(old->second->manifest.root_digest);
+    swarms_.erase(old->second->manifest.root_digest);  // nobody fetches it here any more
   }
   by_name_[m->manifest.model] = m;
   by_root_[m->manifest.root_digest] = m;
@@ -96,7 +109,8 @@ int WeightServer::Announce(const std::string& root, const std::string& relay,
   if (swarm.claims.size() != chunks) swarm.claims.assign(chunks, Claim{});
   auto it = swarm.ids.find(relay);
   if (it == swarm.ids.end()) {
-    if (swarm.addrs.size() >= kMaxPeersPerSwarm) return -1;
+    if (swarm.addrs.size() >= options_.max_relays) Expire(swarm, std::chrono::steady_clock::now());
+    if (swarm.addrs.size() >= options_.max_relays) return -1;
     it = swarm.ids.emplace(relay, static_cast<int>(swarm.addrs.size())).first;
     swarm.addrs.push_back(relay);
     swarm.seen.emplace_back();
@@ -115,6 +129,25 @@ int WeightServer::Announce(const std::string& root, const std::string& relay,
   return id;
 }
 
+void WeightServer::Expire(Swarm& swarm, std::chrono::steady_clock::time_point now) {
+  std::vector<int> id_of(swarm.addrs.size(), -1);  // old id → new id, -1 forgotten
+  Swarm kept;
+  for (size_t id = 0; id < swarm.addrs.size(); ++id) {
+    if (now - swarm.seen[id] >= options_.relay_ttl) continue;
+    id_of[id] = static_cast<int>(kept.addrs.size());
+    kept.ids.emplace(swarm.addrs[id], id_of[id]);
+    kept.addrs.push_back(std::move(swarm.addrs[id]));
+    kept.seen.push_back(swarm.seen[id]);
+    kept.sessions.push_back(std::move(swarm.sessions[id]));
+  }
+  kept.claims = std::move(swarm.claims);
+  for (Claim& c : kept.claims) {
+    if (c.holder >= 0) c.holder = id_of[c.holder];
+    if (c.holder < 0) c = Claim{};
+  }
+  swarm = std::move(kept);
+}
+
 std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except) {
   std::vector<std::string> peers;
   std::lock_guard<std::mutex> lock(mu_);
@@ -122,7 +155,7 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
   if (it == swarms_.end()) return peers;
   const auto now = std::chrono::steady_clock::now();
   for (size_t id = 0; id < it->second.addrs.size(); ++id) {
-    if (now - it->second.seen[id] < kPeerTtl && it->second.addrs[id] != except) {
+    if (now - it->second.seen[id] < options_.relay_ttl && it->second.addrs[id] != except) {
       peers.push_back(it->second.addrs[id]);
     }
   }
@@ -137,7 +170,8 @@ uint32_t WeightServer::ClaimChunk(const std::string& root, int peer, uint32_t in
   Swarm& swarm = it->second;
   Claim& claim = swarm.claims[index];
   const auto now = std::chrono::steady_clock::now();
-  if (claim.holder >= 0 && claim.holder != peer && now - swarm.seen[claim.holder] < kPeerTtl) {
+  if (claim.holder >= 0 && claim.holder != peer &&
+      now - swarm.seen[claim.holder] < options_.relay_ttl) {
     // A live relay has it (or is getting it): the asker should fetch it there.
     if (claim.sending) {
       *aux = 0xffffffff;

@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/local_copy.h"
+#include "wire/json_text.h"
 
 namespace seedd {
 namespace {
@@ -16,27 +17,28 @@ class WeightShardsSeedable final : public Seedable {
   std::string_view kind() const override { return kWeightShardsKind; }
   Result<Json> RequestParams(const Json& ctx) const override { return ctx; }
   Result<std::optional<Json>> Resolve(const Json& request) const override {
-    auto model = request.find("model");
-    if (model == request.end()) return Status::InvalidArgument("missing field 'model'");
-    if (!model->is_string()) return Status::InvalidArgument("field 'model' must be a string");
-    std::shared_ptr<const ServedModel> m = server_->FindModel(model->get<std::string>());
-    if (m == nullptr) return std::optional<Json>();
-    auto fp = request.find("fingerprint");
-    if (fp != request.end() && (!fp->is_string() || *fp != m->manifest.fingerprint)) {
-      return Status::FailedPrecondition("model '" + m->manifest.model + "' has fingerprint " +
-                                        m->manifest.fingerprint + ", not the one requested");
-    }
-    SEEDD_RETURN_IF_ERROR(Unchanged(*m));
-    std::string relay;
-    if (auto r = request.find("relay"); r != request.end() && r->is_string()) {
-      relay = r->get<std::string>();
-    }
-    Json manifest = m->manifest.ToJson();
-    // Where to fetch: the relays of this root digest (not part of the digest).
-    for (std::string& peer : server_->Peers(m->manifest.root_digest, relay)) {
-      manifest["sources"].push_back(std::move(peer));
-    }
+    Result<std::shared_ptr<const ServedModel>> m = Lookup(request);
+    if (!m.ok()) return m.status();
+    if (*m == nullptr) return std::optional<Json>();
+    Json manifest = (*m)->manifest.ToJson();
+    for (std::string& peer : Relays(**m, request)) manifest["sources"].push_back(std::move(peer));
     return std::optional<Json>(std::move(manifest));
+  }
+  // The manifest serialized when its version was published, the relays spliced in.
+  Result<std::optional<std::string>> ResolveText(const Json& request) const override {
+    Result<std::shared_ptr<const ServedModel>> m = Lookup(request);
+    if (!m.ok()) return m.status();
+    if (*m == nullptr) return std::optional<std::string>();
+    if ((*m)->text == nullptr) return Seedable::ResolveText(request);
+    std::string text = (*m)->text->head;
+    bool first = true;
+    for (const std::string& peer : Relays(**m, request)) {
+      if (!first) text += ',';
+      first = false;
+      text += DumpJson(Json(peer));
+    }
+    text += (*m)->text->tail;
+    return std::optional<std::string>(std::move(text));
   }
   Result<Json> ValidatePayload(const Json& payload) const override {
     Result<Manifest> m = ParseManifest(payload);
@@ -113,7 +115,8 @@ class WeightShardsSeedable final : public Seedable {
       // Other fetchers may take what is verified already from here.
       Manifest partial = manifest;
       partial.sources.clear();
-      server_->Publish(ServedModel{std::move(partial), staging, fetch.verified, {}, nullptr});
+      server_->Publish(
+          ServedModel{std::move(partial), staging, fetch.verified, {}, nullptr, nullptr});
     };
     FetchStats stats;
     const auto start = std::chrono::steady_clock::now();
@@ -126,6 +129,32 @@ class WeightShardsSeedable final : public Seedable {
         manifest.model, manifest.total_size, secs, manifest.total_size / 1e6 / std::max(secs, 1e-9),
         stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed);
     return Status::Ok();
+  }
+
+  // The model a request names, checked (null: not served here).
+  Result<std::shared_ptr<const ServedModel>> Lookup(const Json& request) const {
+    auto model = request.find("model");
+    if (model == request.end()) return Status::InvalidArgument("missing field 'model'");
+    if (!model->is_string()) return Status::InvalidArgument("field 'model' must be a string");
+    std::shared_ptr<const ServedModel> m = server_->FindModel(model->get<std::string>());
+    if (m == nullptr) return m;
+    auto fp = request.find("fingerprint");
+    if (fp != request.end() && (!fp->is_string() || *fp != m->manifest.fingerprint)) {
+      return Status::FailedPrecondition("model '" + m->manifest.model + "' has fingerprint " +
+                                        m->manifest.fingerprint + ", not the one requested");
+    }
+    SEEDD_RETURN_IF_ERROR(Unchanged(*m));
+    return m;
+  }
+
+  // Where to fetch besides here: the relays of this root digest (not part of the
+  // digest), the asker excepted.
+  std::vector<std::string> Relays(const ServedModel& m, const Json& request) const {
+    std::string relay;
+    if (auto r = request.find("relay"); r != request.end() && r->is_string()) {
+      relay = r->get<std::string>();
+    }
+    return server_->Peers(m.manifest.root_digest, relay);
   }
 
   // A model whose files changed since they were indexed is not handed out: its
