@@ -457,6 +457,11 @@ class Fetch {
   Status Receive(int sock, uint32_t index, std::string* buf, bool* verified,
                  std::chrono::steady_clock::time_point deadline, bool* local) {
     const ManifestChunk& c = m_.chunks[index];
+    Result<std::shared_ptr<UniqueFd>> file = staging_.File(c.file);  // once per chunk
+    if (!file.ok()) {
+      *local = true;
+      return file.status();
+    }
     buf->resize(kPieceBytes);
     Xxh3Stream hash;
     Status st;
@@ -465,7 +470,7 @@ class Fetch {
       st = RecvAllBy(sock, buf->data(), n, deadline);
       if (!st.ok()) break;
       hash.Update(std::string_view(buf->data(), n));
-      st = staging_.Write(c, done, buf->data(), n);
+      st = staging_.Write(**file, c, done, buf->data(), n);
       *local = !st.ok();
       done += n;
     }

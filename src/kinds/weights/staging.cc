@@ -245,10 +245,9 @@ Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path) {
   return shared;
 }
 
-Status Staging::Write(const ManifestChunk& c, uint64_t offset, const char* p, size_t n) {
-  Result<std::shared_ptr<UniqueFd>> file = File(c.file);
-  if (!file.ok()) return file.status();
-  const int fd = (*file)->get();
+Status Staging::Write(const UniqueFd& file, const ManifestChunk& c, uint64_t offset, const char* p,
+                      size_t n) {
+  const int fd = file.get();
   std::lock_guard<std::mutex> lock(*write_mu_.at(c.file));
   for (uint64_t at = c.offset + offset; n > 0;) {
     ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));

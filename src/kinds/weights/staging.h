@@ -48,9 +48,14 @@ class Staging {
   // missing, creates every file. Returns the chunks an earlier run journaled
   // that passed the spot check.
   Result<std::vector<uint32_t>> Open();
-  // Writes `n` bytes of chunk `c`, `offset` bytes into the chunk. Writers of one
-  // file take turns here, asleep, rather than spinning on its lock in the kernel.
-  Status Write(const ManifestChunk& c, uint64_t offset, const char* p, size_t n);
+  // The open file of manifest path `path`, opened (and another closed once
+  // unused) when needed.
+  Result<std::shared_ptr<UniqueFd>> File(const std::string& path);
+  // Writes `n` bytes of chunk `c` into `file` (File(c.file)), `offset` bytes into
+  // the chunk. Writers of one file take turns here, asleep, rather than spinning
+  // on its lock in the kernel.
+  Status Write(const UniqueFd& file, const ManifestChunk& c, uint64_t offset, const char* p,
+               size_t n);
   // Syncs chunk `c`'s file: call before Journal, so that a crash never journals
   // an unwritten chunk.
   Status Sync(const ManifestChunk& c);
@@ -66,8 +71,6 @@ class Staging {
   static std::string JournalHeader(const std::string& root_digest);
 
  private:
-  // The open file of manifest path `path`, opened (and another closed) when needed.
-  Result<std::shared_ptr<UniqueFd>> File(const std::string& path);
   // Reads the journal: the chunks recorded before the first bad record (the file
   // is truncated there). Empty and *fresh when it is missing or of another model.
   Result<std::vector<uint32_t>> ReadJournal(bool* fresh);
