@@ -1,14 +1,17 @@
 // seedctl: the operator's tool. Sends one request to a daemon, or adopts one artifact.
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "common/logging.h"
 #include "kinds/weights/data_plane.h"
@@ -26,7 +29,9 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;  // bad flags, or no response (transport failure)
 constexpr int kExitMiss = 3;
-constexpr int kExitError = 4;  // an error response, or a rejected payload
+constexpr int kExitError = 4;
+constexpr int kExitInterrupted = 130;  // stopped by a signal, as shells report Ctrl-C  // an error
+                                       // response, or a rejected payload
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "seedctl: %s\n", message.c_str());
@@ -252,8 +257,28 @@ int RunPull(const Common& c, const std::vector<std::string>& source_texts, const
                    sources.size() + stats.peers.size());  // stats: guarded while called
     };
   }
+  // Ctrl-C (or SIGTERM) stops the pull; what is verified is kept for a rerun.
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  options.cancel = cancel;
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the fetch starts its threads
+  std::thread waiter([&stop, cancel] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    if (sig != 0) cancel->store(true);
+  });
   seedd::Status st = seedd::FetchModel(*manifest, sources, into, options, &stats);
+  if (!cancel->load()) pthread_kill(waiter.native_handle(), SIGTERM);  // done: end the waiter
+  waiter.join();
   if (tty) std::fprintf(stderr, "\n");
+  if (st.code() == seedd::StatusCode::kCancelled) {
+    std::fprintf(stderr, "seedctl: stopped: %s; rerun the same command to resume\n",
+                 st.message().c_str());
+    return kExitInterrupted;
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "seedctl: %s\n", st.message().c_str());
     return kExitError;

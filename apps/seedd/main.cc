@@ -3,8 +3,10 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "common/logging.h"
 #include "seedd/daemon.h"
@@ -203,14 +205,30 @@ int main(int argc, char** argv) {
 
   auto daemon = seedd::Daemon::Create(std::move(options));
   if (!daemon.ok()) return Fail(daemon.status().message());
+  // A stop signal is obeyed at every moment: during a warmup or a pull it
+  // cancels them (a pull keeps its journal), then the daemon stops.
+  std::atomic<int> received{0};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    received = sig;
+    seedd::Logger().info("Received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    (*daemon)->Cancel();
+  });
   auto bound = (*daemon)->Start();
-  if (!bound.ok()) return Fail(bound.status().message());
+  if (!bound.ok()) {
+    if (received != 0) {
+      waiter.join();
+      (*daemon)->Stop();
+      seedd::Logger().info("Stopped before ready: {}", bound.status().message());
+      return 0;
+    }
+    waiter.detach();  // still waiting for a signal; the process ends now
+    return Fail(bound.status().message());
+  }
   std::printf("seedd: serving on %s\n", (*bound)->ToString().c_str());
   std::fflush(stdout);
-
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  seedd::Logger().info("Received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  waiter.join();
   (*daemon)->Stop();
   seedd::Logger().info("Stopped");
   return 0;

@@ -5,6 +5,7 @@
 // thread-safe once Start returned.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -77,6 +78,10 @@ class Daemon {
   Result<std::optional<HostPort>> Start();
   // Stops serving; in-flight requests finish or hit their deadline. Idempotent.
   void Stop();
+  // Asks a Start that is still warming up or pulling to stop: it returns
+  // Cancelled soon after (a pull keeps its journal and resumes next time).
+  // Callable from any thread (a signal-waiting one).
+  void Cancel();
 
   SeedTransport& transport() { return *transport_; }
   const DaemonOptions& options() const { return options_; }
@@ -84,12 +89,13 @@ class Daemon {
  private:
   Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
          std::shared_ptr<FlashInferWarmupCache> autotune, std::shared_ptr<WeightServer> weights,
-         SeedablePtr weight_shards);
+         SeedablePtr weight_shards, std::shared_ptr<std::atomic<bool>> cancel);
   DaemonOptions options_;
   std::unique_ptr<SeedTransport> transport_;
   std::shared_ptr<FlashInferWarmupCache> autotune_;
   std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
   SeedablePtr weight_shards_;              // null likewise
+  std::shared_ptr<std::atomic<bool>> cancel_;
   bool stopped_ = false;
 };
 

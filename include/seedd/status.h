@@ -26,6 +26,7 @@ enum class StatusCode {
   kDataLoss,
   kIoError,
   kInternal,
+  kCancelled,  // stopped on request (a signal); what was done is kept
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -49,6 +50,7 @@ class [[nodiscard]] Status {
   static Status DataLoss(std::string msg) { return {StatusCode::kDataLoss, msg}; }
   static Status IoError(std::string msg) { return {StatusCode::kIoError, msg}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, msg}; }
+  static Status Cancelled(std::string msg) { return {StatusCode::kCancelled, msg}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -63,8 +63,8 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
       return Status::InvalidArgument(
           std::string("the token ") +
           (token_file.has_value() ? "in " + token_file->string() : "in SEEDD_TOKEN") +
-          " holds a byte that is not printable ASCII (" + hex + " at offset " +
-          std::to_string(i) + "); use printable ASCII, e.g. openssl rand -hex 32");
+          " holds a byte that is not printable ASCII (" + hex + " at offset " + std::to_string(i) +
+          "); use printable ASCII, e.g. openssl rand -hex 32");
     }
   }
   return token;
@@ -77,7 +77,7 @@ namespace {
 // is verified so far meanwhile (as a relay when `relay` is set). A daemon whose
 // sources fail serves the copy it pulled before, if any.
 Status PullAtStart(const DaemonOptions& options, const std::string& name, const std::string& relay,
-                   Seedable& weight_shards, WeightServer& server) {
+                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
   std::vector<HostPort> sources = {*options.seed.source};
   sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
@@ -92,6 +92,11 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
     if (!transport.ok()) return transport.status();
     outcome = (*transport)->Adopt(weight_shards, ctx);
     if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
+    if (cancel.load()) {
+      return Status::Cancelled(
+          "the pull was stopped; its verified chunks are kept and the next "
+          "start resumes from them");
+    }
     if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
   }
   // A restart without its sources still has the copy it pulled before, if it is
@@ -158,7 +163,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     if (!hex)
       return Status::InvalidArgument("invalid config_hash (expected 16-128 lowercase hex digits)");
   }
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
   FlashInferOptions fi;
+  fi.cancel = cancel;
   fi.autotune_root = at.root.empty() ? options.cache_dir / "flashinfer_autotune" : at.root;
   fi.config_hash = at.config_hash;
   fi.dp_rank = at.dp_rank;
@@ -188,6 +195,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     WeightInstallOptions install;
     install.cache_dir = options.cache_dir;
     install.token = options.seed.token;
+    install.cancel = cancel;
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());
@@ -201,17 +209,21 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   if (!transport.ok()) return transport.status();
   return std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport),
                                             std::move(autotune), std::move(weights),
-                                            std::move(weight_shards)));
+                                            std::move(weight_shards), std::move(cancel)));
 }
 
 Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
                std::shared_ptr<FlashInferWarmupCache> autotune,
-               std::shared_ptr<WeightServer> weights, SeedablePtr weight_shards)
+               std::shared_ptr<WeightServer> weights, SeedablePtr weight_shards,
+               std::shared_ptr<std::atomic<bool>> cancel)
     : options_(std::move(options)),
       transport_(std::move(transport)),
       autotune_(std::move(autotune)),
       weights_(std::move(weights)),
-      weight_shards_(std::move(weight_shards)) {}
+      weight_shards_(std::move(weight_shards)),
+      cancel_(std::move(cancel)) {}
+
+void Daemon::Cancel() { cancel_->store(true, std::memory_order_relaxed); }
 
 Daemon::~Daemon() { Stop(); }
 
@@ -247,7 +259,8 @@ Result<std::optional<HostPort>> Daemon::Start() {
           "without --advertise");
     }
     for (const std::string& name : options_.pulls) {
-      Status pulled = PullAtStart(options_, name, relay, *weight_shards_, *weights_);
+      if (cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
+      Status pulled = PullAtStart(options_, name, relay, *weight_shards_, *weights_, *cancel_);
       if (!pulled.ok()) return pulled.WithContext("--pull " + name);
     }
   }

@@ -168,6 +168,22 @@ TEST_F(StagingTest, AFullDiskEndsThePullWithALocalErrorAndBlamesNoSource) {
   ::umount2(mnt.c_str(), MNT_DETACH);
 }
 
+TEST_F(StagingTest, AStoppedPullReturnsCancelledAndKeepsItsJournal) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  FetchOptions o = Options();
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  o.cancel = stop;
+  o.staged = [&](const std::filesystem::path&) { stop->store(true); };  // before any chunk
+  Status s = FetchModel(m, {source}, dest(), o);
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_NE(s.message().find("a rerun resumes"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(dest()));
+  EXPECT_TRUE(std::filesystem::exists(staging() / ".seedd-journal"));
+  ASSERT_OK(FetchModel(m, {source}, dest(), Options()));
+  EXPECT_TRUE(SameTree(model_, dest()));
+}
+
 TEST_F(StagingTest, AModelOfFiveThousandFilesPullsWithAFewOpenFiles) {
   for (int i = 0; i < 5000; ++i) {
     WriteRandom(model_ / "many" / std::to_string(i % 50) / (std::to_string(i) + ".bin"), 64,

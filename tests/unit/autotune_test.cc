@@ -206,6 +206,16 @@ TEST_F(FlashInferTest, CpuGemmLoadsACompatibleTableWithoutTimingAnyKernel) {
   EXPECT_EQ(third->kernels_timed(), static_cast<int>(GemmTactics().size()));
 }
 
+TEST_F(FlashInferTest, AStopRequestEndsTheCpuGemmPassWithNothingStored) {
+  auto c = Make();
+  auto key = *ArtifactKey::Make("flashinfer_autotune", kHash, "autotune_configs_dp0_rank0.json");
+  std::atomic<bool> stop{true};
+  Status s = runner_->Run(c->disk(), key, {0, 0, &stop});
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_EQ(runner_->kernels_timed(), 0);
+  EXPECT_FALSE(c->disk().Get(key)->has_value());
+}
+
 TEST_F(FlashInferTest, CpuGemmRetunesATableFromAnotherEnvironment) {
   auto c = Make();
   auto key = *ArtifactKey::Make("flashinfer_autotune", kHash, "autotune_configs_dp0_rank0.json");

@@ -1,10 +1,13 @@
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "common/crypto.h"
 #include "common/logging.h"
@@ -56,7 +59,24 @@ class CommandRunner final : public AutotuneRunner {
                                         "': " + std::strerror(rc));
     }
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    // Polled, so that a stop request ends the program: SIGTERM, then SIGKILL after 1 s.
+    for (auto asked = std::chrono::steady_clock::time_point{};;) {
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid || (done < 0 && errno != EINTR)) break;
+      if (ctx.cancelled()) {
+        const auto now = std::chrono::steady_clock::now();
+        if (asked == std::chrono::steady_clock::time_point{}) {
+          asked = now;
+          ::kill(pid, SIGTERM);
+        } else if (now - asked > std::chrono::seconds(1)) {
+          ::kill(pid, SIGKILL);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (ctx.cancelled()) {
+      ::unlink(path.c_str());
+      return Status::Cancelled("the autotune command was stopped");
     }
     std::ifstream in(path, std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(in)), {});

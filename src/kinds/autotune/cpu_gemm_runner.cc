@@ -74,7 +74,8 @@ Json CpuGemmRunner::EnvironmentMetadata() const {
               {"isa", IsaFlags()}};
 }
 
-Status CpuGemmRunner::Run(ArtifactStore& disk, const ArtifactKey& key, const AutotuneRunContext&) {
+Status CpuGemmRunner::Run(ArtifactStore& disk, const ArtifactKey& key,
+                          const AutotuneRunContext& ctx) {
   AutotuneTable table;
   const Json local = EnvironmentMetadata();
   Result<std::optional<std::string>> saved = disk.Get(key);
@@ -111,6 +112,7 @@ Status CpuGemmRunner::Run(ArtifactStore& disk, const ArtifactKey& key, const Aut
     double best_ms = 0;
     double naive_ms = 0;
     for (size_t t = 0; t < tactics.size(); ++t) {
+      if (ctx.cancelled()) return Status::Cancelled("the autotune pass was stopped");
       std::vector<double> ms;
       for (int r = 0; r < kReps; ++r) ms.push_back(TimeMs(tactics[t], s, a, b, c));
       std::sort(ms.begin(), ms.end());

@@ -212,7 +212,8 @@ Result<WarmupCache::Report> FlashInferWarmupCache::Warmup(const SeedTransport& t
   } else {
     report.source = "tuned";
   }
-  SEEDD_RETURN_IF_ERROR(runner_->Run(*disk_, *key, {options_.dp_rank, options_.rank}));
+  SEEDD_RETURN_IF_ERROR(
+      runner_->Run(*disk_, *key, {options_.dp_rank, options_.rank, options_.cancel.get()}));
   Publish();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Logger().info("FlashInfer autotune warmup: table from {} in {:.4f} s ({})", report.source,

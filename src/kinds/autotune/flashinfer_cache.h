@@ -35,6 +35,8 @@ struct FlashInferOptions {
   int64_t dp_rank = 0;
   int64_t rank = 0;
   bool enabled = true;  // the gate (--no-autotune)
+  // Set when the daemon is asked to stop: the autotune pass ends early.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 // "autotune_configs_dp<dp_rank>_rank<rank>.json"

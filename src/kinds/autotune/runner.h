@@ -5,6 +5,7 @@
 // Thread safety: a runner is used by one warmup at a time.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ namespace seedd {
 struct AutotuneRunContext {
   int64_t dp_rank = 0;
   int64_t rank = 0;
+  // Set when the daemon is asked to stop: a runner returns Cancelled soon after.
+  const std::atomic<bool>* cancel = nullptr;
+  bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
 };
 
 class AutotuneRunner {

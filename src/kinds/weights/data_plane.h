@@ -161,6 +161,7 @@ struct WeightInstallOptions {
   std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<root digest>
   std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
   std::string token;
+  std::shared_ptr<const std::atomic<bool>> cancel;  // see FetchOptions::cancel
 };
 
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),
@@ -201,6 +202,9 @@ struct FetchOptions {
   // Called once the staging directory is ready, before any chunk is fetched (a
   // server publishes it to relay the chunks verified there).
   std::function<void(const std::filesystem::path& staging)> staged;
+  // Set to stop the fetch: it returns Cancelled within about 50 ms, the staging
+  // directory and its journal kept for a rerun.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 struct FetchStats {

@@ -28,6 +28,7 @@ constexpr size_t kPieceBytes = 256 * 1024;       // received, hashed and written
 constexpr auto kIdleWait = std::chrono::milliseconds(200);  // changes notify; deferrals expire
 constexpr auto kReconnectIdle = std::chrono::seconds(20);   // sources close idle data connections
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
+constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
 // A chunk a relay was sent this long ago that no relay offers is asked of the seed.
 constexpr auto kForceAfter = std::chrono::seconds(5);
 
@@ -106,9 +107,31 @@ class Fetch {
       }
     }
     std::thread poller([this] { Poll(); });
+    // This thread watches for a stop request meanwhile.
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!FinishedLocked()) {
+        if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
+          cancelled_ = true;
+          failed_ = true;
+          EndLocked();
+          break;
+        }
+        changed_.wait_for(lock, kCancelPoll);
+      }
+    }
     poller.join();
     // The poller no longer adds workers.
     for (auto& w : workers_) w.join();
+  }
+
+  bool Cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+  uint64_t VerifiedBytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return verified_bytes_;
   }
 
   bool Complete() {
@@ -657,6 +680,7 @@ class Fetch {
   int live_peers_ = 0;           // GUARDED_BY(mu_): relays not dropped
   bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest, or a local error
   Status local_error_;           // GUARDED_BY(mu_)
+  bool cancelled_ = false;       // GUARDED_BY(mu_): stopped on request
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
@@ -688,6 +712,11 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   Fetch fetch(manifest, staging, options, stats);
   fetch.Prepare(*resumed);
   fetch.Run(sources);
+  if (fetch.Cancelled()) {
+    return Status::Cancelled("the pull was stopped; " + std::to_string(fetch.VerifiedBytes()) +
+                             " verified bytes are kept in " + StagingDir(into).string() +
+                             ", and a rerun resumes from them");
+  }
   if (Status local = fetch.local_error(); !local.ok()) {
     return local.WithContext("the pull into " + into.string() + " stopped; rerun to resume");
   }
