@@ -82,6 +82,13 @@ int main(int argc, char** argv) {
                  "serve it (repeatable). While pulling, the daemon already serves the chunks it "
                  "has verified to other fetchers (a relay)")
       ->take_all();
+  int64_t pull_timeout = 1800;
+  app.add_option("--pull-timeout", pull_timeout,
+                 "seconds --pull keeps retrying (backoff 0.5 s doubling to 30 s, with jitter) "
+                 "while no source serves the model: sources that start later or restart are "
+                 "waited for; readiness waits too")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{7 * 24 * 3600}));
   app.add_option("--chunk-mib", chunk_mib,
                  "chunk size of the manifests of --model, in MiB: the unit of verification, "
                  "retry and relaying (smaller chunks reach relays sooner)")
@@ -175,6 +182,7 @@ int main(int argc, char** argv) {
   options.transport.max_auth_failures = limits.max_auth_failures;
   options.store_urls = stores;
   options.pulls = pulls;
+  options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.weight_chunk_bytes = chunk_mib << 20;
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);

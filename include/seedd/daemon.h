@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -52,6 +53,9 @@ struct DaemonOptions {
   // then served like --model. Start pulls them with the listener up, relaying the
   // chunks verified so far to other fetchers.
   std::vector<std::string> pulls;
+  // How long --pull keeps retrying while no source has served the model (sources
+  // down, or gone mid-pull): capped exponential backoff with jitter until then.
+  std::chrono::seconds pull_timeout{1800};
   // The address peers reach this daemon at, announced while pulling; default: the
   // bound listen address unless it is a wildcard (then no relaying).
   std::optional<HostPort> advertise;

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
+#include "common/backoff.h"
 #include "common/logging.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/data_plane.h"
@@ -72,10 +74,50 @@ Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_
 
 namespace {
 
-// Adopts model `name` (kind weight_shards) from the first source that has it:
-// its Install fetches the bytes from every source and the relays, serving what
-// is verified so far meanwhile (as a relay when `relay` is set). A daemon whose
-// sources fail serves the copy it pulled before, if any.
+// One round of adopting model `name` (kind weight_shards) from the first source
+// that has it: its Install fetches the bytes from every source and the relays,
+// serving what is verified so far meanwhile (as a relay when `relay` is set).
+AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>& sources,
+                       const Json& ctx, Seedable& weight_shards) {
+  AdoptOutcome outcome = AdoptOutcome::kNoResponse;
+  for (const HostPort& source : sources) {
+    SeedConfig client;
+    client.source = source;
+    client.token = options.seed.token;
+    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
+    if (!transport.ok()) return AdoptOutcome::kNoResponse;
+    outcome = (*transport)->Adopt(weight_shards, ctx);
+    if (outcome == AdoptOutcome::kAdopted) return outcome;
+    if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
+  }
+  return outcome;
+}
+
+// Serves the copy of `name` pulled before, if it is unchanged since, under the
+// manifest recorded with it. NotFound when there is none.
+Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, WeightServer& server) {
+  const std::filesystem::path base = options.cache_dir / "weights" / name;
+  std::error_code ec;
+  const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
+  if (ec || !version.has_filename() || version.filename() != version) {
+    return Status::NotFound("no local copy");
+  }
+  Result<ServedModel> local = LoadLocalCopy(base / version, version.string());
+  if (!local.ok()) {
+    return Status::Unavailable("the local copy " + (base / version).string() +
+                               " cannot be served: " + local.status().message());
+  }
+  Logger().warn("Cannot pull model {}; serving the local copy {} (root digest {})", name,
+                (base / version).string(), local->manifest.root_digest);
+  server.Publish(std::move(*local));
+  return Status::Ok();
+}
+
+// Pulls model `name` at start. Sources may start later or go away and come back:
+// while none has served the model, rounds are retried with capped exponential
+// backoff and jitter until options.pull_timeout (a pull resumes from its
+// journal each round). A restart whose sources are down serves the copy it
+// pulled before, if unchanged, at once.
 Status PullAtStart(const DaemonOptions& options, const std::string& name, const std::string& relay,
                    Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
@@ -83,48 +125,43 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
   sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
   Json ctx = {{"model", name}};
   if (!relay.empty()) ctx["relay"] = relay;
-  AdoptOutcome outcome = AdoptOutcome::kNoResponse;
-  for (const HostPort& source : sources) {
-    SeedConfig client;
-    client.source = source;
-    client.token = options.seed.token;
-    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
-    if (!transport.ok()) return transport.status();
-    outcome = (*transport)->Adopt(weight_shards, ctx);
+  const auto deadline = std::chrono::steady_clock::now() + options.pull_timeout;
+  Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
+  std::string local_problem;
+  for (int round = 1;; ++round) {
+    const AdoptOutcome outcome = AdoptOnce(options, sources, ctx, weight_shards);
     if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
     if (cancel.load()) {
       return Status::Cancelled(
           "the pull was stopped; its verified chunks are kept and the next "
           "start resumes from them");
     }
-    if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
-  }
-  // A restart without its sources still has the copy it pulled before, if it is
-  // unchanged since: served under the manifest recorded with it.
-  const std::filesystem::path base = options.cache_dir / "weights" / name;
-  std::error_code ec;
-  const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
-  if (!ec && version.has_filename() && version.filename() == version) {
-    Result<ServedModel> local = LoadLocalCopy(base / version, version.string());
-    if (!local.ok()) {
-      return Status::Unavailable("the model could not be fetched, and the local copy " +
-                                 (base / version).string() +
-                                 " cannot be served: " + local.status().message());
-    }
-    Logger().warn("Cannot pull model {}; serving the local copy {} (root digest {})", name,
-                  (base / version).string(), local->manifest.root_digest);
-    server.Publish(std::move(*local));
-    return Status::Ok();
-  }
-  switch (outcome) {
-    case AdoptOutcome::kRejected:
-      return Status::Unavailable("the model could not be fetched (the reason is logged above)");
-    case AdoptOutcome::kMiss:
+    if (outcome == AdoptOutcome::kMiss) {
       return Status::NotFound("no source serves model '" + name + "'");
-    case AdoptOutcome::kNotOk:
-      return Status::Unavailable("the sources answered with an error (logged above)");
-    default:
-      return Status::Unavailable("no response from any source");
+    }
+    if (round == 1) {
+      Status local = ServeLocalCopy(options, name, server);
+      if (local.ok()) return local;
+      if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
+    }
+    const std::string why =
+        outcome == AdoptOutcome::kRejected ? "the pull failed (the reason is logged above)"
+        : outcome == AdoptOutcome::kNotOk  ? "the sources answered with an error (logged above)"
+                                           : "no source answered";
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return Status::Unavailable(why + ", and --pull-timeout (" +
+                                 std::to_string(options.pull_timeout.count()) + " s) has passed" +
+                                 local_problem);
+    }
+    const auto wait = std::min<std::chrono::steady_clock::duration>(backoff.Next(), deadline - now);
+    Logger().warn("Model {}: {}; retrying in {:.1f} s (round {}; giving up in {} s)", name, why,
+                  std::chrono::duration<double>(wait).count(), round + 1,
+                  std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count());
+    for (const auto until = now + wait; std::chrono::steady_clock::now() < until;) {
+      if (cancel.load()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
 }
 

@@ -44,6 +44,7 @@ class ModelVersionsTest : public testing::WeightsFixture {
     o.seed.token = kToken;
     o.cache_dir = cache;
     o.pulls = {"tiny"};
+    o.pull_timeout = std::chrono::seconds(1);  // a source that is down is not waited for long
     Result<std::unique_ptr<Daemon>> d = Daemon::Create(o);
     if (!d.ok()) return d.status();
     Result<std::optional<HostPort>> started = (*d)->Start();
