@@ -21,6 +21,7 @@
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
 #include "seedd/store_registry.h"
+#include "seedd_version.h"
 #include "wire/json_text.h"
 
 namespace {
@@ -372,6 +373,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "seedctl: talk to seedd daemons. The shared token comes from --token-file or\n"
       "SEEDD_TOKEN. Exit status: 0 ok, 2 bad usage or no response, 3 miss, 4 error."};
+  app.set_version_flag("--version", std::string("seedctl ") + SEEDD_VERSION_STRING);
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
@@ -474,6 +476,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);

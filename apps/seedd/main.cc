@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "seedd/daemon.h"
+#include "seedd_version.h"
 
 namespace {
 
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
       "control channel; at start it warms itself from shared stores or a warm peer\n"
       "(--warmup) before it prints 'seedd: serving on HOST:PORT'. The shared token comes\n"
       "from --token-file or SEEDD_TOKEN; never put it on a command line."};
+  app.set_version_flag("--version", std::string("seedd ") + SEEDD_VERSION_STRING);
   std::string listen = "127.0.0.1:7420";
   std::vector<std::string> sources;
   std::string token_file;
@@ -151,6 +153,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return Fail(e.what());
   }
@@ -193,6 +197,12 @@ int main(int argc, char** argv) {
     size_t eq = m.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
       return Fail("--model: expected NAME=DIR, got '" + m + "'");
+    }
+    for (const auto& [name, dir] : options.models) {
+      if (name == m.substr(0, eq)) {
+        return Fail("--model: " + name + " is given twice (" + dir.string() + " and " +
+                    m.substr(eq + 1) + ")");
+      }
     }
     options.models.emplace_back(m.substr(0, eq), m.substr(eq + 1));
   }

@@ -45,8 +45,8 @@ class E2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     WriteFile(TokenFile(), std::string(kToken) + "\n");
-    std::filesystem::permissions(TokenFile(), std::filesystem::perms::owner_read |
-                                                  std::filesystem::perms::owner_write);
+    std::filesystem::permissions(
+        TokenFile(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
   std::filesystem::path TokenFile() const { return dir_.path() / "token"; }
 
@@ -417,6 +417,22 @@ TEST_F(E2eTest, ADaemonPullsFromEverySourceAndSkipsOneThatIsDown) {
   const auto current = dir_.path() / "b" / "weights" / "m" / "current";
   ASSERT_TRUE(std::filesystem::is_symlink(current));
   EXPECT_EQ(ReadFile(current / "w.bin"), ReadFile(model / "w.bin"));
+}
+
+TEST_F(E2eTest, BothProgramsSayTheirVersionAndRevision) {
+  for (const char* bin : {SEEDD_BIN, SEEDCTL_BIN}) {
+    auto v = RunCommand({bin, "--version"});
+    EXPECT_EQ(v.status, 0) << v.err;
+    EXPECT_NE(v.out.find(" 0.1.0 (git "), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find(" build)"), std::string::npos) << v.out;
+  }
+}
+
+TEST_F(E2eTest, AModelNameGivenTwiceIsAnError) {
+  auto r = RunCommand({SEEDD_BIN, "--token-file", TokenFile().string(), "--model",
+                       "m=" + dir_.path().string(), "--model", "m=/elsewhere"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--model: m is given twice"), std::string::npos) << r.err;
 }
 
 TEST_F(E2eTest, HelpExplainsEveryFlag) {
