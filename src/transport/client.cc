@@ -97,14 +97,42 @@ Status WriteAll(int fd, std::string_view data, Clock::time_point deadline) {
   return Status::Ok();
 }
 
+namespace {
+
+// A frame header that is text ("HTTP/1.1 400 ...", "-ERR ...") is another
+// protocol's answer: say so, with what it said, rather than a length of 10^18.
+Status NotOurProtocol(std::string_view first) {
+  std::string said;
+  for (char c : first.substr(0, 40)) {
+    if (c == '\r' || c == '\n') break;
+    said += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  return Status::Unavailable("the peer does not speak the seed protocol (it answered '" + said +
+                             "'): check the address and port");
+}
+
+bool LooksLikeText(std::string_view first) {
+  if (first.size() < 8) return false;
+  for (char c : first.substr(0, 8)) {
+    if (c < 0x20 || c >= 0x7f) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline) {
   FrameReader reader(max_bytes);
   std::array<char, 64 * 1024> buf;
+  std::string first;  // the first bytes, to name another protocol
   while (!reader.done()) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n > 0) {
+      if (first.size() < 64) {
+        first.append(buf.data(), std::min<size_t>(static_cast<size_t>(n), 64 - first.size()));
+      }
       reader.Feed(std::string_view(buf.data(), static_cast<size_t>(n)));
-      if (reader.failed()) return reader.error();
+      if (reader.failed()) return LooksLikeText(first) ? NotOurProtocol(first) : reader.error();
       continue;
     }
     if (n == 0) return reader.EndOfStreamError();

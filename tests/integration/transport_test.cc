@@ -382,6 +382,18 @@ TEST_F(TransportTest, AResponseOverTheClientLimitIsNoResponse) {
       << logs.Dump();
 }
 
+TEST_F(TransportTest, APeerThatSpeaksHttpIsNamedAsNotSpeakingTheProtocol) {
+  LogCapture logs;
+  // What nginx answers to a seed request on its port.
+  CannedServer http("HTTP/1.1 400 Bad Request\r\nServer: nginx\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_FALSE(Client(http.addr())->Request(ArtifactRequest()).has_value());
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn,
+                            "the peer does not speak the seed protocol (it answered 'HTTP/1.1 "
+                            "400 Bad Request'): check the address and port"))
+      << logs.Dump();
+  EXPECT_FALSE(logs.Contains(spdlog::level::warn, "Message size")) << logs.Dump();
+}
+
 TEST_F(TransportTest, ASourceThatIsDownIsNoResponseWithAWarning) {
   LogCapture logs;
   HostPort down{"127.0.0.1", 1};
