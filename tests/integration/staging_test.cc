@@ -184,6 +184,19 @@ TEST_F(StagingTest, AStoppedPullReturnsCancelledAndKeepsItsJournal) {
   EXPECT_TRUE(SameTree(model_, dest()));
 }
 
+TEST_F(StagingTest, ADestinationWithATrailingSlashIsTheDirectoryItNames) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  ASSERT_OK(FetchModel(m, {source}, dest().string() + "/", Options()));
+  EXPECT_TRUE(SameTree(model_, dest()));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "..seedd-staging"));
+  for (const std::string bad : {"", ".", "/"}) {
+    Status s = FetchModel(m, {source}, bad, Options());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "'" << bad << "': " << s.ToString();
+    EXPECT_NE(s.message().find("does not name a directory to create"), std::string::npos);
+  }
+}
+
 TEST_F(StagingTest, AModelOfFiveThousandFilesPullsWithAFewOpenFiles) {
   for (int i = 0; i < 5000; ++i) {
     WriteRandom(model_ / "many" / std::to_string(i % 50) / (std::to_string(i) + ".bin"), 64,

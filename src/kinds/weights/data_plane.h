@@ -217,6 +217,9 @@ struct FetchStats {
   std::vector<std::string> peers;  // relays learnt during the fetch
 };
 
+// `into` without "." and ".." components or a trailing '/'.
+std::filesystem::path NormalizeDestination(const std::filesystem::path& into);
+
 // Where FetchModel stages `into`: a hidden directory beside it.
 std::filesystem::path StagingDir(const std::filesystem::path& into);
 

@@ -688,14 +688,27 @@ class Fetch {
 
 }  // namespace
 
-std::filesystem::path StagingDir(const std::filesystem::path& into) {
+std::filesystem::path NormalizeDestination(const std::filesystem::path& into) {
+  std::filesystem::path p = into.lexically_normal();
+  if (p.has_parent_path() && p.filename().empty()) p = p.parent_path();  // "dest/"
+  return p;
+}
+
+std::filesystem::path StagingDir(const std::filesystem::path& into_given) {
+  const std::filesystem::path into = NormalizeDestination(into_given);
   const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
   return parent / ("." + into.filename().string() + ".seedd-staging");
 }
 
 Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
-                  const std::filesystem::path& into, const FetchOptions& options,
+                  const std::filesystem::path& into_given, const FetchOptions& options,
                   FetchStats* stats) {
+  const std::filesystem::path into = NormalizeDestination(into_given);
+  const std::string name = into.filename().string();
+  if (name.empty() || name == "." || name == ".." || into == "/") {
+    return Status::InvalidArgument("the destination '" + into_given.string() +
+                                   "' does not name a directory to create");
+  }
   FetchStats local;
   if (stats == nullptr) stats = &local;
   std::error_code ec;
