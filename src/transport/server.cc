@@ -131,6 +131,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   ~Connection() {
     if (!authenticated_ && !evicted_) server_->limits.Released(peer_);
+    // The access log (debug): who asked for what, the outcome, never the token.
+    Logger().debug(
+        "D2D access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_, bytes_out_,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count());
     server_->Unregister(this);
   }
 
@@ -237,6 +242,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     authenticated_ = true;
     server_->limits.Authenticated(peer_);
+    if (auto kind = request->find("kind"); kind != request->end() && kind->is_string()) {
+      kind_ = kind->get<std::string>().substr(0, 64);
+    }
     if (const StreamHandler* stream = FindStream(*request)) {
       HandOver(*stream, std::move(*request));
       return;
@@ -255,6 +263,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void FinishOnResolver(std::string frame) {
     std::unique_lock<std::mutex> lock(mu_);
     if (state_ != State::kResolving) return;  // the deadline closed the connection
+    bytes_out_ = frame.size();
+    // The response's status is its last key ("payload" and "message" sort first).
+    if (size_t at = frame.rfind("\"status\":\""); at != std::string::npos) {
+      outcome_ = frame.substr(at + 10, frame.find('"', at + 10) - (at + 10));
+    }
     size_t sent = 0;
     bool would_block = false;
     while (sent < frame.size()) {
@@ -310,6 +323,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDone;
+    outcome_ = "handed to the data plane";
     timer_.cancel();
     asio::error_code ec;
     int fd = socket_.release(ec);
@@ -355,6 +369,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void RespondError(const std::string& message) {
+    outcome_ = "error: " + message.substr(0, 80);
     // Best effort: the peer may be gone or never read it.
     ArmDeadline(kErrorWriteTimeout);
     Write(EncodeJsonFrame(ErrorResponse(message)));
@@ -392,6 +407,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::string peer_;      // AddressLimits::Key of the remote address
   bool authenticated_ = false;  // else it counts against its address's limit
   bool evicted_ = false;        // its count went to the connection that took its place
+  // For the access log.
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::string kind_ = "-";
+  std::string outcome_ = "closed";
+  size_t bytes_out_ = 0;
 };
 
 void SeedServer::Rep::Register(Connection* c) {
