@@ -132,10 +132,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ~Connection() {
     if (!authenticated_ && !evicted_) server_->limits.Released(peer_);
     // The access log (debug): who asked for what, the outcome, never the token.
-    Logger().debug(
-        "D2D access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_, bytes_out_,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
-            .count());
+    if (Logger().should_log(spdlog::level::debug)) {
+      Logger().debug(
+          "D2D access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_, bytes_out_,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+              .count());
+    }
     server_->Unregister(this);
   }
 
