@@ -33,14 +33,8 @@ std::filesystem::path RepositoryRoot(const std::filesystem::path& dir) {
   return dir;
 }
 
-bool IsRepoPart(std::string_view s) {
-  if (s.empty() || s.size() > 96 || s == "." || s == "..") return false;
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
-      return false;
-  }
-  return true;
-}
+// An organisation or a repository name on the hub: what a model name may hold.
+bool IsRepoPart(std::string_view s) { return IsModelName(s); }
 
 std::string Listing(const std::filesystem::path& dir) {
   std::string names;
