@@ -132,7 +132,8 @@ int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   auto seedable = seedd::NewArtifactSeedable(dir);
   auto start = std::chrono::steady_clock::now();
-  seedd::AdoptOutcome outcome = transport->Adopt(*seedable, ctx);
+  std::string why;
+  seedd::AdoptOutcome outcome = transport->Adopt(*seedable, ctx, &why);
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   switch (outcome) {
@@ -152,7 +153,10 @@ int RunFetch(const Common& c, const std::string& ns, const std::string& hash,
     case seedd::AdoptOutcome::kNoResponse:
       return kExitUsage;
     case seedd::AdoptOutcome::kNotOk:
+      std::fprintf(stderr, "seedctl: %s answered: %s\n", c.source.c_str(), why.c_str());
+      return kExitError;
     case seedd::AdoptOutcome::kRejected:
+      std::fprintf(stderr, "seedctl: rejected what %s sent: %s\n", c.source.c_str(), why.c_str());
       return kExitError;
   }
   return kExitError;

@@ -98,7 +98,9 @@ class SeedTransport {
   std::optional<Json> Request(const Json& payload) const;
 
   // Best-effort: fetch and install `seedable`'s state for `ctx` from the source.
-  AdoptOutcome Adopt(Seedable& seedable, const Json& ctx) const;
+  // `why`, when given, receives the source's message for kNotOk (with a hint for
+  // the usual causes) and the reason for kRejected.
+  AdoptOutcome Adopt(Seedable& seedable, const Json& ctx, std::string* why = nullptr) const;
 
   // Source side: answer one authenticated request (dispatch by kind).
   Json HandleRequest(const Json& request) const;

@@ -78,7 +78,7 @@ namespace {
 // that has it: its Install fetches the bytes from every source and the relays,
 // serving what is verified so far meanwhile (as a relay when `relay` is set).
 AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>& sources,
-                       const Json& ctx, Seedable& weight_shards) {
+                       const Json& ctx, Seedable& weight_shards, std::string* why) {
   AdoptOutcome outcome = AdoptOutcome::kNoResponse;
   for (const HostPort& source : sources) {
     SeedConfig client;
@@ -86,7 +86,9 @@ AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>
     client.token = options.seed.token;
     Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
     if (!transport.ok()) return AdoptOutcome::kNoResponse;
-    outcome = (*transport)->Adopt(weight_shards, ctx);
+    std::string said;
+    outcome = (*transport)->Adopt(weight_shards, ctx, &said);
+    if (!said.empty()) *why = source.ToString() + ": " + said;
     if (outcome == AdoptOutcome::kAdopted) return outcome;
     if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
   }
@@ -129,7 +131,8 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
   Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
   std::string local_problem;
   for (int round = 1;; ++round) {
-    const AdoptOutcome outcome = AdoptOnce(options, sources, ctx, weight_shards);
+    std::string said;
+    const AdoptOutcome outcome = AdoptOnce(options, sources, ctx, weight_shards, &said);
     if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
     if (cancel.load()) {
       return Status::Cancelled(
@@ -144,10 +147,10 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
       if (local.ok()) return local;
       if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
     }
-    const std::string why =
-        outcome == AdoptOutcome::kRejected ? "the pull failed (the reason is logged above)"
-        : outcome == AdoptOutcome::kNotOk  ? "the sources answered with an error (logged above)"
-                                           : "no source answered";
+    const std::string why = outcome == AdoptOutcome::kRejected ? "the pull failed (" + said + ")"
+                            : outcome == AdoptOutcome::kNotOk
+                                ? "a source answered with an error (" + said + ")"
+                                : "no source answered";
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       return Status::Unavailable(why + ", and --pull-timeout (" +

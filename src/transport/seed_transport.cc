@@ -91,7 +91,28 @@ std::optional<Json> SeedTransport::Request(const Json& payload) const {
   return std::move(*response);
 }
 
-AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx) const {
+namespace {
+
+// The source's error message, printable and bounded, with what to do for the
+// usual causes.
+std::string Explain(const Json& response) {
+  auto it = response.find("message");
+  if (it == response.end() || !it->is_string()) return "no message";
+  std::string text;
+  for (char c : it->get_ref<const std::string&>().substr(0, 300)) {
+    text += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  if (text == "Unauthorized request") {
+    text += " (check that both daemons read the same token)";
+  } else if (text == "unsupported seed kind") {
+    text += " (the source does not serve this kind: check its flags, e.g. --model)";
+  }
+  return text;
+}
+
+}  // namespace
+
+AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx, std::string* why) const {
   Result<Json> params = seedable.RequestParams(ctx);
   if (!params.ok() || !params->is_object()) {
     Logger().warn(
@@ -116,6 +137,11 @@ AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx) const {
     auto level = miss ? spdlog::level::info : spdlog::level::warn;
     Logger().log(level, "No remote {} seed adopted (status {}); using the local path",
                  seedable.kind(), status);
+    if (!miss) {
+      const std::string explained = Explain(*response);
+      Logger().warn("The source answered: {}", explained);
+      if (why != nullptr) *why = explained;
+    }
     return miss ? AdoptOutcome::kMiss : AdoptOutcome::kNotOk;
   }
   static const Json kNull;
@@ -131,6 +157,7 @@ AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx) const {
   if (!installed.ok()) {
     Logger().warn("Rejected the remote {} seed; using the local path: {}", seedable.kind(),
                   installed.message());
+    if (why != nullptr) *why = installed.message();
     return AdoptOutcome::kRejected;
   }
   Logger().info("Adopted remote {} seed", seedable.kind());

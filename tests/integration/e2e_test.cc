@@ -140,9 +140,14 @@ TEST_F(E2eTest, SeedctlFetchReportsMissErrorAndNoResponse) {
   auto a = StartDaemon(dir_.path() / "a", &addr);
   EXPECT_EQ(Fetch(addr, dir_.path() / "b", "absent.bin").status, 3);
   WriteFile(dir_.path() / "wrong-token", "not-the-token");
-  EXPECT_EQ(
-      Fetch(addr, dir_.path() / "b", "absent.bin", (dir_.path() / "wrong-token").string()).status,
-      4);
+  auto wrong = Fetch(addr, dir_.path() / "b", "absent.bin", (dir_.path() / "wrong-token").string());
+  EXPECT_EQ(wrong.status, 4);
+  // The source's reason and what to do, not only "status error".
+  EXPECT_NE(wrong.err.find("seedctl: " + addr +
+                           " answered: Unauthorized request (check that both daemons read the "
+                           "same token)"),
+            std::string::npos)
+      << wrong.err;
   EXPECT_EQ(Fetch("127.0.0.1:1", dir_.path() / "b", "absent.bin").status, 2);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "b" / "triton" / kHash / "absent.bin"));
 }

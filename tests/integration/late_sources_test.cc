@@ -126,6 +126,23 @@ TEST_F(LateSourcesTest, AnOriginThatGoesAwayMidPullIsUsedAgainWhenItIsBack) {
   back->Stop();
 }
 
+TEST_F(LateSourcesTest, APullFromASourceThatRefusesSaysWhatItSaid) {
+  const uint16_t port = FreePort();
+  std::unique_ptr<Daemon> origin = Origin(port);
+  DaemonOptions o = Puller(HostPort{"127.0.0.1", port});
+  o.seed.token = "another-token";
+  o.pull_timeout = std::chrono::seconds(1);
+  auto puller = Daemon::Create(o);
+  ASSERT_OK(puller);
+  Status s = (*puller)->Start().status();
+  EXPECT_NE(s.message().find("a source answered with an error (127.0.0.1:"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("Unauthorized request (check that both daemons read the same token)"),
+            std::string::npos)
+      << s.message();
+  origin->Stop();
+}
+
 TEST_F(LateSourcesTest, APullGivesUpAtItsTimeoutSayingWhy) {
   DaemonOptions o = Puller(HostPort{"127.0.0.1", FreePort()});
   o.pull_timeout = std::chrono::seconds(1);
