@@ -590,9 +590,10 @@ class Fetch {
       // Claimed by a relay long ago (or for long, however the claim is renewed),
       // yet no live relay offers it: ask the seed for it anyway.
       const bool sent_long_ago = aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter;
-      // So does one whose claim holder cannot be reached: the seed's state named
-      // its relays, and none is left.
-      const bool no_relay_left = live_peers_ == 0 && source->state_known;
+      // So does one whose claim holder cannot be reached: relays were named, and
+      // every one of them is dropped. (Before any relay is known, a claim may be a
+      // relay that has only just started: it is waited for.)
+      const bool no_relay_left = !stats_->peers.empty() && live_peers_ == 0;
       if ((sent_long_ago || no_relay_left || now - claimed_since_[index] >= kForceAfter) &&
           peer_count_[index] == 0) {
         force_[index] = true;
