@@ -11,6 +11,40 @@
 
 namespace seedd {
 
+namespace {
+
+// Opens `rel` below `dir_fd` one component at a time, none of them followed if
+// it is a link; with `create`, missing directories are made and the file is
+// created (O_CREAT, `mode`).
+Result<UniqueFd> Walk(int dir_fd, const std::string& path, int flags, bool create, unsigned mode) {
+  UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return ErrnoStatus("dup", errno);
+  for (size_t start = 0;;) {
+    const size_t slash = path.find('/', start);
+    const std::string part = path.substr(start, slash == std::string::npos ? slash : slash - start);
+    if (part.empty() || part == "." || part == "..") {
+      return Status::InvalidArgument(path + " is not a plain relative path");
+    }
+    const bool last = slash == std::string::npos;
+    if (!last && create && ::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus("mkdir " + path.substr(0, slash), errno);
+    }
+    const int how = last ? flags | (create ? O_CREAT : 0) : O_PATH | O_DIRECTORY;
+    UniqueFd next(::openat(dir.get(), part.c_str(), how | O_NOFOLLOW | O_CLOEXEC, mode));
+    if (!next.valid()) {
+      if (errno == ELOOP || (!last && errno == ENOTDIR)) {
+        return Status::InvalidArgument(path + " goes through a link (links are not followed)");
+      }
+      return ErrnoStatus((create ? "create " : "open ") + path, errno);
+    }
+    if (last) return next;
+    dir = std::move(next);
+    start = slash + 1;
+  }
+}
+
+}  // namespace
+
 Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags) {
   const std::string path(rel);
   open_how how{};
@@ -22,64 +56,11 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags) {
     return Status::InvalidArgument(path + " goes through a link (links are not followed)");
   }
   if (errno != ENOSYS && errno != EPERM) return ErrnoStatus("open " + path, errno);
-  // An older kernel: walk the components, none of them a link.
-  UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!dir.valid()) return ErrnoStatus("dup", errno);
-  size_t start = 0;
-  for (;;) {
-    const size_t slash = path.find('/', start);
-    const std::string part = path.substr(start, slash == std::string::npos ? slash : slash - start);
-    if (part.empty() || part == "..") return Status::InvalidArgument(path + " leaves its root");
-    const bool last = slash == std::string::npos;
-    UniqueFd next(::openat(dir.get(), part.c_str(),
-                           (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.valid()) {
-      if (errno == ELOOP || (!last && errno == ENOTDIR)) {
-        return Status::InvalidArgument(path + " goes through a link (links are not followed)");
-      }
-      return ErrnoStatus("open " + path, errno);
-    }
-    if (last) return next;
-    dir = std::move(next);
-    start = slash + 1;
-  }
+  return Walk(dir_fd, path, flags, /*create=*/false, 0);  // an older kernel
 }
 
 Result<UniqueFd> CreateBeneath(int dir_fd, std::string_view rel, int flags, unsigned mode) {
-  const std::string path(rel);
-  UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!dir.valid()) return ErrnoStatus("dup", errno);
-  size_t start = 0;
-  for (;;) {
-    const size_t slash = path.find('/', start);
-    const std::string part = path.substr(start, slash == std::string::npos ? slash : slash - start);
-    if (part.empty() || part == "." || part == "..") {
-      return Status::InvalidArgument(path + " is not a plain relative path");
-    }
-    if (slash == std::string::npos) {
-      UniqueFd fd(
-          ::openat(dir.get(), part.c_str(), flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode));
-      if (!fd.valid()) {
-        if (errno == ELOOP) return Status::InvalidArgument(path + " is a link (not followed)");
-        return ErrnoStatus("create " + path, errno);
-      }
-      return fd;
-    }
-    if (::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoStatus("mkdir " + path.substr(0, slash), errno);
-    }
-    UniqueFd next(
-        ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.valid()) {
-      if (errno == ELOOP || errno == ENOTDIR) {
-        return Status::InvalidArgument(path.substr(0, slash) +
-                                       " is not a directory (links are not followed)");
-      }
-      return ErrnoStatus("open " + path.substr(0, slash), errno);
-    }
-    dir = std::move(next);
-    start = slash + 1;
-  }
+  return Walk(dir_fd, std::string(rel), flags, /*create=*/true, mode);
 }
 
 Result<UniqueFd> OpenDirectory(const std::filesystem::path& dir) {
