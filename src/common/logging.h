@@ -1,5 +1,6 @@
-// The library's logger. All seedd components log through Logger(); tests attach a
-// capturing sink to it. Thread-safe (spdlog's multi-threaded logger).
+// The library's logger. All seedd components log through Logger(); extra sinks
+// (a test's capture, an embedding program's handler) attach with AddLogSink.
+// Thread-safe: logging, levels and adding or removing sinks may race freely.
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -10,6 +11,11 @@ namespace seedd {
 
 // The shared "seedd" logger, created on first use with a stderr sink.
 spdlog::logger& Logger();
+
+// Attaches `sink` to Logger() (after stderr) until RemoveLogSink; safe while
+// other threads log (a logger's own sink vector is not).
+void AddLogSink(std::shared_ptr<spdlog::sinks::sink> sink);
+void RemoveLogSink(const std::shared_ptr<spdlog::sinks::sink>& sink);
 
 // Parses "trace|debug|info|warn|warning|error|critical|off"; false when unknown.
 bool SetLogLevel(std::string_view level);

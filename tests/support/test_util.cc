@@ -47,12 +47,11 @@ class LogCapture::Sink : public spdlog::sinks::base_sink<std::mutex> {
 LogCapture::LogCapture() : sink_(std::make_shared<Sink>()) {
   old_level_ = Logger().level();
   Logger().set_level(spdlog::level::trace);
-  Logger().sinks().push_back(sink_);
+  AddLogSink(sink_);
 }
 
 LogCapture::~LogCapture() {
-  auto& sinks = Logger().sinks();
-  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  RemoveLogSink(sink_);
   Logger().set_level(old_level_);
 }
 

@@ -1,8 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "common/crypto.h"
+#include "common/logging.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
+#include "support/test_util.h"
 
 namespace seedd {
 namespace {
@@ -17,6 +22,25 @@ TEST(Status, CarriesCodeAndMessage) {
   EXPECT_EQ(*r, 5);
   Result<int> e = Status::Internal("x");
   EXPECT_EQ(e.status().code(), StatusCode::kInternal);
+}
+
+// A server thread may log while a test attaches or detaches its capture; the
+// logger's own sink vector is not safe for that (ASan saw a freed sink).
+TEST(Logging, CapturesComeAndGoWhileAnotherThreadLogs) {
+  auto& stderr_sink = *Logger().sinks().front();
+  stderr_sink.set_level(spdlog::level::off);  // keep the test's output short
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop.load()) Logger().debug("background line");
+  });
+  for (int i = 0; i < 2000; ++i) {
+    testing::LogCapture capture;
+    Logger().debug("foreground line {}", i);
+    ASSERT_TRUE(capture.Contains(spdlog::level::debug, "foreground line " + std::to_string(i)));
+  }
+  stop = true;
+  writer.join();
+  stderr_sink.set_level(spdlog::level::trace);
 }
 
 TEST(Crypto, Sha256MatchesKnownVector) {
