@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/cli_suggest.h"
 #include "common/logging.h"
 #include "seedd/daemon.h"
 #include "seedd_version.h"
@@ -85,6 +86,13 @@ int main(int argc, char** argv) {
                  "has verified to other fetchers (a relay)")
       ->take_all();
   int64_t pull_timeout = 1800;
+  int keep_versions = 2;
+  app.add_option("--keep-versions", keep_versions,
+                 "after a --pull, the versions of that model kept in the cache, current "
+                 "included; older ones and staging left by abandoned pulls are removed "
+                 "(seedctl gc does the same by hand)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--pull-timeout", pull_timeout,
                  "seconds --pull keeps retrying (backoff 0.5 s doubling to 30 s, with jitter) "
                  "while no source serves the model: sources that start later or restart are "
@@ -156,7 +164,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return Fail(e.what());
+    return Fail(seedd::ExplainParseError(app, e, argc, argv) + "; see --help");
   }
 
   if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
@@ -187,6 +195,7 @@ int main(int argc, char** argv) {
   options.store_urls = stores;
   options.pulls = pulls;
   options.pull_timeout = std::chrono::seconds(pull_timeout);
+  options.keep_versions = keep_versions;
   options.weight_chunk_bytes = chunk_mib << 20;
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);

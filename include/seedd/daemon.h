@@ -49,13 +49,16 @@ struct DaemonOptions {
   std::vector<std::pair<std::string, std::filesystem::path>> models;
   uint64_t weight_chunk_bytes = 8ull << 20;
   // Models to fetch from the source at start, into
-  // <cache-dir>/weights/<NAME>/<fingerprint> with <NAME>/current pointing at it;
+  // <cache-dir>/weights/<NAME>/<root digest> with <NAME>/current pointing at it;
   // then served like --model. Start pulls them with the listener up, relaying the
   // chunks verified so far to other fetchers.
   std::vector<std::string> pulls;
   // How long --pull keeps retrying while no source has served the model (sources
   // down, or gone mid-pull): capped exponential backoff with jitter until then.
   std::chrono::seconds pull_timeout{1800};
+  // After a --pull, the versions of its name kept (current included); older
+  // ones, and staging left by abandoned pulls, are removed (housekeeping.h).
+  int keep_versions = 2;
   // The address peers reach this daemon at, announced while pulling; default: the
   // bound listen address unless it is a wildcard (then no relaying).
   std::optional<HostPort> advertise;

@@ -77,6 +77,11 @@ enum class AdoptOutcome {
   kAdopted,
 };
 
+// The message of an error response, printable and at most 300 bytes, with what
+// to do for the usual causes (a wrong token, a kind the source does not serve);
+// "no message" when it has none.
+std::string ExplainSourceError(const Json& response);
+
 class SeedTransport {
  public:
   // REQUIRES: seedables have distinct kinds.

@@ -29,6 +29,10 @@ spdlog::logger& Logger() {
   return *logger;
 }
 
+void SetLogProgram(std::string_view name) {
+  Logger().set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ " + std::string(name) + "[%P]: %v");
+}
+
 void AddLogSink(std::shared_ptr<spdlog::sinks::sink> sink) {
   Logger();
   ExtraSinks().add_sink(std::move(sink));

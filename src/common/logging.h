@@ -17,6 +17,9 @@ spdlog::logger& Logger();
 void AddLogSink(std::shared_ptr<spdlog::sinks::sink> sink);
 void RemoveLogSink(const std::shared_ptr<spdlog::sinks::sink>& sink);
 
+// Names the program in each line ("seedd[PID]" unless set, e.g. "seedctl").
+void SetLogProgram(std::string_view name);
+
 // Parses "trace|debug|info|warn|warning|error|critical|off"; false when unknown.
 bool SetLogLevel(std::string_view level);
 

@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "common/backoff.h"
 #include "common/logging.h"
 #include "kinds/autotune/flashinfer_cache.h"
+#include "kinds/catalog/catalog.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/housekeeping.h"
 #include "kinds/weights/local_copy.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
@@ -168,6 +171,40 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
   }
 }
 
+// What `seedctl ls` shows: the models served, and the artifact keys that a peer
+// could adopt (the local cache's, then the shared stores') under `prefix`.
+Result<Catalog> ListCatalog(const std::filesystem::path& cache_dir,
+                            const std::vector<std::shared_ptr<ArtifactStore>>& shared,
+                            const WeightServer* weights, const std::string& prefix) {
+  Catalog catalog;
+  if (weights != nullptr) {
+    for (const auto& m : weights->Models()) {
+      catalog.models.push_back({m->manifest.model, m->manifest.root_digest, m->manifest.total_size,
+                                m->manifest.files.size(), m->available == nullptr});
+    }
+  }
+  std::set<std::string> seen;
+  auto add = [&](const std::vector<std::string>& keys) {
+    for (const std::string& key : keys) {
+      if (key.rfind("weights/", 0) == 0 || seen.count(key) != 0) continue;
+      if (seen.size() == kMaxCatalogKeys) {
+        catalog.truncated = true;
+        return;
+      }
+      seen.insert(key);
+      catalog.artifacts.push_back(key);
+    }
+  };
+  Result<std::vector<std::string>> local = NewDiskArtifactStore("", cache_dir)->List(prefix);
+  if (!local.ok()) return local.status().WithContext("list " + cache_dir.string());
+  add(*local);
+  for (const auto& store : shared) {
+    Result<std::vector<std::string>> keys = store->List(prefix);
+    if (keys.ok()) add(*keys);  // a store that is down lists nothing (the tolerant wrapper logs)
+  }
+  return catalog;
+}
+
 bool IsWildcard(const HostPort& hp) {
   return hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "::";
 }
@@ -212,8 +249,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   fi.rank = at.rank;
   fi.enabled = at.enabled;
   auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
-  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, std::move(shared)),
-                                        autotune};
+  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, shared), autotune};
   std::shared_ptr<WeightServer> weights;
   SeedablePtr weight_shards;
   if (!options.models.empty() || !options.pulls.empty()) {
@@ -244,6 +280,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     options.transport.stream_handlers[std::string(kWeightDataKind)] =
         [weights](int fd, const Json& request) { weights->Serve(fd, request); };
   }
+  seedables.push_back(NewCatalogSeedable(
+      [cache_dir = options.cache_dir, shared, weights](const std::string& prefix) {
+        return ListCatalog(cache_dir, shared, weights.get(), prefix);
+      }));
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();
@@ -302,6 +342,16 @@ Result<std::optional<HostPort>> Daemon::Start() {
       if (cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
       Status pulled = PullAtStart(options_, name, relay, *weight_shards_, *weights_, *cancel_);
       if (!pulled.ok()) return pulled.WithContext("--pull " + name);
+      GcOptions gc;
+      gc.keep_versions = options_.keep_versions;
+      gc.only_model = name;
+      Result<GcReport> collected = CollectWeightsGarbage(options_.cache_dir, gc);
+      if (collected.ok() && !collected->removed.empty()) {
+        Logger().info(
+            "Model {}: removed {} old version(s) and abandoned pull(s), {:.1f} MiB "
+            "(--keep-versions {})",
+            name, collected->removed.size(), collected->bytes / 1048576.0, options_.keep_versions);
+      }
     }
   }
   return bound;

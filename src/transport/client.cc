@@ -121,7 +121,8 @@ bool LooksLikeText(std::string_view first) {
 
 }  // namespace
 
-Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline) {
+Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline,
+                                  Clock::time_point first_byte_deadline) {
   FrameReader reader(max_bytes);
   std::array<char, 64 * 1024> buf;
   std::string first;  // the first bytes, to name another protocol
@@ -138,6 +139,16 @@ Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point 
     if (n == 0) return reader.EndOfStreamError();
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (first.empty() && first_byte_deadline < deadline) {
+        Status began = WaitFor(fd, POLLIN, first_byte_deadline, "waiting for the response");
+        if (began.code() == StatusCode::kDeadlineExceeded) {
+          return Status::DeadlineExceeded(
+              "no response began in time: the peer accepted the connection but sent nothing "
+              "(check that this is a seed port; a busy source may also answer late)");
+        }
+        SEEDD_RETURN_IF_ERROR(began);
+        continue;
+      }
       SEEDD_RETURN_IF_ERROR(WaitFor(fd, POLLIN, deadline, "waiting for the response"));
       continue;
     }
@@ -152,7 +163,8 @@ Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
   if (!fd.ok()) return fd.status();
   const Clock::time_point deadline = Clock::now() + options.response_timeout;
   SEEDD_RETURN_IF_ERROR(WriteAll(fd->get(), EncodeJsonFrame(request), deadline));
-  Result<std::string> body = ReadFrameBody(fd->get(), options.max_response_bytes, deadline);
+  Result<std::string> body = ReadFrameBody(fd->get(), options.max_response_bytes, deadline,
+                                           Clock::now() + options.first_byte_timeout);
   if (!body.ok()) return body.status();
   Result<Json> response = ParseJson(*body);
   if (!response.ok()) return response.status().WithContext("response");

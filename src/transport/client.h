@@ -23,12 +23,17 @@ Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds time
 // Writes all of `data` before `deadline`.
 Status WriteAll(int fd, std::string_view data, Clock::time_point deadline);
 
-// Reads one frame body of at most `max_bytes` before `deadline`.
-Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline);
+// Reads one frame body of at most `max_bytes` before `deadline`; its first byte
+// must arrive before `first_byte_deadline` (when earlier than `deadline`).
+Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point deadline,
+                                  Clock::time_point first_byte_deadline = Clock::time_point::max());
 
 struct ExchangeOptions {
   std::chrono::milliseconds connect_timeout{5000};
-  std::chrono::milliseconds response_timeout{300000};
+  std::chrono::milliseconds response_timeout{300000};  // the whole response
+  // The response's first byte, from the request sent: a peer that accepts and
+  // then says nothing (a wrong port) is named within this time.
+  std::chrono::milliseconds first_byte_timeout = response_timeout;
   uint64_t max_response_bytes = 64 * 1024 * 1024;
 };
 

@@ -91,11 +91,7 @@ std::optional<Json> SeedTransport::Request(const Json& payload) const {
   return std::move(*response);
 }
 
-namespace {
-
-// The source's error message, printable and bounded, with what to do for the
-// usual causes.
-std::string Explain(const Json& response) {
+std::string ExplainSourceError(const Json& response) {
   auto it = response.find("message");
   if (it == response.end() || !it->is_string()) return "no message";
   std::string text;
@@ -109,8 +105,6 @@ std::string Explain(const Json& response) {
   }
   return text;
 }
-
-}  // namespace
 
 AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx, std::string* why) const {
   Result<Json> params = seedable.RequestParams(ctx);
@@ -138,7 +132,7 @@ AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx, std::stri
     Logger().log(level, "No remote {} seed adopted (status {}); using the local path",
                  seedable.kind(), status);
     if (!miss) {
-      const std::string explained = Explain(*response);
+      const std::string explained = ExplainSourceError(*response);
       Logger().warn("The source answered: {}", explained);
       if (why != nullptr) *why = explained;
     }

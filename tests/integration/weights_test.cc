@@ -77,9 +77,11 @@ TEST_F(WeightsTest, AMultiFileModelArrivesByteIdentical) {
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
   EXPECT_EQ(stats.bytes_received, m.total_size);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / ".dest.seedd-staging"));
-  // The destination exists now: a second pull into it is refused.
-  EXPECT_EQ(FetchModel(m, {source}, dir_.path() / "dest", Options()).code(),
-            StatusCode::kAlreadyExists);
+  // The destination holds this version now: a second pull moves nothing.
+  FetchStats again;
+  ASSERT_OK(FetchModel(m, {source}, dir_.path() / "dest", Options(), &again));
+  EXPECT_TRUE(again.up_to_date);
+  EXPECT_EQ(again.bytes_received, 0u);
 }
 
 TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {

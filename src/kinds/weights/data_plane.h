@@ -108,6 +108,8 @@ class WeightServer {
   // Serves `model` from now on, in place of any model of the same name.
   void Publish(ServedModel model);
   std::shared_ptr<const ServedModel> FindModel(std::string_view name) const;
+  // Every model served now, by name.
+  std::vector<std::shared_ptr<const ServedModel>> Models() const;
   // The relays that announced themselves for `root` recently, but `except`.
   std::vector<std::string> Peers(const std::string& root, const std::string& except);
   // Chunk bytes sent so far, over every connection.
@@ -205,6 +207,15 @@ struct FetchOptions {
   // Set to stop the fetch: it returns Cancelled within about 50 ms, the staging
   // directory and its journal kept for a rerun.
   std::shared_ptr<const std::atomic<bool>> cancel;
+  // `into` may hold other files: they are replaced by the model (see FetchModel).
+  bool replace = false;
+};
+
+// A seed or relay that delivered at least one verified chunk.
+struct SourceUse {
+  std::string name;
+  bool seed = false;
+  uint64_t bytes = 0;  // verified chunk bytes (holes count none)
 };
 
 struct FetchStats {
@@ -213,24 +224,34 @@ struct FetchStats {
   uint64_t chunks_rejected = 0;   // failed verification and were fetched again
   uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
   uint64_t chunks_holes = 0;      // all zeros: not sent, not written
+  uint64_t bytes_resumed = 0;     // of the chunks_resumed
+  bool up_to_date = false;        // `into` held this version already: nothing moved
   std::vector<std::string> sources_dropped;
   std::vector<std::string> peers;  // relays learnt during the fetch
+  std::vector<SourceUse> used;     // in the order they first delivered
 };
 
 // `into` without "." and ".." components or a trailing '/'.
 std::filesystem::path NormalizeDestination(const std::filesystem::path& into);
 
-// Where FetchModel stages `into`: a hidden directory beside it.
+// Where FetchModel stages a new `into`: a hidden directory beside it.
 std::filesystem::path StagingDir(const std::filesystem::path& into);
 
-// Fetches the files of `manifest` into `into` (which must not exist) from the
-// seeds `sources` and from the relays listed in the manifest or learnt from the
-// sources' states, preferring relays that have a chunk over the seeds: staged
-// in StagingDir(into) with a journal of verified chunks (a rerun fetches only
-// what is missing), each chunk's XXH3-128 checked as it lands and refetched
-// (from another source when there is one) on a mismatch, a source that keeps
-// failing dropped, free space checked first, and the staging directory renamed
-// into place only when every chunk is verified.
+// Fetches the files of `manifest` into `into` from the seeds `sources` and from
+// the relays listed in the manifest or learnt from the sources' states,
+// preferring relays that have a chunk over the seeds: staged with a journal of
+// verified chunks (a rerun fetches only what is missing), each chunk's XXH3-128
+// checked as it lands and refetched (from another source when there is one) on
+// a mismatch, a source that keeps failing dropped, free space checked first,
+// and moved into place only when every chunk is verified. `into` may be:
+//  - absent: staged in StagingDir(into), renamed into place;
+//  - an existing empty directory (a volume's mount point): staged in
+//    <into>/.seedd-staging, its entries renamed into `into`;
+//  - a directory holding exactly this version (every file's chunks match the
+//    manifest): Ok with stats->up_to_date, nothing moved;
+//  - anything else: AlreadyExists before any byte moves, unless
+//    options.replace: then a directory is swapped for the staged one atomically
+//    (renameat2 RENAME_EXCHANGE) and a mount point's entries are replaced.
 Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
                   const std::filesystem::path& into, const FetchOptions& options,
                   FetchStats* stats = nullptr);

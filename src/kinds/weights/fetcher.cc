@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/destination.h"
 #include "kinds/weights/records.h"
 #include "kinds/weights/staging.h"
 #include "transport/client.h"
@@ -70,6 +72,7 @@ class Fetch {
       ++done_;
       verified_bytes_ += m_.chunks[i].length;
       ++stats_->chunks_resumed;
+      stats_->bytes_resumed += m_.chunks[i].length;
       if (options_.verified) options_.verified->Set(i);
     }
     // Interleave the files: concurrent connections then write to different files
@@ -438,7 +441,7 @@ class Fetch {
           continue;
         }
         // The staging file reads zeros there already: nothing to write.
-        if (Status st = Record(index, true); !st.ok()) return LocalFailure(st);
+        if (Status st = Record(index, true, source); !st.ok()) return LocalFailure(st);
         continue;
       }
       if (status != kChunkOk || length != c.length) {
@@ -463,7 +466,7 @@ class Fetch {
         continue;
       }
       Status stored = staging_.Sync(c);
-      if (stored.ok()) stored = Record(index, false);
+      if (stored.ok()) stored = Record(index, false, source);
       if (!stored.ok()) {
         Requeue(index);
         return LocalFailure(stored);
@@ -510,7 +513,7 @@ class Fetch {
     return it->second;
   }
 
-  Status Record(uint32_t index, bool hole) {
+  Status Record(uint32_t index, bool hole, const Source* source) {
     const ManifestChunk& c = m_.chunks[index];
     Status journaled = staging_.Journal(index);
     std::lock_guard<std::mutex> lock(mu_);
@@ -522,6 +525,12 @@ class Fetch {
     ++done_;
     stats_->chunks_holes += hole;
     verified_bytes_ += c.length;
+    auto use = std::find_if(stats_->used.begin(), stats_->used.end(),
+                            [&](const SourceUse& u) { return u.name == source->name; });
+    if (use == stats_->used.end()) {
+      use = stats_->used.insert(stats_->used.end(), SourceUse{source->name, source->seed, 0});
+    }
+    if (!hole) use->bytes += c.length;
     if (options_.verified) options_.verified->Set(index);
     if (done_ == m_.chunks.size()) EndLocked();
     changed_.notify_all();
@@ -704,41 +713,39 @@ std::filesystem::path StagingDir(const std::filesystem::path& into_given) {
 Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
                   const std::filesystem::path& into_given, const FetchOptions& options,
                   FetchStats* stats) {
-  const std::filesystem::path into = NormalizeDestination(into_given);
-  const std::string name = into.filename().string();
-  if (name.empty() || name == "." || name == ".." || into == "/") {
-    return Status::InvalidArgument("the destination '" + into_given.string() +
-                                   "' does not name a directory to create");
-  }
   FetchStats local;
   if (stats == nullptr) stats = &local;
-  std::error_code ec;
-  if (std::filesystem::exists(into, ec)) {
-    return Status::AlreadyExists(into.string() + " exists; pull into a new directory");
+  Result<DestinationPlan> plan = PlanDestination(into_given, manifest, options.replace);
+  if (!plan.ok()) return plan.status();
+  if (plan->placement == Placement::kUpToDate) {
+    stats->up_to_date = true;
+    return Status::Ok();
   }
+  const std::filesystem::path& into = plan->into;
   if (sources.empty() && manifest.sources.empty()) {
     return Status::InvalidArgument("no source to fetch from");
   }
-  Staging staging(manifest, StagingDir(into));
+  Staging staging(manifest, plan->staging);
   Result<std::vector<uint32_t>> resumed = staging.Open();
   if (!resumed.ok()) return resumed.status();
-  if (options.staged) options.staged(StagingDir(into));
+  if (options.staged) options.staged(plan->staging);
   Fetch fetch(manifest, staging, options, stats);
   fetch.Prepare(*resumed);
   fetch.Run(sources);
   if (fetch.Cancelled()) {
     return Status::Cancelled("the pull was stopped; " + std::to_string(fetch.VerifiedBytes()) +
-                             " verified bytes are kept in " + StagingDir(into).string() +
+                             " verified bytes are kept in " + plan->staging.string() +
                              ", and a rerun resumes from them");
   }
-  if (Status local = fetch.local_error(); !local.ok()) {
-    return local.WithContext("the pull into " + into.string() + " stopped; rerun to resume");
+  if (Status local_error = fetch.local_error(); !local_error.ok()) {
+    return local_error.WithContext("the pull into " + into.string() + " stopped; rerun to resume");
   }
   if (!fetch.Complete()) {
     return Status::Unavailable(
         "every source failed before the model was complete; rerun to resume");
   }
-  return staging.Commit(into, options.verify_sha256);
+  SEEDD_RETURN_IF_ERROR(staging.Seal(options.verify_sha256));
+  return InstallStaged(*plan);
 }
 
 }  // namespace seedd

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -186,6 +187,14 @@ Result<std::vector<uint32_t>> Staging::Open() {
   if (ec) return Status::IoError("create " + dir_.string() + ": " + ec.message());
   dir_fd_.Reset(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir_fd_.valid()) return ErrnoStatus("open " + dir_.string(), errno);
+  // Held until this object goes: a second pull into the same place, or a
+  // garbage collection, sees the directory in use.
+  if (::flock(dir_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+    return errno == EWOULDBLOCK
+               ? Status::FailedPrecondition("another pull is filling " + dir_.string() +
+                                            " now; wait for it to end")
+               : ErrnoStatus("lock " + dir_.string(), errno);
+  }
   bool fresh = true;
   Result<std::vector<uint32_t>> journaled = ReadJournal(&fresh);
   if (!journaled.ok()) return journaled.status();
@@ -278,7 +287,7 @@ Status Staging::Journal(uint32_t index) {
   return Status::Ok();
 }
 
-Status Staging::Commit(const std::filesystem::path& into, bool verify_sha256) {
+Status Staging::Seal(bool verify_sha256) {
   {
     std::lock_guard<std::mutex> lock(files_mu_);
     open_.clear();
@@ -317,7 +326,13 @@ Status Staging::Commit(const std::filesystem::path& into, bool verify_sha256) {
     if (fd.ok()) ::fsync(fd->get());
   }
   if (::fsync(dir_fd_.get()) != 0) return ErrnoStatus("fsync " + dir_.string(), errno);
+  return Status::Ok();
+}
+
+Status Staging::Commit(const std::filesystem::path& into, bool verify_sha256) {
+  SEEDD_RETURN_IF_ERROR(Seal(verify_sha256));
   // Nothing partial is ever visible under the final name.
+  std::error_code ec;
   std::filesystem::rename(dir_, into, ec);
   if (ec) {
     return Status::IoError("rename " + dir_.string() + " to " + into.string() + ": " +

@@ -44,9 +44,10 @@ class Staging {
  public:
   Staging(const Manifest& manifest, std::filesystem::path dir);
 
-  // Creates the directory or resumes it, checks there is space for what is
-  // missing, creates every file. Returns the chunks an earlier run journaled
-  // that passed the spot check.
+  // Creates the directory or resumes it (FailedPrecondition while another Staging
+  // holds it: the directory is locked with flock until this object goes), checks there is space for
+  // what is missing, creates every file. Returns the chunks an earlier run journaled that passed
+  // the spot check.
   Result<std::vector<uint32_t>> Open();
   // The open file of manifest path `path`, opened (and another closed once
   // unused) when needed.
@@ -62,7 +63,9 @@ class Staging {
   Status Journal(uint32_t index);
   // Syncs every file and directory, checks each file's SHA-256 when asked (a
   // mismatch removes the staging directory: every chunk passed XXH3, so start
-  // over), then renames the directory to `into`.
+  // over) and removes the journal: the directory is then ready to move.
+  Status Seal(bool verify_sha256);
+  // Seal, then renames the directory to `into`.
   Status Commit(const std::filesystem::path& into, bool verify_sha256);
 
   // The journal's record for chunk `index` of the model with `root_digest`.

@@ -96,6 +96,13 @@ std::shared_ptr<const ServedModel> WeightServer::FindModel(std::string_view name
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+std::vector<std::shared_ptr<const ServedModel>> WeightServer::Models() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<const ServedModel>> models;
+  for (const auto& [name, model] : by_name_) models.push_back(model);
+  return models;
+}
+
 std::shared_ptr<const ServedModel> WeightServer::FindRoot(const std::string& root) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_root_.find(root);

@@ -1,0 +1,186 @@
+// seedctl's one-request subcommands: request, fetch, ls.
+#include <cstdio>
+#include <filesystem>
+
+#include "kinds/catalog/catalog.h"
+#include "seedctl.h"
+#include "seedd/artifact_kind.h"
+#include "seedd/daemon.h"
+#include "seedd/seed_transport.h"
+#include "transport/client.h"
+
+namespace seedctl {
+
+namespace {
+
+// The whole response may take this long once it has begun (a large artifact).
+constexpr std::chrono::milliseconds kResponseTimeout{300000};
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// The response to `request` from c.source, or the exit status after saying why.
+seedd::Result<seedd::Json> Ask(const Connection& c, seedd::Json request, int* code) {
+  *code = kExitUsage;
+  auto source = seedd::ParseHostPort(c.source);
+  if (!source.ok()) return source.status().WithContext("--source");
+  auto token = ReadToken(c.token_file);
+  if (!token.ok()) return token.status();
+  return Exchange(*source, *token, std::move(request), Millis(c.timeout_s));
+}
+
+std::string StatusOf(const seedd::Json& response) {
+  auto it = response.find("status");
+  if (it == response.end()) return "none";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+}  // namespace
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "seedctl: %s\n", message.c_str());
+  return code;
+}
+
+seedd::Result<std::string> ReadToken(const std::string& token_file) {
+  std::optional<std::filesystem::path> path;
+  if (!token_file.empty()) path = token_file;
+  auto token = seedd::LoadToken(path);
+  if (!token.ok()) return token.status();
+  if (token->empty()) {
+    return seedd::Status::InvalidArgument(
+        "no token: pass --token-file FILE (a file holding the token) or set SEEDD_TOKEN to the "
+        "token itself");
+  }
+  return token;
+}
+
+seedd::Result<seedd::Json> Exchange(const seedd::HostPort& source, const std::string& token,
+                                    seedd::Json request, std::chrono::milliseconds first_byte) {
+  request["token"] = token;
+  seedd::ExchangeOptions options;
+  options.response_timeout = std::max(kResponseTimeout, first_byte);
+  options.first_byte_timeout = first_byte;
+  options.max_response_bytes = seedd::kMaxResponseBytes;
+  seedd::Result<seedd::Json> response = seedd::ExchangeJson(source, request, options);
+  if (!response.ok()) return response.status().WithContext(source.ToString());
+  if (!response->is_object()) {
+    return seedd::Status::DataLoss(source.ToString() + " sent a response that is not an object");
+  }
+  return response;
+}
+
+int RunRequest(const Connection& c, const std::string& kind, const std::vector<std::string>& params,
+               const std::vector<std::string>& json_params) {
+  seedd::Json request = seedd::Json::object();
+  request["kind"] = kind;
+  auto add = [&](const std::string& kv, bool as_json) -> std::optional<std::string> {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return "expected KEY=VALUE, got '" + kv + "'";
+    std::string key = kv.substr(0, eq);
+    if (key == "kind" || key == "token") return "'" + key + "' cannot be set as a parameter";
+    if (!as_json) {
+      request[key] = kv.substr(eq + 1);
+      return std::nullopt;
+    }
+    auto value = seedd::ParseJson(kv.substr(eq + 1));
+    if (!value.ok()) return "--param-json " + key + ": " + value.status().message();
+    request[key] = std::move(*value);
+    return std::nullopt;
+  };
+  for (const auto& p : params) {
+    if (auto err = add(p, false)) return Fail(*err);
+  }
+  for (const auto& p : json_params) {
+    if (auto err = add(p, true)) return Fail(*err);
+  }
+  int code = 0;
+  auto response = Ask(c, std::move(request), &code);
+  if (!response.ok()) return Fail(response.status().message(), code);
+  std::printf("%s\n", seedd::DumpJson(*response).c_str());
+  const std::string status = StatusOf(*response);
+  if (status == "ok") return kExitOk;
+  if (status == "miss") return kExitMiss;
+  return kExitError;
+}
+
+int RunFetch(const Connection& c, const std::string& ns, const std::string& hash,
+             const std::string& filename, const std::string& cache_dir) {
+  seedd::Json ctx = {{"namespace", ns}, {"config_hash", hash}, {"filename", filename}};
+  auto key = seedd::ArtifactKeyFromFields(ctx);
+  if (!key.ok()) return Fail(ExplainKeyError(key.status().message()));
+  std::filesystem::path dir =
+      cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
+  auto seedable = seedd::NewArtifactSeedable(dir);
+  seedd::Result<seedd::Json> params = seedable->RequestParams(ctx);
+  if (!params.ok()) return Fail(params.status().message());
+  seedd::Json request = seedd::Json::object();
+  request["kind"] = std::string(seedable->kind());
+  request.update(*params);
+  const auto start = std::chrono::steady_clock::now();
+  int code = 0;
+  auto response = Ask(c, std::move(request), &code);
+  if (!response.ok()) return Fail(response.status().message(), code);
+  const std::string status = StatusOf(*response);
+  if (status == "miss") {
+    return Fail(key->ToString() + ": not found on " + c.source, kExitMiss);
+  }
+  if (status != "ok") {
+    return Fail(c.source + " answered: " + seedd::ExplainSourceError(*response), kExitError);
+  }
+  static const seedd::Json kNull;
+  auto payload = response->find("payload");
+  seedd::Result<seedd::Json> valid =
+      seedable->ValidatePayload(payload == response->end() ? kNull : *payload);
+  seedd::Status installed = valid.ok() ? seedable->Install(ctx, *valid) : valid.status();
+  if (!installed.ok()) {
+    return Fail("rejected what " + c.source + " sent: " + installed.message(), kExitError);
+  }
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::filesystem::path path = dir / ns / hash / filename;
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  std::printf("fetched %s (%llu bytes) from %s in %.1f ms into %s\n", key->ToString().c_str(),
+              static_cast<unsigned long long>(ec ? 0 : size), c.source.c_str(), ms, path.c_str());
+  return kExitOk;
+}
+
+int RunList(const Connection& c, const std::string& prefix) {
+  seedd::Json request = {{"kind", std::string(seedd::kCatalogKind)}};
+  if (!prefix.empty()) request["prefix"] = prefix;
+  int code = 0;
+  auto response = Ask(c, std::move(request), &code);
+  if (!response.ok()) return Fail(response.status().message(), code);
+  if (StatusOf(*response) != "ok") {
+    return Fail(c.source + " answered: " + seedd::ExplainSourceError(*response), kExitError);
+  }
+  seedd::Result<seedd::Catalog> catalog = seedd::ParseCatalog((*response)["payload"]);
+  if (!catalog.ok()) {
+    return Fail(c.source + " sent a bad catalog: " + catalog.status().message(), kExitError);
+  }
+  if (!catalog->models.empty()) {
+    std::printf("%-32s %-32s %12s %6s\n", "MODEL", "ROOT DIGEST", "MIB", "FILES");
+    for (const auto& m : catalog->models) {
+      std::printf("%-32s %-32s %12.1f %6llu\n", m.name.c_str(), m.root_digest.c_str(),
+                  m.total_size / 1048576.0, static_cast<unsigned long long>(m.files));
+    }
+  }
+  if (!catalog->artifacts.empty()) {
+    if (!catalog->models.empty()) std::printf("\n");
+    std::printf("ARTIFACT KEY\n");
+    for (const auto& k : catalog->artifacts) std::printf("%s\n", k.c_str());
+  }
+  if (catalog->truncated) {
+    std::fprintf(stderr, "seedctl: the list was cut at %zu artifact keys; pass a longer prefix\n",
+                 catalog->artifacts.size());
+  }
+  if (catalog->models.empty() && catalog->artifacts.empty()) {
+    std::fprintf(stderr, "seedctl: %s serves no model and no artifact%s\n", c.source.c_str(),
+                 prefix.empty() ? "" : (" under '" + prefix + "'").c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace seedctl

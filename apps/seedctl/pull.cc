@@ -1,0 +1,243 @@
+// seedctl pull: a model's files from seedd daemons into a directory, retrying
+// sources that are down (or go away) until --timeout, stopped cleanly by Ctrl-C.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "common/backoff.h"
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/manifest.h"
+#include "seedctl.h"
+#include "seedd/seed_transport.h"
+
+namespace seedctl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A stop request gives the pull this long to end cleanly before the process exits
+// (what is verified is journaled as it lands, so exiting then loses nothing).
+constexpr auto kStopGrace = std::chrono::seconds(2);
+// Each manifest request's response must begin within this time.
+constexpr std::chrono::milliseconds kManifestFirstByte{30000};
+
+// Ctrl-C and SIGTERM set `cancel`; a pull that has not ended kStopGrace later is
+// ended by exiting with kExitInterrupted.
+class StopOnSignal {
+ public:
+  StopOnSignal() : cancel_(std::make_shared<std::atomic<bool>>(false)) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
+    waiter_ = std::thread([this] { Wait(); });
+  }
+  ~StopOnSignal() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (!cancel_->load()) pthread_kill(waiter_.native_handle(), SIGTERM);  // end sigwait
+    waiter_.join();
+  }
+  const std::shared_ptr<std::atomic<bool>>& cancel() const { return cancel_; }
+  bool stopped() const { return cancel_->load(); }
+
+ private:
+  void Wait() {
+    int sig = 0;
+    sigwait(&set_, &sig);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_) return;
+    cancel_->store(true);
+    if (!cv_.wait_for(lock, kStopGrace, [this] { return done_; })) {
+      std::fprintf(stderr, "\nseedctl: stopped; rerun the same command to resume\n");
+      std::_Exit(kExitInterrupted);
+    }
+  }
+
+  sigset_t set_;
+  std::shared_ptr<std::atomic<bool>> cancel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // GUARDED_BY(mu_)
+  std::thread waiter_;
+};
+
+// What one round of asking the sources for the manifest found.
+struct ManifestRound {
+  std::optional<seedd::Manifest> manifest;
+  bool all_missed = true;  // every source answered "miss"
+  std::string error;       // the last source's error response (final), if any
+  std::string why;         // why no source answered (retried)
+};
+
+ManifestRound AskManifest(const std::vector<seedd::HostPort>& sources, const std::string& token,
+                          const std::string& model) {
+  ManifestRound round;
+  for (const auto& source : sources) {
+    auto response =
+        Exchange(source, token, seedd::Json{{"kind", "weight_shards"}, {"model", model}},
+                 kManifestFirstByte);
+    if (!response.ok()) {
+      round.all_missed = false;
+      round.why += (round.why.empty() ? "" : "; ") + response.status().message();
+      continue;
+    }
+    const seedd::Json& status = (*response)["status"];
+    if (status == "miss") continue;
+    round.all_missed = false;
+    if (status != "ok") {
+      round.error = source.ToString() + " answered: " + seedd::ExplainSourceError(*response);
+      continue;
+    }
+    auto parsed = seedd::ParseManifest((*response)["payload"]);
+    if (!parsed.ok()) {
+      round.error = source.ToString() + " sent a bad manifest: " + parsed.status().message();
+      continue;
+    }
+    round.manifest = std::move(*parsed);
+    return round;
+  }
+  return round;
+}
+
+// Progress on a terminal: the rate and ETA count only the bytes moved by this
+// run (a resumed pull starts with some verified).
+class Progress {
+ public:
+  Progress(uint64_t total) : total_(total), start_(Clock::now()), last_(start_) {}
+  void Show(uint64_t done, uint64_t resumed, size_t sources) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto now = Clock::now();
+    if (now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+    last_ = now;
+    double secs = std::chrono::duration<double>(now - start_).count();
+    double moved = static_cast<double>(done - std::min(done, resumed));
+    double rate = secs > 0 ? moved / secs : 0;
+    double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0;
+    std::fprintf(
+        stderr, "\r%6.1f%%  %.1f / %.1f MiB  %.1f MB/s  ETA %.0f s  %zu source(s)   ",
+        100.0 * static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(1, total_)),
+        done / 1048576.0, total_ / 1048576.0, rate / 1e6, eta, sources);
+  }
+
+ private:
+  const uint64_t total_;
+  const Clock::time_point start_;
+  std::mutex mu_;
+  Clock::time_point last_;  // GUARDED_BY(mu_)
+};
+
+void PrintSummary(const PullArgs& args, const seedd::Manifest& m, const seedd::FetchStats& stats,
+                  double secs) {
+  if (stats.up_to_date) {
+    std::printf("%s already holds %s (root digest %s); nothing to pull\n", args.into.c_str(),
+                args.model.c_str(), m.root_digest.c_str());
+    return;
+  }
+  size_t seeds = 0;
+  size_t relays = 0;
+  for (const auto& used : stats.used) (used.seed ? seeds : relays) += 1;
+  const uint64_t moved = m.total_size - std::min(m.total_size, stats.bytes_resumed);
+  std::printf(
+      "pulled %s (%zu files, %.1f MiB) from %zu source(s) and %zu relay(s) into %s in %.2f s "
+      "(%.1f MB/s); %.1f MiB from relays, %llu chunk(s) resumed, %llu refetched, %llu hole(s)\n",
+      args.model.c_str(), m.files.size(), m.total_size / 1048576.0, seeds, relays,
+      args.into.c_str(), secs, moved / 1e6 / std::max(secs, 1e-9),
+      stats.bytes_from_peers / 1048576.0, static_cast<unsigned long long>(stats.chunks_resumed),
+      static_cast<unsigned long long>(stats.chunks_rejected),
+      static_cast<unsigned long long>(stats.chunks_holes));
+  if (!stats.sources_dropped.empty()) {
+    std::string names;
+    for (const auto& n : stats.sources_dropped) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "seedctl: dropped on the way (failed or sent bad chunks): %s\n",
+                 names.c_str());
+  }
+}
+
+}  // namespace
+
+int RunPull(const PullArgs& args) {
+  std::vector<seedd::HostPort> sources;
+  for (const auto& t : args.sources) {
+    auto hp = seedd::ParseHostPort(t);
+    if (!hp.ok()) return Fail("--source: " + hp.status().message());
+    sources.push_back(*hp);
+  }
+  auto token = ReadToken(args.token_file);
+  if (!token.ok()) return Fail(token.status().message());
+  if (args.into.empty()) return Fail("--into is empty: name the directory to pull into");
+
+  StopOnSignal stop;
+  const auto start = Clock::now();
+  const auto deadline =
+      start + std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  seedd::Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  for (int round = 1;; ++round) {
+    std::string why;
+    ManifestRound asked = AskManifest(sources, *token, args.model);
+    if (asked.manifest.has_value()) {
+      const seedd::Manifest& m = *asked.manifest;
+      seedd::FetchOptions options;
+      options.token = *token;
+      options.connections_per_source = args.connections;
+      options.verify_sha256 = args.verify == "sha256";
+      options.replace = args.replace;
+      options.cancel = stop.cancel();
+      seedd::FetchStats stats;
+      Progress progress(m.total_size);
+      if (tty) {
+        options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
+          progress.Show(done, stats.bytes_resumed, stats.used.size());
+        };
+      }
+      seedd::Status st = seedd::FetchModel(m, sources, args.into, options, &stats);
+      if (tty && !stats.up_to_date) std::fprintf(stderr, "\n");
+      if (st.ok()) {
+        PrintSummary(args, m, stats, std::chrono::duration<double>(Clock::now() - start).count());
+        return kExitOk;
+      }
+      if (st.code() == seedd::StatusCode::kCancelled) {
+        return Fail("stopped: " + st.message() + "; rerun the same command to resume",
+                    kExitInterrupted);
+      }
+      // Every source failed mid-pull: they may come back. Anything else is final.
+      if (st.code() != seedd::StatusCode::kUnavailable) return Fail(st.message(), kExitError);
+      why = st.message();
+    } else if (stop.stopped()) {
+      return Fail("stopped before the pull began", kExitInterrupted);
+    } else if (!asked.error.empty()) {
+      return Fail(asked.error, kExitError);
+    } else if (asked.all_missed) {
+      return Fail("no source serves model '" + args.model + "'", kExitMiss);
+    } else {
+      why = "no source answered (" + asked.why + ")";
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return Fail(why + "; gave up after --timeout (" + std::to_string(args.timeout_s) + " s)",
+                  asked.manifest.has_value() ? kExitError : kExitUsage);
+    }
+    const auto wait = std::min<Clock::duration>(backoff.Next(), deadline - now);
+    std::fprintf(stderr, "seedctl: %s; retrying in %.1f s (round %d, giving up in %.0f s)\n",
+                 why.c_str(), std::chrono::duration<double>(wait).count(), round + 1,
+                 std::chrono::duration<double>(deadline - now).count());
+    for (const auto until = now + wait; Clock::now() < until && !stop.stopped();) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (stop.stopped()) return Fail("stopped; rerun the same command to resume", kExitInterrupted);
+  }
+}
+
+}  // namespace seedctl

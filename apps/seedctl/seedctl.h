@@ -1,0 +1,70 @@
+// seedctl's subcommands and what they share: exit statuses, the connection
+// flags, and how a message reaches the user.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "seedd/seed_config.h"
+#include "seedd/status.h"
+#include "wire/json_text.h"
+
+namespace seedctl {
+
+// Exit statuses shared by the subcommands.
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;  // bad flags, or no response (transport failure)
+constexpr int kExitMiss = 3;
+constexpr int kExitError = 4;          // an error response, or a rejected payload
+constexpr int kExitInterrupted = 130;  // stopped by a signal, as shells report Ctrl-C
+
+// Prints "seedctl: MESSAGE" on stderr and returns `code`.
+int Fail(const std::string& message, int code = kExitUsage);
+
+// The flags every subcommand that talks to one daemon takes.
+struct Connection {
+  std::string source;
+  std::string token_file;
+  double timeout_s = 30;  // for the response to begin
+};
+
+// The token from --token-file or SEEDD_TOKEN; an error that names both when
+// neither is set.
+seedd::Result<std::string> ReadToken(const std::string& token_file);
+
+// Sends `request` (the token added) to `source` and returns its response, a JSON
+// object; the error names the source and why (connect, deadline, protocol).
+seedd::Result<seedd::Json> Exchange(const seedd::HostPort& source, const std::string& token,
+                                    seedd::Json request, std::chrono::milliseconds first_byte);
+
+// An artifact key's error with what is valid spelled out (the wire keeps the
+// reference's short text, e.g. "invalid config_hash").
+std::string ExplainKeyError(const std::string& message);
+
+int RunRequest(const Connection& c, const std::string& kind, const std::vector<std::string>& params,
+               const std::vector<std::string>& json_params);
+int RunFetch(const Connection& c, const std::string& ns, const std::string& hash,
+             const std::string& filename, const std::string& cache_dir);
+int RunList(const Connection& c, const std::string& prefix);
+
+struct PullArgs {
+  std::string token_file;
+  std::vector<std::string> sources;
+  std::string model;
+  std::string into;
+  int connections = 4;
+  std::string verify = "chunks";
+  double timeout_s = 1800;  // retrying sources that are down, then giving up
+  bool replace = false;
+};
+int RunPull(const PullArgs& args);
+
+int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib);
+int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
+             const std::string& file);
+int RunGc(const std::string& cache_dir, int keep_versions, bool dry_run);
+
+}  // namespace seedctl
