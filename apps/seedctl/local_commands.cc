@@ -70,6 +70,11 @@ int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib) 
 
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file) {
+  if (op == "put") {  // before the store is even opened
+    if (seedd::Status served = ValidateServedKey(key_text); !served.ok()) {
+      return Fail(served.message());
+    }
+  }
   auto store = seedd::OpenArtifactStore(url);
   if (!store.ok()) return Fail(store.status().message());
   if (op == "ls") {
@@ -114,9 +119,6 @@ int RunStore(const std::string& op, const std::string& url, const std::string& k
     return kExitOk;
   }
   if (op == "put") {
-    if (seedd::Status served = ValidateServedKey(key_text); !served.ok()) {
-      return Fail(served.message());
-    }
     std::string data;
     std::FILE* f = file.empty() || file == "-" ? stdin : std::fopen(file.c_str(), "rb");
     if (f == nullptr) return Fail("cannot read " + file);

@@ -226,7 +226,9 @@ int RunPull(const PullArgs& args) {
     }
     const auto now = Clock::now();
     if (now >= deadline) {
-      return Fail(why + "; gave up after --timeout (" + std::to_string(args.timeout_s) + " s)",
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", args.timeout_s);
+      return Fail(why + "; gave up after --timeout (" + secs + " s)",
                   asked.manifest.has_value() ? kExitError : kExitUsage);
     }
     const auto wait = std::min<Clock::duration>(backoff.Next(), deadline - now);

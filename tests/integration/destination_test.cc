@@ -100,7 +100,9 @@ TEST_F(DestinationTest, ADirectoryHoldingOtherFilesIsRefusedBeforeAnyByteMoves) 
   FetchStats stats;
   Status s = FetchModel(m, {source}, dest(), Options(), &stats);
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
-  EXPECT_NE(s.message().find("holds other files ('notes.txt')"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("holds files that are not this version ('notes.txt')"),
+            std::string::npos)
+      << s.message();
   EXPECT_NE(s.message().find("pass --replace"), std::string::npos);
   EXPECT_EQ(stats.bytes_received, 0u);
   EXPECT_EQ(Entries(dest()), 1u);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 
 #include "common/crypto.h"
@@ -26,14 +27,17 @@ constexpr const char* kInnerOld = ".seedd-old";
 
 bool Reserved(const fs::path& name) { return name.string().rfind(kReserved, 0) == 0; }
 
-// The entries of `dir` other than .seedd-*; the first few names in `sample`.
+// The entries of `dir` other than .seedd-*; the first few names, sorted, in `sample`.
 size_t CountEntries(const fs::path& dir, std::string* sample, std::error_code& ec) {
-  size_t n = 0;
+  std::vector<std::string> names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (Reserved(it->path().filename())) continue;
-    if (n++ < 3) *sample += (sample->empty() ? "'" : ", '") + it->path().filename().string() + "'";
+    if (!Reserved(it->path().filename())) names.push_back(it->path().filename().string());
   }
-  return n;
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i < names.size() && i < 3; ++i) {
+    *sample += (i == 0 ? "'" : ", '") + names[i] + "'";
+  }
+  return names.size();
 }
 
 // A mount point's name cannot be renamed: it lives on another device than its parent.
@@ -146,8 +150,8 @@ Result<DestinationPlan> PlanDestination(const fs::path& into_given, const Manife
     return plan;
   }
   if (!replace) {
-    return Status::AlreadyExists(plan.into.string() + " holds other files (" + sample +
-                                 (entries > 3 ? ", ..." : "") +
+    return Status::AlreadyExists(plan.into.string() + " holds files that are not this version (" +
+                                 sample + (entries > 3 ? ", ..." : "") +
                                  "); pass --replace to replace them with the model, or pull "
                                  "into a new or empty directory");
   }

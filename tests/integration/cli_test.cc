@@ -1,0 +1,232 @@
+// The first hour with seedctl, with the real binaries on loopback: pulls that
+// wait for sources, pull destinations people have (a volume's mount point, a
+// directory already up to date), ls, gc and housekeeping, and errors that say
+// what to do.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "support/process.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+
+namespace seedd {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using testing::Process;
+using testing::RunCommand;
+
+constexpr char kHash[] = "00112233445566778899aabbccddeeff";
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(token_file()) << testing::kToken << "\n";
+    fs::permissions(token_file(), fs::perms::owner_read | fs::perms::owner_write);
+    testing::WriteRandom(model() / "w.bin", 3 << 20, 1);
+    testing::WriteRandom(model() / "sub" / "config.json", 300, 2);
+  }
+  fs::path token_file() const { return dir_.path() / "token"; }
+  fs::path model() const { return dir_.path() / "model"; }
+
+  // A daemon on `listen`; returns once it is ready, its address in *addr.
+  std::unique_ptr<Process> Daemon(const std::string& listen, std::vector<std::string> extra,
+                                  std::string* addr, const fs::path& cache = {}) {
+    std::vector<std::string> argv = {
+        SEEDD_BIN,
+        "--listen",
+        listen,
+        "--token-file",
+        token_file(),
+        "--cache-dir",
+        cache.empty() ? (dir_.path() / "cache").string() : cache.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(argv);
+    auto line = p->ReadLine(seconds(30));
+    EXPECT_TRUE(line.has_value()) << p->Stderr();
+    const std::string prefix = "seedd: serving on ";
+    *addr = line.value_or("").substr(std::min(prefix.size(), line.value_or("").size()));
+    return p;
+  }
+  std::vector<std::string> Pull(const std::string& source, const fs::path& into,
+                                std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {
+        SEEDCTL_BIN, "pull",   "--source",    source,         "--model",
+        "m",         "--into", into.string(), "--token-file", token_file().string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {
+  uint16_t port = 0;
+  testing::ListenLoopback(&port);  // closed at once: a free port, nobody listening
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  Process pull(Pull(addr, dir_.path() / "dest"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::string bound;
+  auto origin = Daemon(addr, {"--model", "m=" + model().string()}, &bound);
+  EXPECT_EQ(pull.Wait(seconds(60)), 0) << pull.Stderr();
+  EXPECT_TRUE(Has(pull.Stderr(), "no source answered (" + addr + ": connect")) << pull.Stderr();
+  EXPECT_TRUE(Has(pull.Stderr(), "retrying in")) << pull.Stderr();
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+}
+
+TEST_F(CliTest, SeedctlPullGivesUpAtItsTimeoutSayingWhy) {
+  auto r = RunCommand(Pull("127.0.0.1:1", dir_.path() / "dest", {"--timeout", "1"}));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(Has(r.err, "no source answered (127.0.0.1:1: connect: Connection refused)")) << r.err;
+  EXPECT_TRUE(Has(r.err, "gave up after --timeout (1 s)")) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "dest"));
+}
+
+// A volume's mount point always exists and cannot be renamed: pulled into in
+// place, then up to date, then refused with other files, then replaced when asked.
+TEST_F(CliTest, APullIntoAMountPointFillsItThenIsUpToDateAndReplacesOnlyWhenAsked) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);
+  const fs::path mnt = dir_.path() / "mnt";
+  fs::create_directory(mnt);
+  auto q = [](const std::string& s) { return "'" + s + "'"; };
+  std::string pull;
+  for (const auto& a : Pull(addr, mnt)) pull += q(a) + " ";
+  const std::string script = "set -u; mount -t tmpfs none " + q(mnt.string()) + " || exit 99; " +
+                             pull + "; echo first=$?; " + pull + "; echo again=$?; echo x > " +
+                             q((mnt / "old.txt").string()) + "; " + pull + "; echo other=$?; " +
+                             pull + " --replace; echo replaced=$?; cmp " +
+                             q((model() / "w.bin").string()) + " " + q((mnt / "w.bin").string()) +
+                             " && echo same; ls -A " + q(mnt.string());
+  auto r = RunCommand({"/usr/bin/unshare", "-rm", "sh", "-c", script}, {}, seconds(120));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(Has(r.out, "pulled m (2 files, 3.0 MiB) from 1 source(s)")) << r.out;
+  EXPECT_TRUE(Has(r.out, "first=0")) << r.out;
+  EXPECT_TRUE(Has(r.out, "already holds m (root digest ")) << r.out;
+  EXPECT_TRUE(Has(r.out, "again=0")) << r.out;
+  EXPECT_TRUE(Has(
+      r.err, "holds files that are not this version ('old.txt', 'sub', 'w.bin'); pass --replace"))
+      << r.err;
+  EXPECT_TRUE(Has(r.out, "other=4")) << r.out;
+  EXPECT_TRUE(Has(r.out, "replaced=0")) << r.out;
+  EXPECT_TRUE(Has(r.out, "same\nsub\nw.bin\n")) << r.out;  // old.txt and staging gone
+}
+
+TEST_F(CliTest, TheSummaryCountsOnlySourcesThatDelivered) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);
+  auto r = RunCommand(Pull(addr, dir_.path() / "dest", {"--source", "127.0.0.1:1"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "from 1 source(s) and 0 relay(s)")) << r.out;
+}
+
+TEST_F(CliTest, SeedctlLsListsModelsAndArtifactKeys) {
+  const fs::path cache = dir_.path() / "cache";
+  testing::WriteRandom(cache / "triton" / kHash / "kernel.bin", 100, 1);
+  testing::WriteRandom(cache / "vllm" / kHash / "graph.bin", 100, 2);
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr, cache);
+  auto ls = RunCommand({SEEDCTL_BIN, "ls", "--source", addr, "--token-file", token_file()});
+  ASSERT_EQ(ls.status, 0) << ls.err;
+  EXPECT_TRUE(Has(ls.out, "MODEL")) << ls.out;
+  EXPECT_TRUE(Has(ls.out, "m ")) << ls.out;
+  EXPECT_TRUE(Has(ls.out, "3.0      2")) << ls.out;  // MiB and files
+  EXPECT_TRUE(Has(ls.out, std::string("triton/") + kHash + "/kernel.bin")) << ls.out;
+  EXPECT_TRUE(Has(ls.out, std::string("vllm/") + kHash + "/graph.bin")) << ls.out;
+  auto some = RunCommand(
+      {SEEDCTL_BIN, "ls", "--source", addr, "--token-file", token_file(), "--prefix", "triton/"});
+  ASSERT_EQ(some.status, 0) << some.err;
+  EXPECT_TRUE(Has(some.out, "kernel.bin"));
+  EXPECT_FALSE(Has(some.out, "graph.bin"));
+}
+
+// Three checkpoints pulled in turn: the daemon keeps --keep-versions (2) of them,
+// current included; seedctl gc keeps fewer when asked.
+TEST_F(CliTest, PullsKeepTheNewestVersionsAndGcRemovesMoreByHand) {
+  const fs::path cache = dir_.path() / "puller";
+  for (unsigned seed = 1; seed <= 3; ++seed) {
+    testing::WriteRandom(model() / "w.bin", 1 << 20, 10 + seed);
+    std::string origin_addr;
+    auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &origin_addr,
+                         dir_.path() / ("origin" + std::to_string(seed)));
+    std::string addr;
+    auto puller =
+        Daemon("127.0.0.1:0", {"--source", origin_addr, "--pull", "m", "--log-level", "info"},
+               &addr, cache);
+    puller->Signal(SIGTERM);
+    puller->Wait(seconds(10));
+    if (seed == 3) {
+      EXPECT_TRUE(Has(puller->Stderr(), "removed 1 old version(s)")) << puller->Stderr();
+    }
+  }
+  auto versions = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(cache / "weights" / "m")) {
+      n += e.is_directory() && !e.is_symlink() && e.path().filename().string()[0] != '.';
+    }
+    return n;
+  };
+  EXPECT_EQ(versions(), 2u);
+  const fs::path current = fs::read_symlink(cache / "weights" / "m" / "current");
+  auto dry = RunCommand(
+      {SEEDCTL_BIN, "gc", "--cache-dir", cache.string(), "--keep-versions", "1", "--dry-run"});
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  EXPECT_TRUE(Has(dry.out, "would remove 1 item(s)")) << dry.out;
+  EXPECT_EQ(versions(), 2u);
+  auto gc = RunCommand({SEEDCTL_BIN, "gc", "--cache-dir", cache.string(), "--keep-versions", "1"});
+  ASSERT_EQ(gc.status, 0) << gc.err;
+  EXPECT_EQ(versions(), 1u);
+  EXPECT_TRUE(fs::exists(cache / "weights" / "m" / current));
+}
+
+TEST_F(CliTest, StorePutRefusesAKeyNoDaemonWouldServe) {
+  const std::string store = "file://" + (dir_.path() / "store").string();
+  fs::create_directory(dir_.path() / "store");
+  auto r = RunCommand(
+      {SEEDCTL_BIN, "store", "put", "--store", store, "triton/xyz/a.bin", token_file().string()});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r.err,
+                  "no daemon would serve 'triton/xyz/a.bin': invalid config_hash "
+                  "(expected 16-128 lowercase hex digits"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "store" / "triton"));
+  auto ok = RunCommand({SEEDCTL_BIN, "store", "put", "--store", store,
+                        std::string("triton/") + kHash + "/a.bin", token_file().string()});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
+TEST_F(CliTest, APortThatAcceptsAndSaysNothingIsNamedAtTheTimeout) {
+  uint16_t port = 0;
+  UniqueFd silent = testing::ListenLoopback(&port);  // the kernel accepts; nobody answers
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunCommand({SEEDCTL_BIN, "request", "--source", "127.0.0.1:" + std::to_string(port),
+                       "--token-file", token_file(), "--kind", "artifact", "--timeout", "0.5"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r.err, "no response began in time")) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+}
+
+TEST_F(CliTest, AMisspelledFlagSuggestsTheRightOneAndGlobalFlagsComeAnywhere) {
+  auto r = RunCommand(
+      {SEEDCTL_BIN, "pull", "--source", "h:1", "--model", "m", "--into", "d", "--tokenfile", "t"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(Has(r.err, "(did you mean --token-file?)")) << r.err;
+  auto d = RunCommand({SEEDD_BIN, "--keep-version", "3"});
+  EXPECT_EQ(d.status, 2);
+  EXPECT_TRUE(Has(d.err, "(did you mean --keep-versions?)")) << d.err;
+  auto after = RunCommand({SEEDCTL_BIN, "manifest", model().string(), "--log-level", "error"});
+  EXPECT_EQ(after.status, 0) << after.err;
+  auto no_token = RunCommand({SEEDCTL_BIN, "ls", "--source", "127.0.0.1:1"}, {"SEEDD_TOKEN="});
+  EXPECT_EQ(no_token.status, 2);
+  EXPECT_TRUE(Has(no_token.err, "pass --token-file FILE")) << no_token.err;
+  EXPECT_TRUE(Has(no_token.err, "set SEEDD_TOKEN to the token itself")) << no_token.err;
+}
+
+}  // namespace
+}  // namespace seedd
