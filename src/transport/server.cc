@@ -443,6 +443,8 @@ void SeedServer::Rep::DoAccept() {
       });
       return;
     }
+    // A process this one starts (an autotune runner) must not hold peers' connections.
+    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
     size_t now_open;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -541,6 +543,9 @@ Result<HostPort> SeedServer::Start(const HostPort& listen) {
     return Status::Unavailable("cannot open a socket for " + listen.ToString() + ": " +
                                ec.message());
   }
+  // Not inherited by processes this one starts: a child that outlived the daemon
+  // would hold the port, and a restart could not bind it.
+  ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (endpoint.address().is_v6()) {
     acceptor.set_option(asio::ip::v6_only(true), ec);

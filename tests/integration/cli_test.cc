@@ -56,10 +56,11 @@ class CliTest : public ::testing::Test {
     return p;
   }
   std::vector<std::string> Pull(const std::string& source, const fs::path& into,
-                                std::vector<std::string> extra = {}) {
+                                std::vector<std::string> extra = {},
+                                const std::string& name = "m") {
     std::vector<std::string> argv = {
         SEEDCTL_BIN, "pull",   "--source",    source,         "--model",
-        "m",         "--into", into.string(), "--token-file", token_file().string()};
+        name,        "--into", into.string(), "--token-file", token_file().string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -76,6 +77,20 @@ TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {
   auto origin = Daemon(addr, {"--model", "m=" + model().string()}, &bound);
   EXPECT_EQ(pull.Wait(seconds(60)), 0) << pull.Stderr();
   EXPECT_TRUE(Has(pull.Stderr(), "no source answered (" + addr + ": connect")) << pull.Stderr();
+  EXPECT_TRUE(Has(pull.Stderr(), "retrying in")) << pull.Stderr();
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+}
+
+TEST_F(CliTest, SeedctlPullUsesAnOriginThatGoesAwayMidPullWhenItIsBack) {
+  auto stalled = std::make_unique<testing::StalledOrigin>(model());
+  const std::string addr = stalled->addr();
+  Process pull(Pull(addr, dir_.path() / "dest", {}, "tiny"));
+  ASSERT_TRUE(testing::WaitUntil([&] { return stalled->held() > 0; })) << pull.Stderr();
+  stalled.reset();  // gone mid-pull: its data connections end, then nothing listens
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  std::string bound;
+  auto back = Daemon(addr, {"--model", "tiny=" + model().string()}, &bound);
+  EXPECT_EQ(pull.Wait(seconds(60)), 0) << pull.Stderr() << "\ndaemon: " << back->Stderr();
   EXPECT_TRUE(Has(pull.Stderr(), "retrying in")) << pull.Stderr();
   EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
 }

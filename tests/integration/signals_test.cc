@@ -20,50 +20,6 @@ namespace {
 using std::chrono::seconds;
 using testing::Process;
 
-// An origin whose manifests are answered and whose data connections hang until
-// the test ends: a pull from it is in progress for as long as the test likes.
-class StalledOrigin {
- public:
-  explicit StalledOrigin(const std::filesystem::path& model) {
-    Result<IndexedModel> index = IndexModel("tiny", model, BuildOptions{});
-    EXPECT_OK(index);
-    auto server =
-        std::make_shared<WeightServer>(std::vector<ServedModel>{ServeIndexed(std::move(*index))});
-    SeedConfig config;
-    config.listen = HostPort{"127.0.0.1", 0};
-    config.token = testing::kToken;
-    TransportOptions options;
-    options.stream_handlers["weight_data"] = [this](int, const Json&) {
-      ++entered_;
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return released_; });
-    };
-    auto t = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, options);
-    EXPECT_OK(t);
-    addr_ = **(*t)->StartListener();
-    transport_ = std::move(*t);
-  }
-  ~StalledOrigin() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      released_ = true;
-    }
-    cv_.notify_all();
-    transport_->Close();
-  }
-  std::string addr() const { return addr_.ToString(); }
-  // Data connections held so far.
-  int held() const { return entered_; }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool released_ = false;  // GUARDED_BY(mu_)
-  std::atomic<int> entered_{0};
-  HostPort addr_;
-  std::unique_ptr<SeedTransport> transport_;
-};
-
 class SignalsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -89,7 +45,7 @@ class SignalsTest : public ::testing::Test {
 };
 
 TEST_F(SignalsTest, SigtermStopsADaemonWhilePulling) {
-  StalledOrigin origin(dir_.path() / "model");
+  testing::StalledOrigin origin(dir_.path() / "model");
   for (int sig : {SIGTERM, SIGINT}) {
     const int before = origin.held();
     Process seedd(Daemon({"--source", origin.addr(), "--pull", "tiny"}));
@@ -125,7 +81,7 @@ TEST_F(SignalsTest, SigtermStopsADaemonWhileItsAutotunePassRuns) {
 }
 
 TEST_F(SignalsTest, CtrlCStopsSeedctlPullAndSaysARerunResumes) {
-  StalledOrigin origin(dir_.path() / "model");
+  testing::StalledOrigin origin(dir_.path() / "model");
   Process pull({SEEDCTL_BIN, "pull", "--source", origin.addr(), "--token-file",
                 token_file().string(), "--model", "tiny", "--into",
                 (dir_.path() / "dest").string()});

@@ -1,4 +1,5 @@
 // SeedTransport over real loopback sockets: every behaviour of SPEC §2.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include "seedd/artifact_kind.h"
 #include "seedd/seed_transport.h"
 #include "support/test_util.h"
+#include "transport/client.h"
 #include "transport/handler.h"
 #include "wire/frame.h"
 
@@ -122,6 +124,29 @@ class TransportTest : public ::testing::Test {
   std::unique_ptr<SeedTransport> server_;
   HostPort addr_;
 };
+
+// The sockets of this process, and whether each is closed on exec.
+std::vector<bool> SocketsCloseOnExec() {
+  std::vector<bool> flags;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (ec || target.rfind("socket:", 0) != 0) continue;
+    const int fd = std::stoi(e.path().filename().string());
+    flags.push_back((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+  }
+  return flags;
+}
+
+// A process the daemon starts (an autotune runner) that outlived it would hold
+// its port and its peers' connections: no socket of the listener is inherited.
+TEST_F(TransportTest, TheListenerAndAcceptedSocketsAreNotInheritedByChildren) {
+  const size_t before = SocketsCloseOnExec().size();  // the listener's
+  Result<UniqueFd> held = ConnectTcp(addr_, std::chrono::seconds(5));
+  ASSERT_OK(held);
+  ASSERT_TRUE(WaitUntil([&] { return SocketsCloseOnExec().size() >= before + 2; }));
+  for (bool cloexec : SocketsCloseOnExec()) EXPECT_TRUE(cloexec);
+}
 
 TEST_F(TransportTest, ServesOkWithThePayload) {
   auto response = Client(addr_)->Request(ArtifactRequest());

@@ -164,4 +164,35 @@ FetchOptions WeightsFixture::Options() {
   return o;
 }
 
+StalledOrigin::StalledOrigin(const std::filesystem::path& model) {
+  Result<IndexedModel> index = IndexModel("tiny", model, BuildOptions{});
+  EXPECT_OK(index);
+  auto server =
+      std::make_shared<WeightServer>(std::vector<ServedModel>{ServeIndexed(std::move(*index))});
+  SeedConfig config;
+  config.listen = HostPort{"127.0.0.1", 0};
+  config.token = kToken;
+  TransportOptions options;
+  options.stream_handlers["weight_data"] = [this](int, const Json&) {
+    ++entered_;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return released_; });
+  };
+  auto t = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, options);
+  EXPECT_OK(t);
+  addr_ = **(*t)->StartListener();
+  transport_ = std::move(*t);
+}
+
+StalledOrigin::~StalledOrigin() { Close(); }
+
+void StalledOrigin::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+  }
+  cv_.notify_all();
+  transport_->Close();
+}
+
 }  // namespace seedd::testing

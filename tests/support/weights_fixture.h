@@ -5,14 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "kinds/weights/data_plane.h"
 #include "seedd/daemon.h"
+#include "seedd/seed_transport.h"
 #include "support/test_util.h"
 
 namespace seedd::testing {
@@ -44,6 +48,29 @@ struct Record {
 Record Ask(int fd, const char* magic, uint32_t index);
 // Opens an authenticated data connection for `root_digest`; the JSON answer in *answer.
 UniqueFd OpenData(const HostPort& server, const std::string& root_digest, Json* answer);
+
+// An origin whose manifests are answered and whose data connections hang until
+// it goes (Close or the destructor): a pull from it is in progress for as long
+// as the test likes. It serves `model` as "tiny" with the default chunk size.
+class StalledOrigin {
+ public:
+  explicit StalledOrigin(const std::filesystem::path& model);
+  ~StalledOrigin();
+  std::string addr() const { return addr_.ToString(); }
+  const HostPort& host_port() const { return addr_; }
+  // Data connections held so far.
+  int held() const { return entered_; }
+  // Releases the held connections and stops listening.
+  void Close();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;  // GUARDED_BY(mu_)
+  std::atomic<int> entered_{0};
+  HostPort addr_;
+  std::unique_ptr<SeedTransport> transport_;
+};
 
 class WeightsFixture : public ::testing::Test {
  protected:
