@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
                  "from the first; --pull fetches from all of them")
       ->take_all();
   app.add_option("--token-file", token_file,
-                 "file holding the shared token (default: the SEEDD_TOKEN environment variable)");
+                 "path of a file holding the shared token (default: the SEEDD_TOKEN environment "
+                 "variable, which holds the token itself, not a path)");
   app.add_option("--cache-dir", cache_dir,
                  "local artifact store (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
   app.add_option("--store", stores,
