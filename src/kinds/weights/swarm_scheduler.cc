@@ -1,0 +1,231 @@
+#include "kinds/weights/swarm_scheduler.h"
+
+#include <algorithm>
+
+namespace seedd {
+
+SwarmScheduler::SwarmScheduler(size_t chunks, SchedulerOptions options)
+    : options_(options),
+      rng_(options.random_seed != 0 ? options.random_seed : std::random_device{}()),
+      state_(chunks, kMissing),
+      relays_having_(chunks, 0),
+      copies_(chunks, 0),
+      seed_not_before_(chunks),
+      buckets_(options.max_neighbours + 1),
+      position_(chunks, 0) {
+  buckets_[0].reserve(chunks);
+  for (uint32_t c = 0; c < chunks; ++c) Insert(c);
+}
+
+void SwarmScheduler::Insert(uint32_t chunk) {
+  auto& bucket = buckets_[relays_having_[chunk]];
+  position_[chunk] = static_cast<uint32_t>(bucket.size());
+  bucket.push_back(chunk);
+  ++unrequested_;
+}
+
+void SwarmScheduler::Erase(uint32_t chunk) {
+  auto& bucket = buckets_[relays_having_[chunk]];
+  const uint32_t last = bucket.back();
+  bucket[position_[chunk]] = last;
+  position_[last] = position_[chunk];
+  bucket.pop_back();
+  --unrequested_;
+}
+
+void SwarmScheduler::Recount(uint32_t chunk, int delta) {
+  const bool bucketed = state_[chunk] == kMissing;
+  if (bucketed) Erase(chunk);
+  relays_having_[chunk] = static_cast<uint16_t>(relays_having_[chunk] + delta);
+  if (bucketed) Insert(chunk);
+}
+
+void SwarmScheduler::AlreadyHave(uint32_t chunk) {
+  if (state_[chunk] != kMissing) return;
+  Erase(chunk);
+  state_[chunk] = kDone;
+  ++done_;
+}
+
+bool SwarmScheduler::AddNeighbour(PeerId peer, bool seed) {
+  if (neighbours_.size() >= options_.max_neighbours || neighbours_.count(peer) != 0) return false;
+  Neighbour& n = neighbours_[peer];
+  n.seed = seed;
+  n.have.assign(state_.size(), seed);
+  return true;
+}
+
+void SwarmScheduler::RemoveNeighbour(PeerId peer) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return;
+  Neighbour& n = it->second;
+  for (uint32_t c : std::vector<uint32_t>(n.requested.begin(), n.requested.end())) Release(n, c);
+  if (!n.seed) {
+    for (uint32_t c : n.owned) Recount(c, -1);
+  }
+  neighbours_.erase(it);
+}
+
+void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || chunk >= state_.size() || it->second.have[chunk]) return;
+  Neighbour& n = it->second;
+  n.have[chunk] = true;
+  n.owned.push_back(chunk);
+  Recount(chunk, +1);
+}
+
+void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || it->second.seed || have.size() != state_.size()) return;
+  Neighbour& n = it->second;
+  for (uint32_t c = 0; c < have.size(); ++c) {
+    if (have[c] == n.have[c]) continue;
+    n.have[c] = have[c];
+    Recount(c, have[c] ? +1 : -1);
+  }
+  n.owned.clear();
+  for (uint32_t c = 0; c < have.size(); ++c) {
+    if (have[c]) n.owned.push_back(c);
+  }
+}
+
+uint32_t SwarmScheduler::Take(Neighbour& n, uint32_t chunk) {
+  if (state_[chunk] == kMissing) {
+    Erase(chunk);
+    state_[chunk] = kInFlight;
+    in_flight_.insert(chunk);
+  }
+  ++copies_[chunk];
+  n.requested.insert(chunk);
+  return chunk;
+}
+
+void SwarmScheduler::Release(Neighbour& n, uint32_t chunk) {
+  if (n.requested.erase(chunk) == 0) return;
+  if (copies_[chunk] > 0) --copies_[chunk];
+  if (state_[chunk] == kInFlight && copies_[chunk] == 0) {
+    state_[chunk] = kMissing;
+    in_flight_.erase(chunk);
+    Insert(chunk);
+  }
+}
+
+std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerClock::time_point now) {
+  if (n.seed) {
+    // Only what no relay neighbour has, and not what this seed deferred.
+    const auto& bucket = buckets_[0];
+    if (bucket.empty()) return std::nullopt;
+    const size_t start = rng_() % bucket.size();
+    for (size_t k = 0; k < bucket.size(); ++k) {
+      const uint32_t c = bucket[(start + k) % bucket.size()];
+      if (seed_not_before_[c] <= now) return c;
+    }
+    return std::nullopt;
+  }
+  if (n.owned.size() < unrequested_) {
+    // Fewer chunks owned than waiting: the rarest of those it owns, a random one
+    // of the rarest.
+    std::optional<uint32_t> best;
+    uint16_t best_count = 0;
+    size_t ties = 0;
+    for (uint32_t c : n.owned) {
+      if (state_[c] != kMissing) continue;
+      if (!best.has_value() || relays_having_[c] < best_count) {
+        best = c;
+        best_count = relays_having_[c];
+        ties = 1;
+      } else if (relays_having_[c] == best_count && rng_() % ++ties == 0) {
+        best = c;
+      }
+    }
+    return best;
+  }
+  for (size_t b = 1; b < buckets_.size(); ++b) {
+    const auto& bucket = buckets_[b];
+    if (bucket.empty()) continue;
+    const size_t start = rng_() % bucket.size();
+    for (size_t k = 0; k < bucket.size(); ++k) {
+      const uint32_t c = bucket[(start + k) % bucket.size()];
+      if (n.have[c]) return c;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> SwarmScheduler::EndgameCopy(const Neighbour& n) {
+  for (uint32_t c : in_flight_) {
+    if (copies_[c] < kEndgameCopies && n.have[c] && n.requested.count(c) == 0) return c;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_point now) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return std::nullopt;
+  Neighbour& n = it->second;
+  if (static_cast<int>(n.requested.size()) >= options_.pipeline) return std::nullopt;
+  std::optional<uint32_t> c = Rarest(n, now);
+  if (!c.has_value() && unrequested_ == 0) c = EndgameCopy(n);
+  if (!c.has_value()) return std::nullopt;
+  return Take(n, *c);
+}
+
+std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
+  std::vector<Cancel> cancels;
+  if (chunk >= state_.size() || state_[chunk] == kDone) {
+    if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
+      it->second.requested.erase(chunk);
+    }
+    return cancels;
+  }
+  if (state_[chunk] == kMissing) Erase(chunk);
+  state_[chunk] = kDone;
+  in_flight_.erase(chunk);
+  copies_[chunk] = 0;
+  ++done_;
+  for (auto& [id, n] : neighbours_) {
+    if (n.requested.erase(chunk) != 0 && id != peer) cancels.push_back({id, chunk});
+  }
+  return cancels;
+}
+
+bool SwarmScheduler::Failed(PeerId peer, uint32_t chunk) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return false;
+  Neighbour& n = it->second;
+  Release(n, chunk);
+  ++n.failures;
+  if (n.seed && n.failures < options_.max_seed_failures) return false;
+  RemoveNeighbour(peer);
+  return true;
+}
+
+void SwarmScheduler::Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until) {
+  auto it = neighbours_.find(seed);
+  if (it == neighbours_.end() || chunk >= state_.size()) return;
+  seed_not_before_[chunk] = std::max(seed_not_before_[chunk], until);
+  Release(it->second, chunk);
+}
+
+size_t SwarmScheduler::NeighboursWanted() const {
+  return options_.max_neighbours - std::min(options_.max_neighbours, neighbours_.size());
+}
+
+bool SwarmScheduler::Stuck() const {
+  if (Complete() || !in_flight_.empty()) return false;
+  for (const auto& [id, n] : neighbours_) {
+    if (n.seed) return false;
+  }
+  for (size_t b = 1; b < buckets_.size(); ++b) {
+    if (!buckets_[b].empty()) return false;
+  }
+  return true;
+}
+
+int SwarmScheduler::InFlight(PeerId peer) const {
+  auto it = neighbours_.find(peer);
+  return it == neighbours_.end() ? 0 : static_cast<int>(it->second.requested.size());
+}
+
+}  // namespace seedd

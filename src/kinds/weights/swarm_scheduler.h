@@ -1,0 +1,131 @@
+// The chunk policy of one fetcher in a swarm, as a sans-I/O core: no sockets, no
+// threads, no clock of its own. A driver (the data-plane fetcher, or the
+// simulator in bench/) reports what happens: a neighbour joined or left, says it
+// has chunks, a chunk arrived, failed or was deferred by a seed. It asks which
+// chunk to request next from a neighbour with a free slot. Time comes in as
+// arguments, so tests drive it event by event with a fake clock.
+//
+// Policy:
+//  - rarest first: among the chunks this host lacks and has not asked for, the
+//    one the fewest relay neighbours have; ties broken at random, so fetchers
+//    that start together ask for different chunks;
+//  - a seed (the origin) is asked only for chunks no relay neighbour has, and
+//    not before the time it deferred a chunk to (it sent that chunk to another
+//    fetcher already): each chunk leaves the seed about once, then the seed
+//    serves what nobody else has;
+//  - endgame: once every missing chunk is in flight, a neighbour with a free slot
+//    is asked for an in-flight chunk it has (at most kEndgameCopies requests per
+//    chunk); the first copy to arrive cancels the others;
+//  - a relay that fails is dropped at once, a seed after max_seed_failures
+//    (anyone with the token can announce a relay; the seed was given by the user).
+//
+// Cost: O(chunks) bits per neighbour; a call is O(1) typically (chunks are kept
+// in buckets by how many relay neighbours have them), O(chunks) at worst.
+//
+// Thread safety: none; the driver serialises calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace seedd {
+
+using PeerId = uint32_t;
+using SchedulerClock = std::chrono::steady_clock;
+
+inline constexpr int kEndgameCopies = 2;
+
+struct SchedulerOptions {
+  size_t max_neighbours = 12;  // seeds included
+  int pipeline = 4;            // requests in flight per neighbour
+  int max_seed_failures = 3;
+  uint64_t random_seed = 0;  // 0: from std::random_device
+};
+
+// A request that a copy arriving elsewhere made useless: the driver cancels it.
+struct Cancel {
+  PeerId peer;
+  uint32_t chunk;
+};
+
+class SwarmScheduler {
+ public:
+  SwarmScheduler(size_t chunks, SchedulerOptions options);
+
+  // A chunk verified before (a resumed pull): never requested.
+  void AlreadyHave(uint32_t chunk);
+
+  // False when the neighbour set is full or `peer` is known. A seed has every chunk.
+  bool AddNeighbour(PeerId peer, bool seed);
+  // Its requests go back to the missing chunks.
+  void RemoveNeighbour(PeerId peer);
+  void NeighbourHas(PeerId peer, uint32_t chunk);
+  // Its whole state (true: has the chunk).
+  void NeighbourState(PeerId peer, const std::vector<bool>& have);
+
+  // The chunk to request from `peer` now, marked in flight; nullopt when its slots
+  // are full or it has nothing this host should ask it for.
+  std::optional<uint32_t> Next(PeerId peer, SchedulerClock::time_point now);
+  // `chunk` arrived from `peer` and was verified. Returns the other requests of it
+  // to cancel (endgame copies).
+  std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk);
+  // The request failed (an error, a bad digest, a deadline). True when `peer` is
+  // dropped for it (then removed).
+  bool Failed(PeerId peer, uint32_t chunk);
+  // A seed answered that it sent `chunk` to another fetcher: ask relays for it,
+  // and this seed not before `until`.
+  void Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until);
+
+  bool Complete() const { return done_ == state_.size(); }
+  size_t missing() const { return state_.size() - done_; }
+  bool Has(uint32_t chunk) const { return state_[chunk] == kDone; }
+  size_t neighbours() const { return neighbours_.size(); }
+  // How many more neighbours the driver may add.
+  size_t NeighboursWanted() const;
+  // True when no neighbour has a chunk this host misses and nothing is in flight:
+  // only new neighbours can help.
+  bool Stuck() const;
+  // Requests in flight to `peer`.
+  int InFlight(PeerId peer) const;
+
+ private:
+  enum State : uint8_t { kMissing, kInFlight, kDone };
+  struct Neighbour {
+    bool seed = false;
+    std::vector<bool> have;
+    std::vector<uint32_t> owned;  // the chunks it has (a relay), in announcement order
+    std::set<uint32_t> requested;
+    int failures = 0;
+  };
+
+  // Bucket bookkeeping of the chunks that are missing and not requested.
+  void Insert(uint32_t chunk);
+  void Erase(uint32_t chunk);
+  void Recount(uint32_t chunk, int delta);
+  // Marks `chunk` requested from `n`.
+  uint32_t Take(Neighbour& n, uint32_t chunk);
+  // `peer`'s request of `chunk` is over (arrived elsewhere, failed, deferred).
+  void Release(Neighbour& n, uint32_t chunk);
+  std::optional<uint32_t> Rarest(const Neighbour& n, SchedulerClock::time_point now);
+  std::optional<uint32_t> EndgameCopy(const Neighbour& n);
+
+  const SchedulerOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<State> state_;
+  std::vector<uint16_t> relays_having_;  // per chunk: relay neighbours that have it
+  std::vector<uint8_t> copies_;          // per chunk: requests in flight
+  std::vector<SchedulerClock::time_point> seed_not_before_;
+  std::vector<std::vector<uint32_t>> buckets_;  // by relays_having_: missing, not requested
+  std::vector<uint32_t> position_;              // of a chunk in its bucket
+  std::set<uint32_t> in_flight_;
+  std::map<PeerId, Neighbour> neighbours_;
+  size_t done_ = 0;
+  size_t unrequested_ = 0;  // chunks in the buckets
+};
+
+}  // namespace seedd

@@ -1,0 +1,233 @@
+// The swarm scheduler, event by event with a fake clock, and a small swarm of
+// them driven in rounds: rarest first, seeds asked only for what no relay has,
+// endgame copies, failures, deferrals, bounded neighbours.
+#include "kinds/weights/swarm_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <set>
+
+namespace seedd {
+namespace {
+
+using std::chrono::seconds;
+
+SchedulerOptions Options(uint64_t random_seed = 1) {
+  SchedulerOptions o;
+  o.random_seed = random_seed;
+  return o;
+}
+
+const SchedulerClock::time_point kT0{};
+
+TEST(SwarmScheduler, ARelayIsAskedForTheRarestChunkItHas) {
+  SwarmScheduler s(4, Options());
+  ASSERT_TRUE(s.AddNeighbour(1, false));
+  ASSERT_TRUE(s.AddNeighbour(2, false));
+  ASSERT_TRUE(s.AddNeighbour(3, false));
+  // Chunk 0 is on three relays, chunk 1 on two, chunk 2 on one (relay 1).
+  s.NeighbourState(1, {true, true, true, false});
+  s.NeighbourState(2, {true, true, false, false});
+  s.NeighbourState(3, {true, false, false, false});
+  EXPECT_EQ(s.Next(1, kT0), 2u);
+  EXPECT_EQ(s.Next(2, kT0), 1u);
+  EXPECT_EQ(s.Next(3, kT0), 0u);
+  EXPECT_EQ(s.Next(3, kT0), std::nullopt);  // chunk 3: nobody has it
+}
+
+TEST(SwarmScheduler, TiesAreBrokenAtRandomSoFetchersStartApart) {
+  std::set<uint32_t> first;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SwarmScheduler s(64, Options(seed));
+    s.AddNeighbour(1, true);
+    first.insert(*s.Next(1, kT0));
+  }
+  EXPECT_GE(first.size(), 10u);
+}
+
+TEST(SwarmScheduler, ASeedIsAskedOnlyForWhatNoRelayHas) {
+  SwarmScheduler s(3, Options());
+  s.AddNeighbour(0, true);
+  s.AddNeighbour(1, false);
+  s.NeighbourHas(1, 0);
+  s.NeighbourHas(1, 1);
+  std::set<uint32_t> from_seed;
+  while (auto c = s.Next(0, kT0)) from_seed.insert(*c);
+  EXPECT_EQ(from_seed, std::set<uint32_t>{2});
+  EXPECT_EQ(s.Next(1, kT0).has_value(), true);
+}
+
+TEST(SwarmScheduler, ANeighbourHasAtMostPipelineRequestsInFlight) {
+  SchedulerOptions o = Options();
+  o.pipeline = 3;
+  SwarmScheduler s(10, o);
+  s.AddNeighbour(0, true);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(s.Next(0, kT0).has_value());
+  EXPECT_EQ(s.Next(0, kT0), std::nullopt);
+  EXPECT_EQ(s.InFlight(0), 3);
+}
+
+TEST(SwarmScheduler, EndgameAsksASecondNeighbourAndTheFirstCopyCancelsTheOther) {
+  SwarmScheduler s(2, Options());
+  s.AddNeighbour(1, false);
+  s.AddNeighbour(2, false);
+  s.NeighbourState(1, {true, true});
+  s.NeighbourState(2, {true, true});
+  const uint32_t a = *s.Next(1, kT0);
+  const uint32_t b = *s.Next(1, kT0);  // every missing chunk is in flight on relay 1
+  ASSERT_NE(a, b);
+  const auto copy = s.Next(2, kT0);  // endgame: a copy of one of them
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_TRUE(*copy == a || *copy == b);
+  std::vector<Cancel> cancels = s.Arrived(2, *copy);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].peer, 1u);
+  EXPECT_EQ(cancels[0].chunk, *copy);
+  EXPECT_EQ(s.InFlight(1), 1);
+  EXPECT_TRUE(s.Arrived(1, *copy).empty());  // the late copy changes nothing
+  EXPECT_EQ(s.missing(), 1u);
+}
+
+TEST(SwarmScheduler, AFailedRelayIsDroppedAndItsChunksAreAskedElsewhere) {
+  SwarmScheduler s(2, Options());
+  s.AddNeighbour(0, true);
+  s.AddNeighbour(1, false);
+  s.NeighbourState(1, {true, true});
+  const uint32_t c = *s.Next(1, kT0);
+  s.Next(1, kT0);
+  EXPECT_TRUE(s.Failed(1, c));
+  EXPECT_EQ(s.neighbours(), 1u);
+  EXPECT_EQ(s.NeighboursWanted(), Options().max_neighbours - 1);
+  // Nobody else has them: the seed is asked for both now.
+  std::set<uint32_t> from_seed;
+  while (auto next = s.Next(0, kT0)) from_seed.insert(*next);
+  EXPECT_EQ(from_seed.size(), 2u);
+}
+
+TEST(SwarmScheduler, ASeedIsDroppedOnlyAfterItsFailuresAddUp) {
+  SwarmScheduler s(1, Options());
+  s.AddNeighbour(0, true);
+  for (int i = 1; i < Options().max_seed_failures; ++i) {
+    EXPECT_FALSE(s.Failed(0, *s.Next(0, kT0)));
+  }
+  EXPECT_TRUE(s.Failed(0, *s.Next(0, kT0)));
+  EXPECT_EQ(s.neighbours(), 0u);
+  EXPECT_TRUE(s.Stuck());
+}
+
+TEST(SwarmScheduler, ADeferredChunkIsNotAskedOfTheSeedBeforeItsTime) {
+  SwarmScheduler s(1, Options());
+  s.AddNeighbour(0, true);
+  s.Deferred(0, *s.Next(0, kT0), kT0 + seconds(5));
+  EXPECT_EQ(s.Next(0, kT0 + seconds(4)), std::nullopt);
+  EXPECT_EQ(s.Next(0, kT0 + seconds(5)), 0u);
+}
+
+TEST(SwarmScheduler, ADepartedRelaysChunksAreNoLongerCounted) {
+  SwarmScheduler s(2, Options());
+  s.AddNeighbour(0, true);
+  s.AddNeighbour(1, false);
+  s.NeighbourState(1, {true, true});
+  EXPECT_EQ(s.Next(0, kT0), std::nullopt);  // a relay has both
+  s.RemoveNeighbour(1);
+  EXPECT_TRUE(s.Next(0, kT0).has_value());
+}
+
+TEST(SwarmScheduler, NeighboursAreBoundedAndResumedChunksNeverAsked) {
+  SchedulerOptions o = Options();
+  o.max_neighbours = 2;
+  SwarmScheduler s(3, o);
+  s.AlreadyHave(0);
+  s.AlreadyHave(2);
+  EXPECT_TRUE(s.AddNeighbour(1, true));
+  EXPECT_FALSE(s.AddNeighbour(1, false));  // known
+  EXPECT_TRUE(s.AddNeighbour(2, false));
+  EXPECT_FALSE(s.AddNeighbour(3, false));  // full
+  EXPECT_EQ(s.NeighboursWanted(), 0u);
+  EXPECT_EQ(s.Next(1, kT0), 1u);
+  EXPECT_EQ(s.Next(1, kT0), std::nullopt);
+  s.Arrived(1, 1);
+  EXPECT_TRUE(s.Complete());
+}
+
+// A swarm in rounds: one seed and 40 fetchers, each with the seed and 6 random
+// relays as neighbours; every host uploads one chunk a round; the seed defers a
+// chunk it sent already. Every fetcher completes, the seed sends about one copy.
+TEST(SwarmScheduler, ASwarmOfSchedulersCompletesWithTheSeedSendingAboutOneCopy) {
+  constexpr uint32_t kChunks = 64;
+  constexpr PeerId kSeed = 0;
+  constexpr int kHosts = 40;
+  std::mt19937_64 rng(7);
+  std::vector<std::unique_ptr<SwarmScheduler>> hosts(kHosts + 1);
+  std::map<PeerId, std::vector<PeerId>> watchers;  // who hears what a host gets
+  for (PeerId h = 1; h <= kHosts; ++h) {
+    SchedulerOptions o = Options(h);
+    o.max_neighbours = 7;
+    hosts[h] = std::make_unique<SwarmScheduler>(kChunks, o);
+    hosts[h]->AddNeighbour(kSeed, true);
+    while (hosts[h]->NeighboursWanted() > 0) {
+      const PeerId p = 1 + static_cast<PeerId>(rng() % kHosts);
+      if (p != h && hosts[h]->AddNeighbour(p, false)) watchers[p].push_back(h);
+    }
+  }
+  struct Request {
+    PeerId from;
+    uint32_t chunk;
+  };
+  std::vector<std::deque<Request>> queues(kHosts + 1);
+  std::set<uint32_t> seed_sent;
+  uint64_t seed_uploads = 0;
+  int rounds = 0;
+  auto done = [&] {
+    for (PeerId h = 1; h <= kHosts; ++h) {
+      if (!hosts[h]->Complete()) return false;
+    }
+    return true;
+  };
+  for (; !done() && rounds < 10 * static_cast<int>(kChunks); ++rounds) {
+    const auto now = kT0 + seconds(rounds);
+    for (PeerId h = 1; h <= kHosts; ++h) {
+      for (PeerId p = 0; p <= kHosts; ++p) {
+        while (auto c = hosts[h]->Next(p, now)) queues[p].push_back({h, *c});
+      }
+    }
+    std::vector<std::pair<PeerId, Request>> delivered;  // (uploader, request)
+    for (PeerId p = 0; p <= kHosts; ++p) {
+      while (!queues[p].empty()) {
+        Request r = queues[p].front();
+        queues[p].pop_front();
+        if (p == kSeed && seed_sent.count(r.chunk) != 0 && rounds % 20 != 0) {
+          hosts[r.from]->Deferred(kSeed, r.chunk, now + seconds(20));
+          continue;
+        }
+        delivered.push_back({p, r});
+        break;  // one upload a round
+      }
+    }
+    for (const auto& [p, r] : delivered) {
+      if (p == kSeed) {
+        ++seed_uploads;
+        seed_sent.insert(r.chunk);
+      }
+      if (hosts[r.from]->Has(r.chunk)) continue;
+      for (const Cancel& c : hosts[r.from]->Arrived(p, r.chunk)) {
+        auto& q = queues[c.peer];
+        q.erase(std::remove_if(
+                    q.begin(), q.end(),
+                    [&](const Request& x) { return x.from == r.from && x.chunk == c.chunk; }),
+                q.end());
+      }
+      for (PeerId w : watchers[r.from]) hosts[w]->NeighbourHas(r.from, r.chunk);
+    }
+  }
+  EXPECT_TRUE(done()) << "after " << rounds << " rounds";
+  EXPECT_LE(seed_uploads, kChunks * 3 / 2) << "the seed sent " << seed_uploads << " chunks";
+  EXPECT_LE(rounds, 3 * static_cast<int>(kChunks));
+  std::printf("swarm of %d: %d rounds for %u chunks, the seed sent %llu chunks\n", kHosts, rounds,
+              kChunks, static_cast<unsigned long long>(seed_uploads));
+}
+
+}  // namespace
+}  // namespace seedd
