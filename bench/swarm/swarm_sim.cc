@@ -1,0 +1,427 @@
+// swarm_sim: a discrete-event simulation of a fleet pulling one model at once,
+// every fetcher running the real SwarmScheduler (src/kinds/weights/swarm_scheduler.h).
+//
+// Model: one origin (a seed) and N fetchers. Each host has an uplink and a
+// downlink (bits per second) and a one-way latency with jitter. A host sends one
+// chunk at a time and receives one at a time per uplink's worth of downlink (a
+// symmetric host: one), each transfer at min(the sender's uplink, the
+// receiver's downlink per slot): the aggregate throughput of TCP flows sharing
+// the links, with no model of their slow start. A sender takes the first
+// request in its queue whose receiver has a free slot. Neighbours are
+// handed out by the origin (a tracker): a random set of relays up to
+// --degree, symmetric, replaced when one fails. A host tells its neighbours
+// each chunk it verifies (a HAVE message); it asks a neighbour for chunks as
+// its scheduler decides, --pipeline at a time. The origin defers a chunk it sent
+// within the last --claim-chunks chunk times ("ask the relays"), as the real
+// data plane's claims do. Failed hosts vanish; their neighbours notice after
+// --detect-ms and get a replacement.
+//
+// Output, last line:
+//   swarm_sim: hosts=N p50=X p99=Y max=Z bound=B origin=O
+// X, Y, Z: completion times (from each host's start) divided by the bound, B
+// seconds (model size / link rate); O: the origin's bytes sent / model size.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <random>
+#include <vector>
+
+#include "kinds/weights/swarm_scheduler.h"
+
+namespace {
+
+using seedd::Cancel;
+using seedd::PeerId;
+using seedd::SchedulerOptions;
+using seedd::SwarmScheduler;
+
+struct Flags {
+  int hosts = 100;
+  double model_gib = 1;
+  double chunk_mib = 8;
+  double link_gbit = 10;
+  int degree = 12;
+  int origin_degree = 16;  // fetchers the origin serves directly; the others get all from relays
+  int pipeline = 4;
+  double latency_ms = 0.5;
+  double jitter = 0.2;
+  double origin_link_factor = 1;  // the origin's link relative to a host's
+  double fail_fraction = 0;       // of hosts, failing at a random time within the bound
+  double late_fraction = 0;       // of hosts, joining at a random time within the bound
+  double slow_fraction = 0;       // of hosts, whose links are --slow-factor times slower
+  double slow_factor = 4;
+  double claim_chunks = 8;  // the origin's claim on a chunk it sent, in its chunk times
+  double detect_ms = 1000;
+  uint64_t seed = 1;
+};
+
+enum class Ev : uint8_t {
+  kJoin,
+  kRequest,
+  kUploadDone,
+  kArrive,
+  kDeferred,
+  kWake,
+  kRetry,
+  kHave,
+  kFail,
+  kGone
+};
+
+struct Event {
+  double t;
+  uint64_t seq;
+  Ev type;
+  PeerId a, b;  // meaning by type
+  uint32_t chunk;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct Host {
+  std::unique_ptr<SwarmScheduler> sched;
+  std::vector<PeerId> neighbours;  // relays (the origin is neighbour 0 of every fetcher)
+  std::deque<std::pair<PeerId, uint32_t>> queue;  // requests to serve: (requester, chunk)
+  bool busy = false;
+  int incoming = 0, slots = 1;  // chunks being received, and at most
+  double up = 0, down = 0;      // bytes per second
+  double join = 0, done = -1;
+  bool joined = false, failed = false, late = false;
+};
+
+class Sim {
+ public:
+  explicit Sim(const Flags& f) : f_(f), rng_(f.seed) {
+    chunk_bytes_ = f.chunk_mib * 1048576.0;
+    chunks_ = static_cast<uint32_t>(std::ceil(f.model_gib * 1024 / f.chunk_mib));
+    const double link = f.link_gbit * 1e9 / 8;
+    bound_ = chunks_ * chunk_bytes_ / link;
+    hosts_.resize(static_cast<size_t>(f.hosts) + 1);
+    hosts_[0].up = hosts_[0].down = link * f.origin_link_factor;
+    hosts_[0].joined = true;
+    std::uniform_real_distribution<double> within(0, bound_);
+    for (PeerId h = 1; h <= static_cast<PeerId>(f.hosts); ++h) {
+      Host& host = hosts_[h];
+      const bool slow = Chance(f.slow_fraction);
+      host.up = host.down = slow ? link / f.slow_factor : link;
+      host.slots = std::max(1, static_cast<int>(std::lround(host.down / link)));
+      host.late = Chance(f.late_fraction);
+      host.join = host.late ? within(rng_) : 0;
+      Push(host.join, Ev::kJoin, h, 0, 0);
+      if (Chance(f.fail_fraction)) Push(host.join + within(rng_), Ev::kFail, h, 0, 0);
+    }
+  }
+
+  void Run() {
+    while (!events_.empty()) {
+      Event e = events_.top();
+      events_.pop();
+      now_ = e.t;
+      Handle(e);
+    }
+  }
+
+  void Report() const {
+    std::vector<double> all, late;
+    size_t unfinished = 0, failed = 0;
+    for (PeerId h = 1; h < hosts_.size(); ++h) {
+      const Host& host = hosts_[h];
+      if (host.failed) {
+        ++failed;
+        continue;
+      }
+      if (host.done < 0) {
+        ++unfinished;
+        continue;
+      }
+      const double own_bound = chunks_ * chunk_bytes_ / host.down;
+      const double ratio = (host.done - host.join) / own_bound;
+      all.push_back(ratio);
+      if (host.late) late.push_back(ratio);
+    }
+    auto pct = [](std::vector<double> v, double p) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+    };
+    std::printf("chunks=%u chunk_mib=%g degree=%d failed=%zu unfinished=%zu events=%llu\n", chunks_,
+                f_.chunk_mib, f_.degree, failed, unfinished, static_cast<unsigned long long>(seq_));
+    if (!late.empty()) {
+      std::printf("late joiners: %zu p50=%.3f p99=%.3f max=%.3f\n", late.size(), pct(late, 0.5),
+                  pct(late, 0.99), pct(late, 1));
+    }
+    std::printf("swarm_sim: hosts=%d p50=%.3f p99=%.3f max=%.3f bound=%.3f origin=%.3f\n", f_.hosts,
+                pct(all, 0.5), pct(all, 0.99), pct(all, 1), bound_,
+                origin_chunks_ * chunk_bytes_ / (chunks_ * chunk_bytes_));
+  }
+
+  bool AllDone() const {
+    for (PeerId h = 1; h < hosts_.size(); ++h) {
+      if (!hosts_[h].failed && hosts_[h].done < 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  bool Chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  double Latency() {
+    return f_.latency_ms / 1000 *
+           std::uniform_real_distribution<double>(1 - f_.jitter, 1 + f_.jitter)(rng_);
+  }
+  void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk) {
+    events_.push({t, seq_++, type, a, b, chunk});
+  }
+  seedd::SchedulerClock::time_point Now() const {
+    return seedd::SchedulerClock::time_point(
+        std::chrono::duration_cast<seedd::SchedulerClock::duration>(
+            std::chrono::duration<double>(now_)));
+  }
+
+  // Links h with up to `want` random relays that have joined, both ways.
+  void FindNeighbours(PeerId h) {
+    Host& host = hosts_[h];
+    for (int tries = 0; tries < 4 * f_.degree && host.sched->NeighboursWanted() > 0; ++tries) {
+      const PeerId p = 1 + static_cast<PeerId>(rng_() % (hosts_.size() - 1));
+      Host& other = hosts_[p];
+      if (p == h || !other.joined || other.failed) continue;
+      if (other.sched->NeighboursWanted() == 0) continue;
+      if (!host.sched->AddNeighbour(p, false)) continue;
+      other.sched->AddNeighbour(h, false);
+      host.neighbours.push_back(p);
+      other.neighbours.push_back(h);
+      // Each learns the other's state on connecting.
+      std::vector<bool> theirs(chunks_), mine(chunks_);
+      for (uint32_t c = 0; c < chunks_; ++c) {
+        theirs[c] = other.sched->Has(c);
+        mine[c] = host.sched->Has(c);
+      }
+      host.sched->NeighbourState(p, theirs);
+      other.sched->NeighbourState(h, mine);
+      Pump(p, h);
+    }
+  }
+
+  // A host with fewer than half its neighbours asks the tracker again in a second.
+  void RetryIfAlone(PeerId h) {
+    if (hosts_[h].neighbours.size() * 2 < static_cast<size_t>(f_.degree)) {
+      Push(now_ + 1.0, Ev::kRetry, h, 0, 0);
+    }
+  }
+
+  void PumpAll(PeerId h) {
+    Pump(h, 0);
+    for (PeerId p : hosts_[h].neighbours) Pump(h, p);
+  }
+  // h asks p for what its scheduler picks.
+  void Pump(PeerId h, PeerId p) {
+    Host& host = hosts_[h];
+    if (host.failed || host.done >= 0) return;
+    while (auto c = host.sched->Next(p, Now())) Push(now_ + Latency(), Ev::kRequest, p, h, *c);
+  }
+
+  void StartUpload(PeerId u) {
+    Host& up = hosts_[u];
+    for (auto it = up.queue.begin(); !up.busy && it != up.queue.end();) {
+      auto [d, c] = *it;
+      Host& down = hosts_[d];
+      if (down.failed || down.sched->Has(c)) {
+        it = up.queue.erase(it);
+        continue;
+      }
+      if (down.incoming >= down.slots) {
+        ++it;  // its receiver is busy: the next request
+        continue;
+      }
+      it = up.queue.erase(it);
+      if (u == 0) {
+        const double claim = f_.claim_chunks * chunk_bytes_ / up.up;
+        if (sent_at_[c] >= 0 && now_ - sent_at_[c] < claim) {
+          Push(now_ + Latency(), Ev::kDeferred, d, 0, c);
+          continue;
+        }
+        sent_at_[c] = 1e300;  // claimed while it is sent, then for `claim` after
+        ++origin_chunks_;
+      }
+      up.busy = true;
+      ++down.incoming;
+      const double rate = std::min(up.up, down.down / down.slots);
+      Push(now_ + chunk_bytes_ / rate, Ev::kUploadDone, u, d, c);
+    }
+  }
+
+  void Handle(const Event& e) {
+    switch (e.type) {
+      case Ev::kJoin: {
+        Host& host = hosts_[e.a];
+        if (host.failed) return;
+        SchedulerOptions o;
+        o.max_neighbours = static_cast<size_t>(f_.degree) + 1;
+        o.pipeline = f_.pipeline;
+        o.random_seed = f_.seed * 1000003 + e.a;
+        host.sched = std::make_unique<SwarmScheduler>(chunks_, o);
+        if (origin_fetchers_ < f_.origin_degree) {
+          host.sched->AddNeighbour(0, true);
+          ++origin_fetchers_;
+        }
+        host.joined = true;
+        FindNeighbours(e.a);
+        PumpAll(e.a);
+        RetryIfAlone(e.a);
+        return;
+      }
+      case Ev::kRequest: {
+        Host& up = hosts_[e.a];
+        if (up.failed) return;  // noticed by kGone
+        up.queue.push_back({e.b, e.chunk});
+        StartUpload(e.a);
+        return;
+      }
+      case Ev::kUploadDone: {
+        Host& up = hosts_[e.a];
+        up.busy = false;
+        if (e.a == 0) sent_at_[e.chunk] = now_;
+        Host& down = hosts_[e.b];
+        --down.incoming;
+        if (!up.failed) Push(now_ + Latency(), Ev::kArrive, e.b, e.a, e.chunk);
+        if (!up.failed) StartUpload(e.a);
+        // The receiver has a free slot: a sender waiting for it may start.
+        if (!down.failed) {
+          if (!hosts_[0].busy) StartUpload(0);
+          for (PeerId p : down.neighbours) {
+            if (!hosts_[p].busy && !hosts_[p].failed) StartUpload(p);
+          }
+        }
+        return;
+      }
+      case Ev::kArrive: {
+        Host& host = hosts_[e.a];
+        if (host.failed || host.done >= 0) return;
+        for (const Cancel& c : host.sched->Arrived(e.b, e.chunk)) {
+          auto& q = hosts_[c.peer].queue;
+          q.erase(std::remove(q.begin(), q.end(), std::make_pair(e.a, c.chunk)), q.end());
+          Pump(e.a, c.peer);
+        }
+        for (PeerId w : host.neighbours) Push(now_ + Latency(), Ev::kHave, w, e.a, e.chunk);
+        if (host.sched->Complete()) {
+          host.done = now_;
+          return;
+        }
+        Pump(e.a, e.b);
+        return;
+      }
+      case Ev::kDeferred: {
+        Host& host = hosts_[e.a];
+        if (host.failed || host.done >= 0) return;
+        const double claim = f_.claim_chunks * chunk_bytes_ / hosts_[0].up;
+        host.sched->Deferred(0, e.chunk,
+                             Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
+                                         std::chrono::duration<double>(claim)));
+        PumpAll(e.a);
+        Push(now_ + claim * 1.001, Ev::kWake, e.a, 0, 0);  // the origin may be asked again
+        return;
+      }
+      case Ev::kWake: {
+        Pump(e.a, 0);
+        return;
+      }
+      case Ev::kRetry: {  // ask the tracker again: others may have room now
+        Host& host = hosts_[e.a];
+        if (host.failed || host.done >= 0) return;
+        FindNeighbours(e.a);
+        PumpAll(e.a);
+        RetryIfAlone(e.a);
+        return;
+      }
+      case Ev::kHave: {
+        Host& host = hosts_[e.a];
+        if (host.failed || host.done >= 0) return;
+        host.sched->NeighbourHas(e.b, e.chunk);
+        Pump(e.a, e.b);  // a HAVE only ever takes work from the origin, never adds some
+        return;
+      }
+      case Ev::kFail: {
+        Host& host = hosts_[e.a];
+        host.failed = true;
+        host.queue.clear();
+        for (PeerId w : host.neighbours) Push(now_ + f_.detect_ms / 1000, Ev::kGone, w, e.a, 0);
+        return;
+      }
+      case Ev::kGone: {
+        Host& host = hosts_[e.a];
+        if (host.failed || !host.joined) return;
+        host.sched->RemoveNeighbour(e.b);
+        host.neighbours.erase(std::remove(host.neighbours.begin(), host.neighbours.end(), e.b),
+                              host.neighbours.end());
+        if (host.done >= 0) return;
+        FindNeighbours(e.a);
+        PumpAll(e.a);
+        RetryIfAlone(e.a);
+        return;
+      }
+    }
+  }
+
+  const Flags f_;
+  std::mt19937_64 rng_;
+  double chunk_bytes_ = 0;
+  uint32_t chunks_ = 0;
+  double bound_ = 0;
+  std::vector<Host> hosts_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  std::vector<double> sent_at_ = {};
+  uint64_t origin_chunks_ = 0;
+  int origin_fetchers_ = 0;
+
+ public:
+  void Init() { sent_at_.assign(chunks_, -1); }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"swarm_sim: a fleet pulling one model at once, simulated with the real scheduler"};
+  app.add_option("--hosts", f.hosts, "fetchers (besides the origin)")->capture_default_str();
+  app.add_option("--model-gib", f.model_gib, "model size in GiB")->capture_default_str();
+  app.add_option("--chunk-mib", f.chunk_mib, "chunk size in MiB")->capture_default_str();
+  app.add_option("--link-gbit", f.link_gbit, "every host's uplink and downlink, Gbit/s")
+      ->capture_default_str();
+  app.add_option("--degree", f.degree, "relay neighbours per host")->capture_default_str();
+  app.add_option("--origin-degree", f.origin_degree,
+                 "fetchers the origin serves directly (the first to join)")
+      ->capture_default_str();
+  app.add_option("--pipeline", f.pipeline, "requests in flight per neighbour")
+      ->capture_default_str();
+  app.add_option("--latency-ms", f.latency_ms, "one-way latency")->capture_default_str();
+  app.add_option("--jitter", f.jitter, "latency varies by +- this fraction")->capture_default_str();
+  app.add_option("--origin-link-factor", f.origin_link_factor, "the origin's link / a host's")
+      ->capture_default_str();
+  app.add_option("--fail-fraction", f.fail_fraction, "hosts that fail mid-transfer")
+      ->capture_default_str();
+  app.add_option("--late-fraction", f.late_fraction, "hosts that join later, within the bound")
+      ->capture_default_str();
+  app.add_option("--slow-fraction", f.slow_fraction, "hosts with slower links")
+      ->capture_default_str();
+  app.add_option("--slow-factor", f.slow_factor, "how much slower")->capture_default_str();
+  app.add_option("--claim-chunks", f.claim_chunks,
+                 "the origin defers a chunk it sent within this many chunk times")
+      ->capture_default_str();
+  app.add_option("--detect-ms", f.detect_ms, "time to notice a failed neighbour")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "random seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const auto start = std::chrono::steady_clock::now();
+  Sim sim(f);
+  sim.Init();
+  sim.Run();
+  std::printf("simulated in %.1f s wall time%s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              sim.AllDone() ? "" : " (some survivors did not finish)");
+  sim.Report();
+  return sim.AllDone() ? 0 : 1;
+}
