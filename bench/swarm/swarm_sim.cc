@@ -2,12 +2,11 @@
 // every fetcher running the real SwarmScheduler (src/kinds/weights/swarm_scheduler.h).
 //
 // Model: one origin (a seed) and N fetchers. Each host has an uplink and a
-// downlink (bits per second) and a one-way latency with jitter. A host sends one
-// chunk at a time and receives one at a time per uplink's worth of downlink (a
-// symmetric host: one), each transfer at min(the sender's uplink, the
-// receiver's downlink per slot): the aggregate throughput of TCP flows sharing
-// the links, with no model of their slow start. A sender takes the first
-// request in its queue whose receiver has a free slot. Neighbours are
+// downlink (bits per second) and a one-way latency with jitter. A host sends up
+// to --up-slots chunks at once (one per connection, its queue first come first
+// served); a transfer's rate is min(the sender's uplink / its transfers, the
+// receiver's downlink / its transfers), recomputed whenever a transfer starts or
+// ends at either end: flows sharing links fairly, without TCP's slow start. Neighbours are
 // handed out by the origin (a tracker): a random set of relays up to
 // --degree, symmetric, replaced when one fails. A host tells its neighbours
 // each chunk it verifies (a HAVE message); it asks a neighbour for chunks as
@@ -28,6 +27,7 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kinds/weights/swarm_scheduler.h"
@@ -47,6 +47,8 @@ struct Flags {
   int degree = 12;
   int origin_degree = 16;  // fetchers the origin serves directly; the others get all from relays
   int pipeline = 4;
+  int up_slots = 4;
+  int backlog = -1;  // requests a relay queues beyond its slots; more are "busy"; -1: no limit
   double latency_ms = 0.5;
   double jitter = 0.2;
   double origin_link_factor = 1;  // the origin's link relative to a host's
@@ -54,9 +56,11 @@ struct Flags {
   double late_fraction = 0;       // of hosts, joining at a random time within the bound
   double slow_fraction = 0;       // of hosts, whose links are --slow-factor times slower
   double slow_factor = 4;
-  double claim_chunks = 8;  // the origin's claim on a chunk it sent, in its chunk times
+  std::string origin_claim = "holder";  // or "window"
+  double claim_chunks = 8;              // the origin's claim on a chunk it sent, in its chunk times
   double detect_ms = 1000;
   uint64_t seed = 1;
+  double give_up_bounds = 50;  // the simulation ends (failing) after this many bounds
 };
 
 enum class Ev : uint8_t {
@@ -66,6 +70,7 @@ enum class Ev : uint8_t {
   kArrive,
   kDeferred,
   kWake,
+  kBusy,
   kRetry,
   kHave,
   kFail,
@@ -85,11 +90,12 @@ struct Host {
   std::unique_ptr<SwarmScheduler> sched;
   std::vector<PeerId> neighbours;  // relays (the origin is neighbour 0 of every fetcher)
   std::deque<std::pair<PeerId, uint32_t>> queue;  // requests to serve: (requester, chunk)
-  bool busy = false;
-  int incoming = 0, slots = 1;  // chunks being received, and at most
-  double up = 0, down = 0;      // bytes per second
+  std::vector<uint32_t> ups, downs;               // transfers in progress
+  double up = 0, down = 0;                        // bytes per second
   double join = 0, done = -1;
   bool joined = false, failed = false, late = false;
+  double failed_at = 0;
+  bool wake_pending = false;
 };
 
 class Sim {
@@ -107,7 +113,6 @@ class Sim {
       Host& host = hosts_[h];
       const bool slow = Chance(f.slow_fraction);
       host.up = host.down = slow ? link / f.slow_factor : link;
-      host.slots = std::max(1, static_cast<int>(std::lround(host.down / link)));
       host.late = Chance(f.late_fraction);
       host.join = host.late ? within(rng_) : 0;
       Push(host.join, Ev::kJoin, h, 0, 0);
@@ -120,6 +125,8 @@ class Sim {
       Event e = events_.top();
       events_.pop();
       now_ = e.t;
+      if (now_ > f_.give_up_bounds * bound_) return;  // a swarm that stopped progressing
+      ++by_type_[static_cast<int>(e.type)];
       Handle(e);
     }
   }
@@ -149,6 +156,10 @@ class Sim {
     };
     std::printf("chunks=%u chunk_mib=%g degree=%d failed=%zu unfinished=%zu events=%llu\n", chunks_,
                 f_.chunk_mib, f_.degree, failed, unfinished, static_cast<unsigned long long>(seq_));
+    std::printf("the origin's last chunk ended at %.3f x the bound\n", origin_last_ / bound_);
+    std::printf("events by type:");
+    for (uint64_t n : by_type_) std::printf(" %llu", static_cast<unsigned long long>(n));
+    std::printf("\n");
     if (!late.empty()) {
       std::printf("late joiners: %zu p50=%.3f p99=%.3f max=%.3f\n", late.size(), pct(late, 0.5),
                   pct(late, 0.99), pct(late, 1));
@@ -222,34 +233,75 @@ class Sim {
     while (auto c = host.sched->Next(p, Now())) Push(now_ + Latency(), Ev::kRequest, p, h, *c);
   }
 
+  // Whether the origin answers "ask the relays" for chunk c: while it is being
+  // sent, then for `claim` seconds ("window"), or as long as the fetcher it went
+  // to is not known to have failed ("holder").
+  bool Claimed(uint32_t c, double claim) const {
+    if (sent_at_[c] < 0) return false;
+    if (f_.origin_claim == "window") return now_ - sent_at_[c] < claim;
+    const Host& holder = hosts_[holder_[c]];
+    return !holder.failed || now_ < holder.failed_at + f_.detect_ms / 1000;
+  }
+
   void StartUpload(PeerId u) {
     Host& up = hosts_[u];
-    for (auto it = up.queue.begin(); !up.busy && it != up.queue.end();) {
-      auto [d, c] = *it;
+    while (static_cast<int>(up.ups.size()) < f_.up_slots && !up.queue.empty()) {
+      auto [d, c] = up.queue.front();
+      up.queue.pop_front();
       Host& down = hosts_[d];
-      if (down.failed || down.sched->Has(c)) {
-        it = up.queue.erase(it);
-        continue;
-      }
-      if (down.incoming >= down.slots) {
-        ++it;  // its receiver is busy: the next request
-        continue;
-      }
-      it = up.queue.erase(it);
+      if (down.failed || down.sched->Has(c)) continue;
       if (u == 0) {
         const double claim = f_.claim_chunks * chunk_bytes_ / up.up;
-        if (sent_at_[c] >= 0 && now_ - sent_at_[c] < claim) {
+        if (Claimed(c, claim)) {
           Push(now_ + Latency(), Ev::kDeferred, d, 0, c);
           continue;
         }
-        sent_at_[c] = 1e300;  // claimed while it is sent, then for `claim` after
+        sent_at_[c] = 1e300;  // claimed while it is sent, then as --origin-claim says
+        holder_[c] = d;
         ++origin_chunks_;
       }
-      up.busy = true;
-      ++down.incoming;
-      const double rate = std::min(up.up, down.down / down.slots);
-      Push(now_ + chunk_bytes_ / rate, Ev::kUploadDone, u, d, c);
+      uint32_t id;
+      if (free_.empty()) {
+        id = static_cast<uint32_t>(transfers_.size());
+        transfers_.emplace_back();
+      } else {
+        id = free_.back();
+        free_.pop_back();
+      }
+      Transfer& t = transfers_[id];
+      t = Transfer{u, d, c, chunk_bytes_, 0, now_, t.version + 1, true};
+      up.ups.push_back(id);
+      down.downs.push_back(id);
+      Reflow(u);
+      Reflow(d);
     }
+  }
+
+  // Recomputes the rates of the transfers at host h and when each will end.
+  void Reflow(PeerId h) {
+    for (const auto* list : {&hosts_[h].ups, &hosts_[h].downs}) {
+      for (uint32_t id : *list) {
+        Transfer& t = transfers_[id];
+        t.remaining = std::max(0.0, t.remaining - t.rate * (now_ - t.last));
+        t.last = now_;
+        t.rate = std::min(hosts_[t.u].up / static_cast<double>(hosts_[t.u].ups.size()),
+                          hosts_[t.d].down / static_cast<double>(hosts_[t.d].downs.size()));
+        ++t.version;
+        Push(now_ + t.remaining / t.rate, Ev::kUploadDone, id, 0, t.version);
+      }
+    }
+  }
+
+  // Ends transfer `id` (done or cut): off both hosts, the others sped up.
+  void EndTransfer(uint32_t id) {
+    Transfer& t = transfers_[id];
+    t.live = false;
+    auto off = [id](std::vector<uint32_t>& v) { v.erase(std::find(v.begin(), v.end(), id)); };
+    off(hosts_[t.u].ups);
+    off(hosts_[t.d].downs);
+    free_.push_back(id);
+    Reflow(t.u);
+    Reflow(t.d);
   }
 
   void Handle(const Event& e) {
@@ -275,25 +327,27 @@ class Sim {
       case Ev::kRequest: {
         Host& up = hosts_[e.a];
         if (up.failed) return;  // noticed by kGone
+        if (f_.backlog >= 0 && e.a != 0 && static_cast<int>(up.ups.size()) >= f_.up_slots &&
+            static_cast<int>(up.queue.size()) >= f_.backlog) {
+          Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
+          return;
+        }
         up.queue.push_back({e.b, e.chunk});
         StartUpload(e.a);
         return;
       }
       case Ev::kUploadDone: {
-        Host& up = hosts_[e.a];
-        up.busy = false;
-        if (e.a == 0) sent_at_[e.chunk] = now_;
-        Host& down = hosts_[e.b];
-        --down.incoming;
-        if (!up.failed) Push(now_ + Latency(), Ev::kArrive, e.b, e.a, e.chunk);
-        if (!up.failed) StartUpload(e.a);
-        // The receiver has a free slot: a sender waiting for it may start.
-        if (!down.failed) {
-          if (!hosts_[0].busy) StartUpload(0);
-          for (PeerId p : down.neighbours) {
-            if (!hosts_[p].busy && !hosts_[p].failed) StartUpload(p);
-          }
+        Transfer& t = transfers_[e.a];
+        if (!t.live || t.version != e.chunk) return;  // rescheduled, or cut
+        const PeerId u = t.u, d = t.d;
+        const uint32_t c = t.chunk;
+        EndTransfer(e.a);
+        if (u == 0) {
+          sent_at_[c] = now_;
+          origin_last_ = now_;
         }
+        Push(now_ + Latency(), Ev::kArrive, d, u, c);
+        StartUpload(u);
         return;
       }
       case Ev::kArrive: {
@@ -320,11 +374,26 @@ class Sim {
                              Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
                                          std::chrono::duration<double>(claim)));
         PumpAll(e.a);
-        Push(now_ + claim * 1.001, Ev::kWake, e.a, 0, 0);  // the origin may be asked again
+        if (!host.wake_pending) {  // the origin may be asked again then
+          host.wake_pending = true;
+          Push(now_ + claim * 1.001, Ev::kWake, e.a, 0, 0);
+        }
         return;
       }
       case Ev::kWake: {
-        Pump(e.a, 0);
+        if (e.b == 0) hosts_[e.a].wake_pending = false;
+        Pump(e.a, e.b);
+        return;
+      }
+      case Ev::kBusy: {  // e.b's slots and backlog were full: ask the others
+        Host& host = hosts_[e.a];
+        if (host.failed || host.done >= 0) return;
+        const double retry = chunk_bytes_ / hosts_[e.b].up;
+        host.sched->Busy(e.b, e.chunk,
+                         Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
+                                     std::chrono::duration<double>(retry)));
+        PumpAll(e.a);
+        Push(now_ + retry * 1.001, Ev::kWake, e.a, e.b, 0);
         return;
       }
       case Ev::kRetry: {  // ask the tracker again: others may have room now
@@ -345,7 +414,15 @@ class Sim {
       case Ev::kFail: {
         Host& host = hosts_[e.a];
         host.failed = true;
+        host.failed_at = now_;
         host.queue.clear();
+        std::vector<uint32_t> cut = host.ups;
+        cut.insert(cut.end(), host.downs.begin(), host.downs.end());
+        for (uint32_t id : cut) {
+          const PeerId sender = transfers_[id].u;
+          EndTransfer(id);
+          if (sender != e.a) StartUpload(sender);
+        }
         for (PeerId w : host.neighbours) Push(now_ + f_.detect_ms / 1000, Ev::kGone, w, e.a, 0);
         return;
       }
@@ -370,15 +447,30 @@ class Sim {
   uint32_t chunks_ = 0;
   double bound_ = 0;
   std::vector<Host> hosts_;
+  struct Transfer {
+    PeerId u, d;
+    uint32_t chunk;
+    double remaining, rate, last;
+    uint32_t version;
+    bool live;
+  };
+  std::vector<Transfer> transfers_;
+  std::vector<uint32_t> free_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
+  uint64_t by_type_[16] = {};
+  double origin_last_ = 0;  // when the origin finished its last chunk
   double now_ = 0;
   std::vector<double> sent_at_ = {};
+  std::vector<PeerId> holder_ = {};
   uint64_t origin_chunks_ = 0;
   int origin_fetchers_ = 0;
 
  public:
-  void Init() { sent_at_.assign(chunks_, -1); }
+  void Init() {
+    sent_at_.assign(chunks_, -1);
+    holder_.assign(chunks_, 0);
+  }
 };
 
 }  // namespace
@@ -397,6 +489,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pipeline", f.pipeline, "requests in flight per neighbour")
       ->capture_default_str();
+  app.add_option("--up-slots", f.up_slots, "chunks a host sends at once")->capture_default_str();
+  app.add_option("--backlog", f.backlog,
+                 "requests a relay queues beyond its slots before answering busy (-1: no limit)")
+      ->capture_default_str();
   app.add_option("--latency-ms", f.latency_ms, "one-way latency")->capture_default_str();
   app.add_option("--jitter", f.jitter, "latency varies by +- this fraction")->capture_default_str();
   app.add_option("--origin-link-factor", f.origin_link_factor, "the origin's link / a host's")
@@ -408,12 +504,20 @@ int main(int argc, char** argv) {
   app.add_option("--slow-fraction", f.slow_fraction, "hosts with slower links")
       ->capture_default_str();
   app.add_option("--slow-factor", f.slow_factor, "how much slower")->capture_default_str();
+  app.add_option("--origin-claim", f.origin_claim,
+                 "holder: the origin sends a chunk again only once the fetcher it went to "
+                 "has failed; window: once --claim-chunks chunk times have passed")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"holder", "window"}));
   app.add_option("--claim-chunks", f.claim_chunks,
                  "the origin defers a chunk it sent within this many chunk times")
       ->capture_default_str();
   app.add_option("--detect-ms", f.detect_ms, "time to notice a failed neighbour")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "random seed")->capture_default_str();
+  app.add_option("--give-up", f.give_up_bounds,
+                 "end the simulation, failing, after this many bounds of simulated time")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const auto start = std::chrono::steady_clock::now();
   Sim sim(f);

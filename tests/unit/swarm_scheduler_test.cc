@@ -125,6 +125,35 @@ TEST(SwarmScheduler, ADeferredChunkIsNotAskedOfTheSeedBeforeItsTime) {
   EXPECT_EQ(s.Next(0, kT0 + seconds(5)), 0u);
 }
 
+// In the endgame too: a seed that deferred a chunk a relay is sending is not
+// asked for a copy of it again at once (that was a request storm).
+TEST(SwarmScheduler, AnEndgameCopyIsNotAskedOfASeedThatDeferredIt) {
+  SwarmScheduler s(1, Options());
+  s.AddNeighbour(0, true);
+  s.AddNeighbour(1, false);
+  s.NeighbourHas(1, 0);
+  ASSERT_EQ(s.Next(1, kT0), 0u);  // every missing chunk in flight: endgame
+  ASSERT_EQ(s.Next(0, kT0), 0u);  // a copy from the seed
+  s.Deferred(0, 0, kT0 + seconds(5));
+  EXPECT_EQ(s.Next(0, kT0), std::nullopt);
+  EXPECT_EQ(s.Next(0, kT0 + seconds(5)), 0u);
+}
+
+TEST(SwarmScheduler, ABusyNeighbourIsLeftAloneUntilItsTimeAndItsChunkAskedElsewhere) {
+  SwarmScheduler s(1, Options());
+  s.AddNeighbour(1, false);
+  s.AddNeighbour(2, false);
+  s.NeighbourHas(1, 0);
+  s.NeighbourHas(2, 0);
+  const uint32_t c = *s.Next(1, kT0);
+  s.Busy(1, c, kT0 + seconds(1));
+  EXPECT_EQ(s.InFlight(1), 0);
+  EXPECT_EQ(s.Next(1, kT0), std::nullopt);
+  EXPECT_EQ(s.Next(2, kT0), c);
+  s.Failed(2, c);  // relay 2 dropped
+  EXPECT_EQ(s.Next(1, kT0 + seconds(1)), c);
+}
+
 TEST(SwarmScheduler, ADepartedRelaysChunksAreNoLongerCounted) {
   SwarmScheduler s(2, Options());
   s.AddNeighbour(0, true);

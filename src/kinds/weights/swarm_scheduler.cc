@@ -153,9 +153,12 @@ std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerCloc
   return std::nullopt;
 }
 
-std::optional<uint32_t> SwarmScheduler::EndgameCopy(const Neighbour& n) {
+std::optional<uint32_t> SwarmScheduler::EndgameCopy(const Neighbour& n,
+                                                    SchedulerClock::time_point now) {
   for (uint32_t c : in_flight_) {
-    if (copies_[c] < kEndgameCopies && n.have[c] && n.requested.count(c) == 0) return c;
+    if (copies_[c] >= kEndgameCopies || !n.have[c] || n.requested.count(c) != 0) continue;
+    if (n.seed && seed_not_before_[c] > now) continue;  // deferred: the relays have it
+    return c;
   }
   return std::nullopt;
 }
@@ -164,9 +167,11 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return std::nullopt;
   Neighbour& n = it->second;
-  if (static_cast<int>(n.requested.size()) >= options_.pipeline) return std::nullopt;
+  if (static_cast<int>(n.requested.size()) >= options_.pipeline || now < n.not_before) {
+    return std::nullopt;
+  }
   std::optional<uint32_t> c = Rarest(n, now);
-  if (!c.has_value() && unrequested_ == 0) c = EndgameCopy(n);
+  if (!c.has_value() && unrequested_ == 0) c = EndgameCopy(n, now);
   if (!c.has_value()) return std::nullopt;
   return Take(n, *c);
 }
@@ -205,6 +210,13 @@ void SwarmScheduler::Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_
   auto it = neighbours_.find(seed);
   if (it == neighbours_.end() || chunk >= state_.size()) return;
   seed_not_before_[chunk] = std::max(seed_not_before_[chunk], until);
+  Release(it->second, chunk);
+}
+
+void SwarmScheduler::Busy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || chunk >= state_.size()) return;
+  it->second.not_before = std::max(it->second.not_before, until);
   Release(it->second, chunk);
 }
 

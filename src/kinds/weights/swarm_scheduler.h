@@ -16,6 +16,8 @@
 //  - endgame: once every missing chunk is in flight, a neighbour with a free slot
 //    is asked for an in-flight chunk it has (at most kEndgameCopies requests per
 //    chunk); the first copy to arrive cancels the others;
+//  - a neighbour that says it is busy is asked for nothing until the time it
+//    was given, and its chunk is asked elsewhere;
 //  - a relay that fails is dropped at once, a seed after max_seed_failures
 //    (anyone with the token can announce a relay; the seed was given by the user).
 //
@@ -80,6 +82,9 @@ class SwarmScheduler {
   // A seed answered that it sent `chunk` to another fetcher: ask relays for it,
   // and this seed not before `until`.
   void Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until);
+  // `peer` answered that it is busy (its upload slots are taken): the chunk is
+  // asked elsewhere, and `peer` for nothing before `until`.
+  void Busy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until);
 
   bool Complete() const { return done_ == state_.size(); }
   size_t missing() const { return state_.size() - done_; }
@@ -101,6 +106,7 @@ class SwarmScheduler {
     std::vector<uint32_t> owned;  // the chunks it has (a relay), in announcement order
     std::set<uint32_t> requested;
     int failures = 0;
+    SchedulerClock::time_point not_before{};  // busy until then
   };
 
   // Bucket bookkeeping of the chunks that are missing and not requested.
@@ -112,7 +118,7 @@ class SwarmScheduler {
   // `peer`'s request of `chunk` is over (arrived elsewhere, failed, deferred).
   void Release(Neighbour& n, uint32_t chunk);
   std::optional<uint32_t> Rarest(const Neighbour& n, SchedulerClock::time_point now);
-  std::optional<uint32_t> EndgameCopy(const Neighbour& n);
+  std::optional<uint32_t> EndgameCopy(const Neighbour& n, SchedulerClock::time_point now);
 
   const SchedulerOptions options_;
   std::mt19937_64 rng_;
