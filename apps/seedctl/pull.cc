@@ -214,7 +214,7 @@ int RunPull(const PullArgs& args) {
       }
       // Every source failed mid-pull: they may come back. Anything else is final.
       if (st.code() != seedd::StatusCode::kUnavailable) return Fail(st.message(), kExitError);
-      why = st.message();
+      why = "every source failed before the model was complete";
     } else if (stop.stopped()) {
       return Fail("stopped before the pull began", kExitInterrupted);
     } else if (!asked.error.empty()) {
