@@ -93,7 +93,10 @@ ServedModel ServeIndexed(IndexedModel index);
 // The data plane's bounds on its peers.
 struct WeightServerOptions {
   std::chrono::milliseconds idle_timeout{60000};  // between requests
-  TransferDeadline send;                          // each response record and its bytes
+  // Each response record and its bytes. The floor is low: a fetcher that reads
+  // slowly because its link is shared by many transfers is served; one that
+  // reads nothing holds a stream thread until the deadline.
+  TransferDeadline send{std::chrono::milliseconds(10000), 16 * 1024};
   // The relays a swarm (one root digest) remembers: each until it has not been
   // heard from for relay_ttl, at most max_relays at once (more are not listed).
   std::chrono::milliseconds relay_ttl{10000};
@@ -185,9 +188,18 @@ struct FetchOptions {
   int connections_per_peer = 1;              // to each relay learnt from the manifest or a state
   std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
   std::chrono::milliseconds state_interval{200};  // how often sources' states are asked
-  // Each chunk, from its request reaching the front of the connection's queue to
-  // its last byte. A source that misses it fails (a relay is dropped at once).
+  // Each chunk from a relay, from its request reaching the front of the
+  // connection's queue to its last byte. A relay that misses it is dropped at once.
   TransferDeadline chunk_deadline;
+  // The same for a seed (a source the caller gave), with a floor low enough that
+  // a seed whose link many fetchers share is not taken for one that stalls (16
+  // fetchers at 50 Mbit/s missed the relays' floor). Three misses drop it.
+  TransferDeadline seed_deadline{std::chrono::milliseconds(10000), 16 * 1024};
+  // A chunk a seed says another fetcher claimed (it is being sent there) is
+  // asked of the seed plainly once the claim is older than the chunk's length at
+  // this rate (5 s to 120 s): on a congested seed an honest claim takes that
+  // long, and a claim holder that stalls is not waited for beyond it.
+  uint64_t claim_floor_rate = 64 * 1024;  // bytes per second
   // Also check every file's SHA-256 against the manifest before committing (for
   // those who distrust their peers; costs one more read of the model).
   bool verify_sha256 = false;

@@ -2,6 +2,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -31,8 +32,11 @@ constexpr auto kIdleWait = std::chrono::milliseconds(200);  // changes notify; d
 constexpr auto kReconnectIdle = std::chrono::seconds(20);   // sources close idle data connections
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
 constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
-// A chunk a relay was sent this long ago that no relay offers is asked of the seed.
+// A chunk a relay was sent this long ago that no relay offers is asked of the seed;
+// so is one claimed for longer than the seed takes to send it at
+// FetchOptions::claim_floor_rate (at least kForceAfter, at most kForceAfterAtMost).
 constexpr auto kForceAfter = std::chrono::seconds(5);
+constexpr auto kForceAfterAtMost = std::chrono::seconds(120);
 
 // A seed or a relay, and what it has as far as this fetch knows.
 struct Source {
@@ -200,6 +204,11 @@ class Fetch {
     for (auto& [name, conn] : conns) Close(&conn);
   }
 
+  // A seed (the caller's own source) is held to seed_deadline, a relay to chunk_deadline.
+  const TransferDeadline& DeadlineOf(const Source& s) const {
+    return s.seed ? options_.seed_deadline : options_.chunk_deadline;
+  }
+
   Status PollOne(Source* s, UniqueFd* conn) {
     if (!conn->valid()) {
       Result<UniqueFd> fd = Open(*s);
@@ -208,7 +217,7 @@ class Fetch {
     }
     const size_t bitmap = (m_.chunks.size() + 7) / 8;
     // The whole answer within the deadline of its largest size.
-    const auto deadline = options_.chunk_deadline.For(bitmap + kMaxPeerListBytes);
+    const auto deadline = DeadlineOf(*s).For(bitmap + kMaxPeerListBytes);
     const RequestRecord req = EncodeRequest(kStateMagic, 0);
     if (!SendAllBy(conn->get(), req.data(), req.size(), deadline)) {
       return Status::Unavailable("cannot send a state request");
@@ -398,7 +407,7 @@ class Fetch {
         const RequestRecord req =
             EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
         inflight->push_back(*next);
-        if (!SendAllBy(fd, req.data(), req.size(), options_.chunk_deadline.For(req.size()))) {
+        if (!SendAllBy(fd, req.data(), req.size(), DeadlineOf(*source).For(req.size()))) {
           return Status::Unavailable("cannot send a chunk request");
         }
       }
@@ -412,8 +421,8 @@ class Fetch {
       }
       last_used = std::chrono::steady_clock::now();
       // From here the front chunk's whole answer is due by its deadline.
-      const auto deadline =
-          options_.chunk_deadline.For(record_bytes + m_.chunks[inflight->front().index].length);
+      const uint64_t due = record_bytes + m_.chunks[inflight->front().index].length;
+      const auto deadline = DeadlineOf(*source).For(due);
       HeaderRecord record;
       SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
       const Header h = DecodeHeader(record);
@@ -598,14 +607,25 @@ class Fetch {
       }
       // Claimed by a relay long ago (or for long, however the claim is renewed),
       // yet no live relay offers it: ask the seed for it anyway.
+      // A claim still held after the seed could have sent the chunk at the floor
+      // rate (a seed whose link many fetchers share is that slow, a stalled holder
+      // slower).
+      const auto claim_limit = std::clamp<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(m_.chunks[index].length * 1000 /
+                                    std::max<uint64_t>(1, options_.claim_floor_rate)),
+          kForceAfter, kForceAfterAtMost);
       const bool sent_long_ago = aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter;
       // So does one whose claim holder cannot be reached: relays were named, and
       // every one of them is dropped. (Before any relay is known, a claim may be a
       // relay that has only just started: it is waited for.)
       const bool no_relay_left = !stats_->peers.empty() && live_peers_ == 0;
-      if ((sent_long_ago || no_relay_left || now - claimed_since_[index] >= kForceAfter) &&
+      if ((sent_long_ago || no_relay_left || now - claimed_since_[index] >= claim_limit) &&
           peer_count_[index] == 0) {
         force_[index] = true;
+        Logger().debug("weight_data: asking the seed plainly for chunk {} ({}{}{})", index,
+                       sent_long_ago ? "sent long ago; " : "",
+                       no_relay_left ? "no relay left; " : "",
+                       now - claimed_since_[index] >= claim_limit ? "claimed for long" : "");
       } else {
         defer_until_[index] = now + kClaimRetry;
       }
