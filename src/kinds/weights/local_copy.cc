@@ -29,13 +29,14 @@ std::filesystem::path LocalRecordPath(const std::filesystem::path& dir) {
   return dir.parent_path() / (dir.filename().string() + ".seedd-record.json");
 }
 
-Status RecordLocalCopy(const std::filesystem::path& dir, const Manifest& manifest) {
+Result<ServedModel> RecordLocalCopy(const std::filesystem::path& dir, const Manifest& manifest) {
   Result<UniqueFd> root = OpenDirectory(dir);
   if (!root.ok()) return root.status();
-  Manifest m = manifest;
-  m.sources.clear();  // where it came from is not what it is
+  ServedModel served;
+  served.manifest = manifest;
+  served.manifest.sources.clear();  // where it came from is not what it is
   Json files = Json::array();
-  for (const ManifestFile& f : m.files) {
+  for (const ManifestFile& f : served.manifest.files) {
     Result<IndexedFile> st = StatBelow(root->get(), f.path);
     if (!st.ok()) return st.status();
     if (st->size != f.size) {
@@ -43,10 +44,15 @@ Status RecordLocalCopy(const std::filesystem::path& dir, const Manifest& manifes
                               std::to_string(f.size));
     }
     files.push_back({{"path", f.path}, {"size", st->size}, {"mtime_ns", st->mtime_ns}});
+    served.files.emplace(f.path, std::move(*st));
   }
-  Json record = {
-      {"format", kLocalRecordFormat}, {"manifest", m.ToJson()}, {"files", std::move(files)}};
-  return WriteFileAtomic(LocalRecordPath(dir), DumpJson(record));
+  Json record = {{"format", kLocalRecordFormat},
+                 {"manifest", served.manifest.ToJson()},
+                 {"files", std::move(files)}};
+  SEEDD_RETURN_IF_ERROR(WriteFileAtomic(LocalRecordPath(dir), DumpJson(record)));
+  served.dir = dir;
+  served.root = std::make_shared<const UniqueFd>(std::move(*root));
+  return served;
 }
 
 Result<ServedModel> LoadLocalCopy(const std::filesystem::path& dir,

@@ -23,8 +23,9 @@ inline constexpr std::string_view kLocalRecordFormat = "seedd.local/1";
 std::filesystem::path LocalRecordPath(const std::filesystem::path& dir);
 
 // Records the copy in `dir` (just committed) of `manifest`: its files' sizes and
-// mtimes as they are now.
-Status RecordLocalCopy(const std::filesystem::path& dir, const Manifest& manifest);
+// mtimes as they are now. Returns the copy as a model to serve (what
+// LoadLocalCopy would read back).
+Result<ServedModel> RecordLocalCopy(const std::filesystem::path& dir, const Manifest& manifest);
 
 // The copy in `dir` as a model to serve, when its record names `root_digest` and
 // no file changed since: NotFound without a record, DataLoss naming the file

@@ -85,8 +85,7 @@ class WeightShardsSeedable final : public Seedable {
     }
     if (!served.has_value()) {
       SEEDD_RETURN_IF_ERROR(Fetch(ctx, *manifest, dir));
-      SEEDD_RETURN_IF_ERROR(RecordLocalCopy(dir, *manifest));
-      Result<ServedModel> fetched = LoadLocalCopy(dir, manifest->root_digest);
+      Result<ServedModel> fetched = RecordLocalCopy(dir, *manifest);
       if (!fetched.ok()) return fetched.status();
       served = std::move(*fetched);
     }
