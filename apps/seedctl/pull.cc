@@ -115,7 +115,7 @@ ManifestRound AskManifest(const std::vector<seedd::HostPort>& sources, const std
 // run (a resumed pull starts with some verified).
 class Progress {
  public:
-  Progress(uint64_t total) : total_(total), start_(Clock::now()), last_(start_) {}
+  explicit Progress(uint64_t total) : total_(total), start_(Clock::now()), last_(start_) {}
   void Show(uint64_t done, uint64_t resumed, size_t sources) {
     std::lock_guard<std::mutex> lock(mu_);
     auto now = Clock::now();

@@ -105,6 +105,8 @@ class Sim {
     chunks_ = static_cast<uint32_t>(std::ceil(f.model_gib * 1024 / f.chunk_mib));
     const double link = f.link_gbit * 1e9 / 8;
     bound_ = chunks_ * chunk_bytes_ / link;
+    sent_at_.assign(chunks_, -1);
+    holder_.assign(chunks_, 0);
     hosts_.resize(static_cast<size_t>(f.hosts) + 1);
     hosts_[0].up = hosts_[0].down = link * f.origin_link_factor;
     hosts_[0].joined = true;
@@ -126,7 +128,6 @@ class Sim {
       events_.pop();
       now_ = e.t;
       if (now_ > f_.give_up_bounds * bound_) return;  // a swarm that stopped progressing
-      ++by_type_[static_cast<int>(e.type)];
       Handle(e);
     }
   }
@@ -157,9 +158,6 @@ class Sim {
     std::printf("chunks=%u chunk_mib=%g degree=%d failed=%zu unfinished=%zu events=%llu\n", chunks_,
                 f_.chunk_mib, f_.degree, failed, unfinished, static_cast<unsigned long long>(seq_));
     std::printf("the origin's last chunk ended at %.3f x the bound\n", origin_last_ / bound_);
-    std::printf("events by type:");
-    for (uint64_t n : by_type_) std::printf(" %llu", static_cast<unsigned long long>(n));
-    std::printf("\n");
     if (!late.empty()) {
       std::printf("late joiners: %zu p50=%.3f p99=%.3f max=%.3f\n", late.size(), pct(late, 0.5),
                   pct(late, 0.99), pct(late, 1));
@@ -458,19 +456,12 @@ class Sim {
   std::vector<uint32_t> free_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
-  uint64_t by_type_[16] = {};
   double origin_last_ = 0;  // when the origin finished its last chunk
   double now_ = 0;
-  std::vector<double> sent_at_ = {};
-  std::vector<PeerId> holder_ = {};
+  std::vector<double> sent_at_;  // per chunk: when the origin last sent it; -1 never
+  std::vector<PeerId> holder_;   // per chunk: the fetcher the origin sent it to
   uint64_t origin_chunks_ = 0;
   int origin_fetchers_ = 0;
-
- public:
-  void Init() {
-    sent_at_.assign(chunks_, -1);
-    holder_.assign(chunks_, 0);
-  }
 };
 
 }  // namespace
@@ -521,7 +512,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const auto start = std::chrono::steady_clock::now();
   Sim sim(f);
-  sim.Init();
   sim.Run();
   std::printf("simulated in %.1f s wall time%s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

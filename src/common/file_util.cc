@@ -69,6 +69,17 @@ Result<UniqueFd> OpenDirectory(const std::filesystem::path& dir) {
   return fd;
 }
 
+Status ReadExactly(int fd, uint64_t offset, char* p, size_t n, const std::string& what) {
+  for (size_t done = 0; done < n;) {
+    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus("read " + what, errno);
+    if (r == 0) return Status::DataLoss(what + " is shorter than expected");
+    done += static_cast<size_t>(r);
+  }
+  return Status::Ok();
+}
+
 Status SyncDirectory(const std::filesystem::path& dir) {
   UniqueFd fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus("open " + dir.string(), errno);

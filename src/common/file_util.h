@@ -32,6 +32,10 @@ inline int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// Reads exactly `n` bytes at `offset` of `fd`; `what` names the file in errors
+// (DataLoss when it is shorter).
+Status ReadExactly(int fd, uint64_t offset, char* p, size_t n, const std::string& what);
+
 // Makes a rename or a new entry in `dir` durable.
 Status SyncDirectory(const std::filesystem::path& dir);
 

@@ -48,16 +48,6 @@ bool IsMountPoint(const fs::path& dir) {
   return self.st_dev != parent.st_dev || self.st_ino == parent.st_ino;
 }
 
-Status ReadAt(int fd, uint64_t offset, char* p, size_t n) {
-  for (size_t done = 0; done < n;) {
-    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Status::DataLoss("short read");
-    done += static_cast<size_t>(r);
-  }
-  return Status::Ok();
-}
-
 // Renames every entry of `from` but .seedd-* into `to` (no replacing).
 Status MoveEntries(const fs::path& from, const fs::path& to) {
   std::error_code ec;
@@ -108,7 +98,7 @@ bool HoldsVersion(const fs::path& dir, const Manifest& manifest) {
       f = files.emplace(c.file, std::move(*fd)).first;
     }
     buf.resize(c.length);
-    if (!ReadAt(f->second.get(), c.offset, buf.data(), buf.size()).ok()) return false;
+    if (!ReadExactly(f->second.get(), c.offset, buf.data(), buf.size(), c.file).ok()) return false;
     if (Xxh3Hex(buf) != c.xxh3) return false;
   }
   return true;
@@ -137,7 +127,6 @@ Result<DestinationPlan> PlanDestination(const fs::path& into_given, const Manife
   std::string sample;
   const size_t entries = CountEntries(plan.into, &sample, ec);
   if (ec) return Status::IoError("list " + plan.into.string() + ": " + ec.message());
-  const bool mount_point = IsMountPoint(plan.into);
   if (entries == 0) {
     plan.placement = Placement::kFillEmpty;
     plan.staging = plan.into / kInnerStaging;
@@ -155,6 +144,7 @@ Result<DestinationPlan> PlanDestination(const fs::path& into_given, const Manife
                                  "); pass --replace to replace them with the model, or pull "
                                  "into a new or empty directory");
   }
+  const bool mount_point = IsMountPoint(plan.into);
   plan.placement = mount_point ? Placement::kReplaceEntries : Placement::kReplaceDir;
   plan.staging = mount_point ? plan.into / kInnerStaging : StagingDir(plan.into);
   return plan;

@@ -37,17 +37,6 @@ uint32_t GetU32(const char* p) {
   return v;
 }
 
-Status ReadExactly(int fd, uint64_t offset, char* p, size_t n, const std::string& what) {
-  for (size_t done = 0; done < n;) {
-    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus("read " + what, errno);
-    if (r == 0) return Status::DataLoss(what + " is shorter than expected");
-    done += static_cast<size_t>(r);
-  }
-  return Status::Ok();
-}
-
 Result<std::string> FileSha256(int fd, uint64_t size) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
@@ -327,18 +316,6 @@ Status Staging::Seal(bool verify_sha256) {
   }
   if (::fsync(dir_fd_.get()) != 0) return ErrnoStatus("fsync " + dir_.string(), errno);
   return Status::Ok();
-}
-
-Status Staging::Commit(const std::filesystem::path& into, bool verify_sha256) {
-  SEEDD_RETURN_IF_ERROR(Seal(verify_sha256));
-  // Nothing partial is ever visible under the final name.
-  std::error_code ec;
-  std::filesystem::rename(dir_, into, ec);
-  if (ec) {
-    return Status::IoError("rename " + dir_.string() + " to " + into.string() + ": " +
-                           ec.message());
-  }
-  return SyncDirectory(into.has_parent_path() ? into.parent_path() : std::filesystem::path("."));
 }
 
 }  // namespace seedd

@@ -1,7 +1,8 @@
-// The staging directory of one fetch, beside its destination: the model's files
-// preallocated to their sizes, a journal of verified chunks (a rerun resumes from
-// it), the free-space check, and the commit (sync, an optional SHA-256 check of
-// every file, rename into place). Nothing partial is ever under the final name.
+// The staging directory of one fetch (beside its destination, or inside an
+// existing empty one): the model's files preallocated to their sizes, a journal
+// of verified chunks (a rerun resumes from it), the free-space check, and the
+// seal (sync, an optional SHA-256 check of every file) before destination.h
+// moves it into place. Nothing partial is ever under the final name.
 //
 // The journal (.seedd-journal) starts with a header: "SEEDDJNL", a version (u32,
 // big-endian, 1) and the root digest (64 hex digits); then one 8-byte record per
@@ -63,10 +64,9 @@ class Staging {
   Status Journal(uint32_t index);
   // Syncs every file and directory, checks each file's SHA-256 when asked (a
   // mismatch removes the staging directory: every chunk passed XXH3, so start
-  // over) and removes the journal: the directory is then ready to move.
+  // over) and removes the journal: the directory is then ready to move into
+  // place (destination.h).
   Status Seal(bool verify_sha256);
-  // Seal, then renames the directory to `into`.
-  Status Commit(const std::filesystem::path& into, bool verify_sha256);
 
   // The journal's record for chunk `index` of the model with `root_digest`.
   static std::array<char, 8> JournalRecord(uint32_t index, const std::string& root_digest);
