@@ -6,17 +6,22 @@
 //   request  (8 bytes):  magic, chunk index (u32); pipelined. Magic is
 //     "SDRQ"  send the chunk;
 //     "SDRN"  send it unless a relay of this swarm was already sent it (status 2);
-//     "SDST"  the server's state (index ignored): which chunks it has, its peers.
-//   response (24 bytes): "SDCH" (or "SDST"), chunk index (u32), status (u32),
-//     aux (u32), length (u64); then `length` bytes. Status is
+//     "SDST"  the server's state (index ignored): which chunks it has, its peers;
+//     "SDWT"  the chunks it verified since cursor `index` (from a "SDST" or an
+//             earlier "SDWT"), answered once it has one or after kWatchWait.
+//   response (24 bytes): "SDCH" (or "SDST", "SDHV"), chunk index (u32), status
+//     (u32), aux (u32), length (u64); then `length` bytes. Status is
 //     0  ok: `length` raw bytes of the chunk follow, sent with sendfile;
 //     1  not here (a relay that has not verified it yet, or no such chunk);
 //     2  claimed: a relay was sent it; aux = ms since that send completed
 //        (0xffffffff while it is still being sent): fetch it from the peers;
 //     3  a hole: the chunk is all zeros, no bytes follow.
 //   The "SDST" body is the have bitmap (ceil(N/8) bytes, chunk i is bit
-//   0x80 >> (i % 8) of byte i / 8) followed by the peers that announced
-//   themselves for this root digest, one HOST:PORT per line.
+//   0x80 >> (i % 8) of byte i / 8) followed by at most max_peers_listed peers
+//   that announced themselves for this root digest, picked at random, one
+//   HOST:PORT per line; its aux is the cursor to watch from. The "SDHV" index is
+//   the next cursor, aux kHaveComplete when the server has every chunk, and the
+//   body the new chunks' indexes (u32 each).
 // Bytes never travel inside JSON; every chunk is verified by the fetcher.
 //
 // Thread safety: WeightServer serves many connections at once and Publish may be
@@ -36,6 +41,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "kinds/weights/chunk_set.h"
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/model_index.h"
 #include "kinds/weights/records.h"
@@ -47,21 +53,6 @@ namespace seedd {
 
 inline constexpr std::string_view kWeightShardsKind = "weight_shards";
 inline constexpr std::string_view kWeightDataKind = "weight_data";
-
-// A fixed-size set of chunk indexes; Set and Test from any thread.
-class ChunkSet {
- public:
-  explicit ChunkSet(size_t size);
-  size_t size() const { return size_; }
-  void Set(size_t i);
-  bool Test(size_t i) const;
-  // The data-plane bitmap: ceil(size/8) bytes, chunk i is bit 0x80 >> (i % 8).
-  std::string Bitmap() const;
-
- private:
-  size_t size_;
-  std::unique_ptr<std::atomic<uint64_t>[]> words_;
-};
 
 struct ServedModel {
   Manifest manifest;
@@ -101,6 +92,9 @@ struct WeightServerOptions {
   // heard from for relay_ttl, at most max_relays at once (more are not listed).
   std::chrono::milliseconds relay_ttl{10000};
   size_t max_relays = 1024;
+  // Relays listed in one state response (a random sample of those remembered):
+  // a fetcher keeps a bounded set of neighbours, so it needs only a few names.
+  size_t max_peers_listed = 32;
 };
 
 class WeightServer {
@@ -113,8 +107,12 @@ class WeightServer {
   std::shared_ptr<const ServedModel> FindModel(std::string_view name) const;
   // Every model served now, by name.
   std::vector<std::shared_ptr<const ServedModel>> Models() const;
-  // The relays that announced themselves for `root` recently, but `except`.
-  std::vector<std::string> Peers(const std::string& root, const std::string& except);
+  // The relays that announced themselves for `root` recently, but `except`: at
+  // most `limit`, picked at random.
+  std::vector<std::string> Peers(const std::string& root, const std::string& except,
+                                 size_t limit = SIZE_MAX);
+  // How many relays a state response or a manifest lists at most.
+  size_t max_peers_listed() const { return options_.max_peers_listed; }
   // Chunk bytes sent so far, over every connection.
   uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
   // Data connections being served now.
@@ -147,6 +145,10 @@ class WeightServer {
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
   void ServeRequests(int fd, const std::string& root, std::shared_ptr<const ServedModel> model,
                      int peer, const std::string& relay, const std::string& session);
+  // Answers "SDST" (state) or "SDWT" (watch from `cursor`); false when the
+  // connection is to close.
+  bool ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
+                  const std::string& relay);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
@@ -187,7 +189,12 @@ struct FetchOptions {
   int pipeline = 4;                          // chunk requests in flight per connection
   int connections_per_peer = 1;              // to each relay learnt from the manifest or a state
   std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
-  std::chrono::milliseconds state_interval{200};  // how often sources' states are asked
+  // Neighbours (seeds and relays) fetched from at once; the other relays learnt
+  // wait as candidates and replace those dropped. Each neighbour costs one watch
+  // connection (what it newly has) and its data connections.
+  size_t max_neighbours = 12;
+  // How often a seed is asked for more relays while the neighbour set has room.
+  std::chrono::milliseconds state_interval{500};
   // Each chunk from a relay, from its request reaching the front of the
   // connection's queue to its last byte. A relay that misses it is dropped at once.
   TransferDeadline chunk_deadline;

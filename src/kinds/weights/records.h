@@ -19,6 +19,12 @@ inline constexpr std::string_view kSendMagic = "SDRQ";   // send the chunk
 inline constexpr std::string_view kClaimMagic = "SDRN";  // send it unless a relay got it
 inline constexpr std::string_view kStateMagic = "SDST";  // the server's state
 inline constexpr std::string_view kChunkMagic = "SDCH";  // a chunk response
+inline constexpr std::string_view kWatchMagic = "SDWT";  // the chunks new since a cursor
+inline constexpr std::string_view kHaveMagic = "SDHV";   // its response
+// A watch is answered as soon as the server has a new chunk, or after this.
+inline constexpr std::chrono::milliseconds kWatchWait{1000};
+// "SDHV" aux: the server has every chunk (nothing more will come).
+inline constexpr uint32_t kHaveComplete = 1;
 
 using RequestRecord = std::array<char, 8>;
 using HeaderRecord = std::array<char, 24>;

@@ -47,11 +47,13 @@ void SwarmScheduler::AlreadyHave(uint32_t chunk) {
   ++done_;
 }
 
-bool SwarmScheduler::AddNeighbour(PeerId peer, bool seed) {
+bool SwarmScheduler::AddNeighbour(PeerId peer, bool seed, int slots) {
   if (neighbours_.size() >= options_.max_neighbours || neighbours_.count(peer) != 0) return false;
   Neighbour& n = neighbours_[peer];
   n.seed = seed;
+  n.slots = slots > 0 ? slots : options_.pipeline;
   n.have.assign(state_.size(), seed);
+  seeds_ += seed;
   return true;
 }
 
@@ -63,6 +65,7 @@ void SwarmScheduler::RemoveNeighbour(PeerId peer) {
   if (!n.seed) {
     for (uint32_t c : n.owned) Recount(c, -1);
   }
+  seeds_ -= n.seed;
   neighbours_.erase(it);
 }
 
@@ -71,14 +74,19 @@ void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
   if (it == neighbours_.end() || chunk >= state_.size() || it->second.have[chunk]) return;
   Neighbour& n = it->second;
   n.have[chunk] = true;
+  if (n.seed) return;  // seeds are not counted: they are asked only for the rarest
   n.owned.push_back(chunk);
   Recount(chunk, +1);
 }
 
 void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) {
   auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || it->second.seed || have.size() != state_.size()) return;
+  if (it == neighbours_.end() || have.size() != state_.size()) return;
   Neighbour& n = it->second;
+  if (n.seed) {
+    n.have = have;
+    return;
+  }
   for (uint32_t c = 0; c < have.size(); ++c) {
     if (have[c] == n.have[c]) continue;
     n.have[c] = have[c];
@@ -119,7 +127,7 @@ std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerCloc
     const size_t start = rng_() % bucket.size();
     for (size_t k = 0; k < bucket.size(); ++k) {
       const uint32_t c = bucket[(start + k) % bucket.size()];
-      if (seed_not_before_[c] <= now) return c;
+      if (n.have[c] && seed_not_before_[c] <= now) return c;
     }
     return std::nullopt;
   }
@@ -167,7 +175,7 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return std::nullopt;
   Neighbour& n = it->second;
-  if (static_cast<int>(n.requested.size()) >= options_.pipeline || now < n.not_before) {
+  if (static_cast<int>(n.requested.size()) >= n.slots || now < n.not_before) {
     return std::nullopt;
   }
   std::optional<uint32_t> c = Rarest(n, now);
@@ -196,14 +204,35 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
 }
 
 bool SwarmScheduler::Failed(PeerId peer, uint32_t chunk) {
+  Returned(peer, chunk);
+  return Failed(peer);
+}
+
+bool SwarmScheduler::Failed(PeerId peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return false;
   Neighbour& n = it->second;
-  Release(n, chunk);
   ++n.failures;
   if (n.seed && n.failures < options_.max_seed_failures) return false;
   RemoveNeighbour(peer);
   return true;
+}
+
+void SwarmScheduler::Returned(PeerId peer, uint32_t chunk) {
+  auto it = neighbours_.find(peer);
+  if (it != neighbours_.end() && chunk < state_.size()) Release(it->second, chunk);
+}
+
+void SwarmScheduler::Lacks(PeerId seed, uint32_t chunk) {
+  auto it = neighbours_.find(seed);
+  if (it == neighbours_.end() || !it->second.seed || chunk >= state_.size()) return;
+  it->second.have[chunk] = false;
+  Release(it->second, chunk);
+}
+
+bool SwarmScheduler::Offers(PeerId peer, uint32_t chunk) const {
+  auto it = neighbours_.find(peer);
+  return it != neighbours_.end() && chunk < state_.size() && it->second.have[chunk];
 }
 
 void SwarmScheduler::Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until) {
@@ -226,11 +255,15 @@ size_t SwarmScheduler::NeighboursWanted() const {
 
 bool SwarmScheduler::Stuck() const {
   if (Complete() || !in_flight_.empty()) return false;
-  for (const auto& [id, n] : neighbours_) {
-    if (n.seed) return false;
-  }
   for (size_t b = 1; b < buckets_.size(); ++b) {
     if (!buckets_[b].empty()) return false;
+  }
+  // Only seeds can help, if one has a missing chunk (O(chunks) per seed).
+  for (const auto& [id, n] : neighbours_) {
+    if (!n.seed) continue;
+    for (uint32_t c : buckets_[0]) {
+      if (n.have[c]) return false;
+    }
   }
   return true;
 }

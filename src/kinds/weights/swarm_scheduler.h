@@ -62,13 +62,18 @@ class SwarmScheduler {
   // A chunk verified before (a resumed pull): never requested.
   void AlreadyHave(uint32_t chunk);
 
-  // False when the neighbour set is full or `peer` is known. A seed has every chunk.
-  bool AddNeighbour(PeerId peer, bool seed);
+  // False when the neighbour set is full or `peer` is known. A seed has every chunk
+  // until it says otherwise (a seed that is itself still fetching). `slots`:
+  // requests in flight to it at once (0: options.pipeline).
+  bool AddNeighbour(PeerId peer, bool seed, int slots = 0);
   // Its requests go back to the missing chunks.
   void RemoveNeighbour(PeerId peer);
   void NeighbourHas(PeerId peer, uint32_t chunk);
   // Its whole state (true: has the chunk).
   void NeighbourState(PeerId peer, const std::vector<bool>& have);
+  // A seed answered that it does not have `chunk` (yet): its request ends, and
+  // the seed is not asked for it again until it says it has it.
+  void Lacks(PeerId seed, uint32_t chunk);
 
   // The chunk to request from `peer` now, marked in flight; nullopt when its slots
   // are full or it has nothing this host should ask it for.
@@ -79,6 +84,11 @@ class SwarmScheduler {
   // The request failed (an error, a bad digest, a deadline). True when `peer` is
   // dropped for it (then removed).
   bool Failed(PeerId peer, uint32_t chunk);
+  // A failure not tied to one chunk (a connection that broke); the same rule.
+  bool Failed(PeerId peer);
+  // The request ended without the chunk and without blame (a connection closed
+  // with requests still queued): the chunk goes back to the missing ones.
+  void Returned(PeerId peer, uint32_t chunk);
   // A seed answered that it sent `chunk` to another fetcher: ask relays for it,
   // and this seed not before `until`.
   void Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until);
@@ -97,11 +107,18 @@ class SwarmScheduler {
   bool Stuck() const;
   // Requests in flight to `peer`.
   int InFlight(PeerId peer) const;
+  // How many relay neighbours have `chunk`.
+  int Holders(uint32_t chunk) const { return relays_having_[chunk]; }
+  // Whether `peer` is a neighbour that has `chunk`, as far as this host knows.
+  bool Offers(PeerId peer, uint32_t chunk) const;
+  bool IsNeighbour(PeerId peer) const { return neighbours_.count(peer) != 0; }
+  size_t relay_neighbours() const { return neighbours_.size() - seeds_; }
 
  private:
   enum State : uint8_t { kMissing, kInFlight, kDone };
   struct Neighbour {
     bool seed = false;
+    int slots = 0;
     std::vector<bool> have;
     std::vector<uint32_t> owned;  // the chunks it has (a relay), in announcement order
     std::set<uint32_t> requested;
@@ -131,6 +148,7 @@ class SwarmScheduler {
   std::set<uint32_t> in_flight_;
   std::map<PeerId, Neighbour> neighbours_;
   size_t done_ = 0;
+  size_t seeds_ = 0;        // neighbours that are seeds
   size_t unrequested_ = 0;  // chunks in the buckets
 };
 

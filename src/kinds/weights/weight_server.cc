@@ -1,3 +1,4 @@
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/sendfile.h>
@@ -5,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "common/crypto.h"
 #include "common/file_util.h"
@@ -32,26 +35,6 @@ bool IsHole(int fd, uint64_t offset, uint64_t length) {
 }
 
 }  // namespace
-
-ChunkSet::ChunkSet(size_t size) : size_(size), words_(new std::atomic<uint64_t>[(size + 63) / 64]) {
-  for (size_t i = 0; i < (size + 63) / 64; ++i) words_[i].store(0, std::memory_order_relaxed);
-}
-
-void ChunkSet::Set(size_t i) {
-  words_[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_release);
-}
-
-bool ChunkSet::Test(size_t i) const {
-  return i < size_ && (words_[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
-}
-
-std::string ChunkSet::Bitmap() const {
-  std::string bits((size_ + 7) / 8, '\0');
-  for (size_t i = 0; i < size_; ++i) {
-    if (Test(i)) bits[i / 8] = static_cast<char>(bits[i / 8] | (0x80 >> (i % 8)));
-  }
-  return bits;
-}
 
 WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
     : options_(options) {
@@ -155,7 +138,8 @@ void WeightServer::Expire(Swarm& swarm, std::chrono::steady_clock::time_point no
   swarm = std::move(kept);
 }
 
-std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except) {
+std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except,
+                                             size_t limit) {
   std::vector<std::string> peers;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = swarms_.find(root);
@@ -165,6 +149,11 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
     if (now - it->second.seen[id] < options_.relay_ttl && it->second.addrs[id] != except) {
       peers.push_back(it->second.addrs[id]);
     }
+  }
+  if (peers.size() > limit) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    std::shuffle(peers.begin(), peers.end(), rng);
+    peers.resize(limit);
   }
   return peers;
 }
@@ -282,7 +271,8 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     const std::string_view magic(req.data(), 4);
     const bool state = magic == kStateMagic;
     const bool claim = magic == kClaimMagic;
-    if (!state && !claim && magic != kSendMagic) return;  // not our protocol
+    const bool watch = magic == kWatchMagic;
+    if (!state && !claim && !watch && magic != kSendMagic) return;  // not our protocol
     const uint32_t index = RequestIndex(req);
     // A fetching daemon publishes its model again when it completes: follow it.
     std::shared_ptr<const ServedModel> now = FindRoot(root);
@@ -292,19 +282,9 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
       model = std::move(now);
     }
     const auto& chunks = model->manifest.chunks;
-    if (state) {
+    if (state || watch) {
       if (peer >= 0) Announce(root, relay, session, chunk_count);
-      std::string body;
-      if (model->available) {
-        body = model->available->Bitmap();
-      } else {
-        body.assign((chunks.size() + 7) / 8, '\xff');
-        if (chunks.size() % 8 != 0) body.back() = static_cast<char>(0xff00 >> (chunks.size() % 8));
-      }
-      for (const std::string& addr : Peers(root, relay)) body += addr + "\n";
-      const auto deadline = deadline_for(body.size());
-      if (!send_header(kStateMagic, 0, kChunkOk, 0, body.size(), deadline)) return;
-      if (!SendAllBy(fd, body.data(), body.size(), deadline)) return;
+      if (!ServeState(fd, *model, watch, index, relay)) return;
       continue;
     }
     const auto small = deadline_for(kHeaderBytes);
@@ -387,6 +367,41 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     EndSend(root, peer, index, sent);
     if (!sent) return;
   }
+}
+
+bool WeightServer::ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
+                              const std::string& relay) {
+  const size_t chunks = model.manifest.chunks.size();
+  std::string body;
+  uint64_t next = 0;
+  uint32_t aux = 0;
+  if (watch) {
+    if (model.available == nullptr) {
+      aux = kHaveComplete;  // nothing more will come
+    } else {
+      for (uint32_t c : model.available->Since(cursor, kWatchWait, &next)) {
+        const uint32_t be = htonl(c);
+        body.append(reinterpret_cast<const char*>(&be), sizeof(be));
+      }
+    }
+  } else {
+    if (model.available) {
+      body = model.available->Bitmap(&next);
+    } else {
+      body.assign((chunks + 7) / 8, '\xff');
+      if (chunks % 8 != 0) body.back() = static_cast<char>(0xff00 >> (chunks % 8));
+    }
+    aux = static_cast<uint32_t>(next);
+    for (const std::string& addr :
+         Peers(model.manifest.root_digest, relay, options_.max_peers_listed)) {
+      body += addr + "\n";
+    }
+  }
+  const auto deadline = options_.send.For(kHeaderBytes + body.size());
+  const HeaderRecord h = EncodeHeader(watch ? kHaveMagic : kStateMagic, static_cast<uint32_t>(next),
+                                      kChunkOk, aux, body.size());
+  return SendAllBy(fd, h.data(), h.size(), deadline) &&
+         SendAllBy(fd, body.data(), body.size(), deadline);
 }
 
 ServedModel ServeIndexed(IndexedModel index) {

@@ -147,14 +147,14 @@ class WeightShardsSeedable final : public Seedable {
     return m;
   }
 
-  // Where to fetch besides here: the relays of this root digest (not part of the
-  // digest), the asker excepted.
+  // Where to fetch besides here: relays of this root digest (not part of the
+  // digest), the asker excepted, a random sample of them.
   std::vector<std::string> Relays(const ServedModel& m, const Json& request) const {
     std::string relay;
     if (auto r = request.find("relay"); r != request.end() && r->is_string()) {
       relay = r->get<std::string>();
     }
-    return server_->Peers(m.manifest.root_digest, relay);
+    return server_->Peers(m.manifest.root_digest, relay, server_->max_peers_listed());
   }
 
   // A model whose files changed since they were indexed is not handed out: its

@@ -1,0 +1,44 @@
+#include "kinds/weights/chunk_set.h"
+
+namespace seedd {
+
+ChunkSet::ChunkSet(size_t size) : size_(size), words_(new std::atomic<uint64_t>[(size + 63) / 64]) {
+  for (size_t i = 0; i < (size + 63) / 64; ++i) words_[i].store(0, std::memory_order_relaxed);
+  log_.reserve(size);
+}
+
+void ChunkSet::Set(size_t i) {
+  if (i >= size_) return;
+  const uint64_t bit = uint64_t{1} << (i % 64);
+  std::lock_guard<std::mutex> lock(mu_);  // the log's order is the bits' order
+  if ((words_[i / 64].fetch_or(bit, std::memory_order_release) & bit) != 0) return;
+  log_.push_back(static_cast<uint32_t>(i));
+  added_.notify_all();
+}
+
+bool ChunkSet::Test(size_t i) const {
+  return i < size_ && (words_[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
+}
+
+std::string ChunkSet::Bitmap(uint64_t* cursor) const {
+  if (cursor != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *cursor = log_.size();
+  }
+  std::string bits((size_ + 7) / 8, '\0');
+  for (size_t i = 0; i < size_; ++i) {
+    if (Test(i)) bits[i / 8] = static_cast<char>(bits[i / 8] | (0x80 >> (i % 8)));
+  }
+  return bits;
+}
+
+std::vector<uint32_t> ChunkSet::Since(uint64_t cursor, std::chrono::milliseconds wait,
+                                      uint64_t* next) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (cursor > log_.size()) cursor = 0;
+  added_.wait_for(lock, wait, [&] { return log_.size() > cursor; });
+  *next = log_.size();
+  return std::vector<uint32_t>(log_.begin() + static_cast<long>(cursor), log_.end());
+}
+
+}  // namespace seedd

@@ -1,0 +1,45 @@
+// The chunks a fetching daemon has verified, for its data-plane server to relay
+// and to tell its neighbours about: a bitmap plus the order the chunks arrived
+// in, so that a neighbour asks "what is new since entry c" and waits for it
+// instead of polling the whole state.
+//
+// Thread safety: Set, Test, Bitmap, Since from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace seedd {
+
+class ChunkSet {
+ public:
+  explicit ChunkSet(size_t size);
+  size_t size() const { return size_; }
+  // Adds chunk i (once: a second Set of it changes nothing) and wakes Since.
+  void Set(size_t i);
+  bool Test(size_t i) const;
+  // The data-plane bitmap: ceil(size/8) bytes, chunk i is bit 0x80 >> (i % 8).
+  // `*cursor` (when given) is set to how many chunks were added before the bitmap
+  // was taken: every one of them is in it.
+  std::string Bitmap(uint64_t* cursor = nullptr) const;
+  // The chunks added after the first `cursor` ones, waiting up to `wait` for one;
+  // `*next` is the cursor to ask with next time. A cursor past the end (another
+  // daemon's) starts over from 0.
+  std::vector<uint32_t> Since(uint64_t cursor, std::chrono::milliseconds wait,
+                              uint64_t* next) const;
+
+ private:
+  size_t size_;
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable added_;
+  std::vector<uint32_t> log_;  // GUARDED_BY(mu_): in the order they were added
+};
+
+}  // namespace seedd

@@ -1,0 +1,381 @@
+#include "kinds/weights/fetch.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/crypto.h"
+#include "common/logging.h"
+
+namespace seedd {
+namespace {
+
+constexpr size_t kMaxSources = 256;                         // seeds and relays known to one fetch
+constexpr auto kIdleWait = std::chrono::milliseconds(200);  // changes notify; deferrals expire
+constexpr auto kClaimRetry = std::chrono::milliseconds(300);
+constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
+// A chunk a relay was sent this long ago that no neighbour offers is asked of the
+// seed; so is one claimed for longer than the seed takes to send it at
+// FetchOptions::claim_floor_rate (at least kForceAfter, at most kForceAfterAtMost).
+constexpr auto kForceAfter = std::chrono::seconds(5);
+constexpr auto kForceAfterAtMost = std::chrono::seconds(120);
+
+SchedulerOptions SchedulerOptionsOf(const FetchOptions& o) {
+  SchedulerOptions s;
+  s.max_neighbours = std::max<size_t>(1, o.max_neighbours);
+  s.pipeline = std::max(1, o.pipeline);
+  return s;
+}
+
+}  // namespace
+
+Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchStats* s)
+    : m_(m),
+      staging_(staging),
+      options_(o),
+      stats_(s),
+      session_(RandomHex(8)),
+      sched_(m.chunks.size(), SchedulerOptionsOf(o)) {}
+
+void Fetch::Prepare(const std::vector<uint32_t>& resumed) {
+  const size_t n = m_.chunks.size();
+  claimed_since_.assign(n, {});
+  force_.assign(n, false);
+  writing_.assign(n, false);
+  for (uint32_t i : resumed) {
+    sched_.AlreadyHave(i);
+    verified_bytes_ += m_.chunks[i].length;
+    ++stats_->chunks_resumed;
+    stats_->bytes_resumed += m_.chunks[i].length;
+    if (options_.verified) options_.verified->Set(i);
+  }
+}
+
+void Fetch::Run(const std::vector<HostPort>& seeds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (const HostPort& s : seeds) AddSourceLocked(s, true);
+  for (const std::string& text : m_.sources) {
+    Result<HostPort> peer = ParseHostPort(text);
+    if (peer.ok()) AddSourceLocked(*peer, false);
+  }
+  FillNeighboursLocked();
+  // This thread watches for a stop request and for a swarm that cannot help.
+  while (!FinishedLocked()) {
+    if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
+      cancelled_ = true;
+      failed_ = true;
+      EndLocked();
+      break;
+    }
+    CheckHopeLocked();
+    changed_.wait_for(lock, kCancelPoll);
+  }
+  EndLocked();
+  // No thread is started once the fetch is finished.
+  std::vector<std::thread> workers = std::move(workers_);
+  lock.unlock();
+  for (auto& w : workers) w.join();
+}
+
+bool Fetch::Cancelled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+uint64_t Fetch::VerifiedBytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return verified_bytes_;
+}
+
+bool Fetch::Complete() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sched_.Complete();
+}
+
+Status Fetch::local_error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return local_error_;
+}
+
+bool Fetch::Finished() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FinishedLocked();
+}
+
+bool Fetch::Dropped(const Source* source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source->dropped;
+}
+
+void Fetch::AddSourceLocked(const HostPort& addr, bool seed) {
+  const std::string name = addr.ToString();
+  if (name == options_.relay || sources_.size() >= kMaxSources) return;
+  for (const auto& s : sources_) {
+    if (s->name == name) return;
+  }
+  auto source = std::make_unique<Source>();
+  source->addr = addr;
+  source->name = name;
+  source->seed = seed;
+  source->id = static_cast<PeerId>(sources_.size());
+  sources_.push_back(std::move(source));
+  if (!seed) stats_->peers.push_back(name);
+}
+
+void Fetch::FillNeighboursLocked() {
+  if (FinishedLocked()) return;
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  for (bool seeds : {true, false}) {
+    std::vector<Source*> candidates;
+    for (const auto& s : sources_) {
+      if (s->seed == seeds && !s->neighbour && !s->dropped) candidates.push_back(s.get());
+    }
+    std::shuffle(candidates.begin(), candidates.end(), rng);
+    for (Source* s : candidates) {
+      if (sched_.NeighboursWanted() == 0) return;
+      StartLocked(s);
+    }
+  }
+}
+
+void Fetch::StartLocked(Source* s) {
+  // A relay fetching from a seed asks one chunk at a time per connection: the
+  // seed's claim on it is then taken just before the bytes leave.
+  const int depth = s->seed && !options_.relay.empty() ? 1 : std::max(1, options_.pipeline);
+  const int connections =
+      std::max(1, s->seed ? options_.connections_per_source : options_.connections_per_peer);
+  if (!sched_.AddNeighbour(s->id, s->seed, connections * depth)) return;
+  s->neighbour = true;
+  workers_.emplace_back([this, s] { Watch(s); });
+  for (int c = 0; c < connections; ++c) workers_.emplace_back([this, s] { Work(s); });
+  changed_.notify_all();
+}
+
+void Fetch::CheckHopeLocked() {
+  if (FinishedLocked() || !sched_.Stuck()) return;
+  for (const auto& s : sources_) {
+    if (s->dropped) continue;
+    // A neighbour whose state is not known yet, or a candidate, may still help.
+    if (!s->neighbour || !s->state_known) return;
+  }
+  failed_ = true;
+  EndLocked();
+}
+
+void Fetch::EndLocked() {
+  for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
+  changed_.notify_all();
+}
+
+Status Fetch::LocalFailure(Status st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (local_error_.ok()) local_error_ = std::move(st);
+  failed_ = true;
+  EndLocked();
+  return Status::Ok();
+}
+
+bool Fetch::Fail(Source* source, std::optional<uint32_t> chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  changed_.notify_all();
+  return FailLocked(source, chunk);
+}
+
+bool Fetch::FailLocked(Source* source, std::optional<uint32_t> chunk) {
+  if (source->dropped) return true;
+  const bool dropped = chunk ? sched_.Failed(source->id, *chunk) : sched_.Failed(source->id);
+  if (!dropped) return false;
+  source->dropped = true;
+  Logger().warn("weight_data: dropping {} {}", source->seed ? "source" : "relay", source->name);
+  stats_->sources_dropped.push_back(source->name);
+  FillNeighboursLocked();
+  CheckHopeLocked();
+  changed_.notify_all();
+  return true;
+}
+
+std::optional<Taken> Fetch::Take(Source* source, bool wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
+  for (;;) {
+    if (FinishedLocked() || source->dropped) return std::nullopt;
+    // A relay among relays keeps one chunk in flight per seed: what a seed sends
+    // reaches the swarm sooner when its uplink is not split many ways.
+    const bool one_at_a_time = source->seed && !options_.relay.empty() &&
+                               sched_.relay_neighbours() > 0 && sched_.InFlight(source->id) >= 1;
+    if (!one_at_a_time) {
+      if (std::optional<uint32_t> c = sched_.Next(source->id, std::chrono::steady_clock::now())) {
+        return Taken{*c, source->seed && !force_[*c]};
+      }
+    }
+    if (!wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return std::nullopt;
+    }
+  }
+}
+
+void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, uint32_t aux) {
+  std::lock_guard<std::mutex> lock(mu_);
+  changed_.notify_all();
+  const auto now = std::chrono::steady_clock::now();
+  if (!source->seed) {
+    // A relay is asked only for chunks it offered, and its verified chunks only
+    // ever grow: "not here" is a lie (or a restart), and a relay has no claims to
+    // report. Either way it fails, and is dropped.
+    Logger().warn("weight_data: relay {} offered chunk {} but answered \"{}\"", source->name, index,
+                  status == kChunkNotHere ? "not here" : "claimed");
+    FailLocked(source, index);
+    return;
+  }
+  if (status == kChunkNotHere) {
+    // A seed that is itself still fetching says what it has; one that offered the
+    // chunk there and does not serve it is broken (a file changed under it, say).
+    const bool offered = source->state_known && sched_.Offers(source->id, index);
+    sched_.Lacks(source->id, index);
+    if (offered) {
+      Logger().warn("weight_data: source {} offered chunk {} but does not serve it", source->name,
+                    index);
+      FailLocked(source, std::nullopt);
+    }
+    return;
+  }
+  if (claimed_since_[index] == std::chrono::steady_clock::time_point{}) claimed_since_[index] = now;
+  // Claimed by a relay long ago (or for long, however the claim is renewed), yet
+  // no neighbour offers it: ask the seed for it anyway. A claim still held after
+  // the seed could have sent the chunk at the floor rate (a seed whose link many
+  // fetchers share is that slow, a stalled holder slower) counts as long.
+  const auto claim_limit = std::clamp<std::chrono::steady_clock::duration>(
+      std::chrono::milliseconds(m_.chunks[index].length * 1000 /
+                                std::max<uint64_t>(1, options_.claim_floor_rate)),
+      kForceAfter, kForceAfterAtMost);
+  const bool sent_long_ago = aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter;
+  // So is one whose holder cannot be reached: relays were named, and none is a
+  // neighbour now. (Before any relay is known, a claim may be a relay that has
+  // only just started: it is waited for.)
+  const bool no_relay_left = !stats_->peers.empty() && sched_.relay_neighbours() == 0;
+  const bool claimed_long = now - claimed_since_[index] >= claim_limit;
+  if ((sent_long_ago || no_relay_left || claimed_long) && sched_.Holders(index) == 0) {
+    force_[index] = true;
+    Logger().debug("weight_data: asking the seed plainly for chunk {} ({}{}{})", index,
+                   sent_long_ago ? "sent long ago; " : "", no_relay_left ? "no relay left; " : "",
+                   claimed_long ? "claimed for long" : "");
+    sched_.Deferred(source->id, index, now);
+  } else {
+    sched_.Deferred(source->id, index, now + kClaimRetry);
+  }
+}
+
+void Fetch::Returned(uint32_t index, const Source* source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sched_.Returned(source->id, index);
+  changed_.notify_all();
+}
+
+void Fetch::Returned(std::deque<Taken>* inflight, const Source* source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Taken& t : *inflight) sched_.Returned(source->id, t.index);
+  inflight->clear();
+  changed_.notify_all();
+}
+
+bool Fetch::BeginWrite(uint32_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (writing_[index] || sched_.Has(index)) return false;
+  writing_[index] = true;
+  return true;
+}
+
+void Fetch::EndWrite(uint32_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writing_[index] = false;
+}
+
+Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
+  const ManifestChunk& c = m_.chunks[index];
+  Status journaled = staging_.Journal(index);
+  std::lock_guard<std::mutex> lock(mu_);
+  changed_.notify_all();
+  if (!journaled.ok()) {
+    sched_.Returned(source->id, index);
+    return journaled;
+  }
+  sched_.Arrived(source->id, index);  // endgame copies still on the wire are drained
+  stats_->chunks_holes += hole;
+  verified_bytes_ += c.length;
+  auto use = std::find_if(stats_->used.begin(), stats_->used.end(),
+                          [&](const SourceUse& u) { return u.name == source->name; });
+  if (use == stats_->used.end()) {
+    use = stats_->used.insert(stats_->used.end(), SourceUse{source->name, source->seed, 0});
+  }
+  if (!hole) use->bytes += c.length;
+  if (options_.verified) options_.verified->Set(index);
+  if (sched_.Complete()) EndLocked();
+  if (options_.progress) options_.progress(verified_bytes_);
+  return Status::Ok();
+}
+
+void Fetch::Reject(uint32_t index, Source* source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_->chunks_rejected;
+  FailLocked(source, index);
+  changed_.notify_all();
+}
+
+void Fetch::Count(uint64_t n, const Source* source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_->bytes_received += n;
+  if (!source->seed) stats_->bytes_from_peers += n;
+}
+
+void Fetch::ApplyState(Source* source, std::string_view body) {
+  const size_t n = m_.chunks.size();
+  std::vector<bool> have(n);
+  for (size_t i = 0; i < n; ++i) {
+    have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sched_.NeighbourState(source->id, have);
+  source->state_known = true;
+  for (size_t pos = (n + 7) / 8; pos < body.size();) {
+    size_t end = body.find('\n', pos);
+    if (end == std::string::npos) end = body.size();
+    Result<HostPort> peer = ParseHostPort(body.substr(pos, end - pos));
+    if (peer.ok()) AddSourceLocked(*peer, false);
+    pos = end + 1;
+  }
+  FillNeighboursLocked();
+  changed_.notify_all();
+}
+
+void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (complete) {
+    sched_.NeighbourState(source->id, std::vector<bool>(m_.chunks.size(), true));
+  } else {
+    for (uint32_t c : chunks) sched_.NeighbourHas(source->id, c);
+  }
+  changed_.notify_all();
+}
+
+bool Fetch::WantRelays() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (sched_.NeighboursWanted() == 0 || now - relays_asked_ < options_.state_interval) return false;
+  relays_asked_ = now;
+  return true;
+}
+
+bool Fetch::Track(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (FinishedLocked()) return false;
+  open_fds_.insert(fd);
+  return true;
+}
+
+void Fetch::Untrack(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_fds_.erase(fd);
+}
+
+}  // namespace seedd

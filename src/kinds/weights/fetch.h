@@ -1,0 +1,158 @@
+// One FetchModel run: the driver of a SwarmScheduler. The scheduler decides
+// which chunk to ask of which neighbour; this class owns the sockets and threads
+// that carry it out and reports back what happened.
+//
+// Per neighbour (at most FetchOptions::max_neighbours at once, seeds included):
+// one watch connection, which reads the neighbour's state once and then what it
+// newly verifies ("SDWT", answered as chunks land, not polled), and its data
+// connections (connections_per_source to a seed, connections_per_peer to a
+// relay). Relays named by the manifest or by a state response wait as
+// candidates (at most kMaxSources known) and replace neighbours that are dropped.
+// A seed is asked for more relays every state_interval while the neighbour set
+// has room.
+//
+// fetch.cc holds the bookkeeping (under mu_), fetch_connections.cc the sockets.
+//
+// Thread safety: Run starts and joins every thread; the other public methods
+// may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/staging.h"
+#include "kinds/weights/swarm_scheduler.h"
+
+namespace seedd {
+
+// A seed or a relay this fetch knows of.
+struct Source {
+  HostPort addr;
+  std::string name;
+  PeerId id = 0;
+  bool seed = false;         // given by the caller: asked only for chunks no relay has
+  bool neighbour = false;    // in the scheduler, with connections running
+  bool dropped = false;      // failed; never asked again
+  bool state_known = false;  // what it has is from its state, not assumed
+};
+
+// A request sent on one data connection and not answered yet.
+struct Taken {
+  uint32_t index;
+  bool claim;  // asked with "SDRN" (a seed, unless forced)
+};
+
+class Fetch {
+ public:
+  Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchStats* s);
+
+  // `resumed` chunks were verified by an earlier run.
+  void Prepare(const std::vector<uint32_t>& resumed);
+  // Fetches from `seeds` and the relays learnt on the way until every chunk is
+  // verified, no known source has the missing ones, a local error, or a stop.
+  void Run(const std::vector<HostPort>& seeds);
+
+  bool Cancelled();
+  uint64_t VerifiedBytes();
+  bool Complete();
+  Status local_error();
+
+ private:
+  // fetch.cc: bookkeeping. "Locked" methods REQUIRE mu_ held.
+  bool FinishedLocked() const { return sched_.Complete() || failed_; }
+  bool Finished();
+  bool Dropped(const Source* source);
+  void AddSourceLocked(const HostPort& addr, bool seed);
+  // Makes neighbours of candidates while the scheduler wants more: seeds first,
+  // then relays at random.
+  void FillNeighboursLocked();
+  void StartLocked(Source* source);
+  // Gives up when no neighbour or candidate can supply a missing chunk.
+  void CheckHopeLocked();
+  // The fetch is over: connections blocked on a slow source are woken at once.
+  void EndLocked();
+  // A local error (a full disk, say): no source is to blame; the fetch ends with
+  // it. Returns Ok for the caller to stop.
+  Status LocalFailure(Status st);
+  // True when `source` is dropped for this failure (of `chunk`, when given).
+  bool Fail(Source* source, std::optional<uint32_t> chunk = std::nullopt);
+  bool FailLocked(Source* source, std::optional<uint32_t> chunk);
+  // The next request for `source`; with `wait` (nothing in flight on the
+  // caller's connection) waits a little for one.
+  std::optional<Taken> Take(Source* source, bool wait);
+  // `source` answered "not here" or "claimed" for `index`.
+  void NotThere(uint32_t index, Source* source, uint32_t status, uint32_t aux);
+  // Requests that ended without an answer, without blame.
+  void Returned(uint32_t index, const Source* source);
+  void Returned(std::deque<Taken>* inflight, const Source* source);
+  // A copy of `index` may be written to the staging file: no other copy is being
+  // written and it is not verified yet. Pair with EndWrite.
+  bool BeginWrite(uint32_t index);
+  void EndWrite(uint32_t index);
+  Status Record(uint32_t index, bool hole, const Source* source);
+  void Reject(uint32_t index, Source* source);
+  void Count(uint64_t n, const Source* source);
+  // A state response: the bitmap, then relay names one per line.
+  void ApplyState(Source* source, std::string_view body);
+  // A watch response: chunks `source` verified since the last one.
+  void ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete);
+  // Whether a seed should be asked for more relays now.
+  bool WantRelays();
+  // Connections are tracked so that EndLocked can wake them; false (and the
+  // connection is not to be used) when the fetch is over already.
+  bool Track(int fd);
+  void Untrack(int fd);
+
+  // fetch_connections.cc: sockets.
+  const TransferDeadline& DeadlineOf(const Source& s) const;
+  // One data connection's loop against `source`; returns when the fetch is over
+  // or `source` is dropped.
+  void Work(Source* source);
+  // The watch connection's loop: the state, then what is new, and for a seed
+  // more relays while wanted.
+  void Watch(Source* source);
+  Result<UniqueFd> Open(const Source& source);
+  void Close(UniqueFd* fd);
+  Result<UniqueFd> Handshake(UniqueFd fd);
+  Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle);
+  Status Receive(int sock, uint32_t index, std::string* buf, bool* verified,
+                 std::chrono::steady_clock::time_point deadline, bool* local);
+  Status AskState(int fd, Source* source);
+  // Returns false in *more when the source has every chunk.
+  Status AskWatch(int fd, Source* source, uint32_t* cursor, bool* more);
+  std::string ZeroDigest(uint64_t length);
+
+  const Manifest& m_;
+  Staging& staging_;
+  const FetchOptions& options_;
+  FetchStats* stats_;
+  const std::string session_;  // this fetch, to the sources it relays for
+  std::mutex mu_;
+  std::condition_variable changed_;               // a chunk, a source or the outcome changed
+  SwarmScheduler sched_;                          // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Source>> sources_;  // GUARDED_BY(mu_): by PeerId
+  std::vector<std::thread> workers_;              // GUARDED_BY(mu_)
+  std::vector<std::chrono::steady_clock::time_point> claimed_since_;  // GUARDED_BY(mu_)
+  std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with "SDRQ"
+  std::vector<bool> writing_;    // GUARDED_BY(mu_): a copy is being written
+  std::set<int> open_fds_;       // GUARDED_BY(mu_): connections EndLocked wakes
+  bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest, or a local error
+  Status local_error_;           // GUARDED_BY(mu_)
+  bool cancelled_ = false;       // GUARDED_BY(mu_): stopped on request
+  uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point relays_asked_{};  // GUARDED_BY(mu_)
+  std::mutex zero_mu_;
+  std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
+};
+
+}  // namespace seedd

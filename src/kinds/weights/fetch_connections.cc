@@ -1,0 +1,345 @@
+// The sockets of a Fetch (fetch.h): data connections and watch connections.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/crypto.h"
+#include "common/logging.h"
+#include "kinds/weights/fetch.h"
+#include "transport/client.h"
+#include "wire/frame.h"
+#include "wire/json_text.h"
+
+namespace seedd {
+namespace {
+
+constexpr size_t kMaxPeerListBytes = 64 * 1024;  // in a state response
+constexpr size_t kPieceBytes = 256 * 1024;       // received, hashed and written while in cache
+constexpr auto kReconnectIdle = std::chrono::seconds(20);  // sources close idle connections
+constexpr uint64_t kRecordBytes = std::tuple_size_v<HeaderRecord>;
+
+}  // namespace
+
+const TransferDeadline& Fetch::DeadlineOf(const Source& s) const {
+  return s.seed ? options_.seed_deadline : options_.chunk_deadline;
+}
+
+void Fetch::Work(Source* source) {
+  while (!Finished() && !Dropped(source)) {
+    Result<UniqueFd> conn = Open(*source);
+    if (!conn.ok()) {
+      if (Finished()) return;
+      Logger().warn("weight_data: {}: {}", source->name, conn.status().message());
+      if (Fail(source)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    std::deque<Taken> inflight;
+    bool idle = false;
+    Status st = Pump(conn->get(), source, &inflight, &idle);
+    Close(&*conn);
+    Returned(&inflight, source);
+    if (Finished()) return;
+    if (st.ok() && idle) continue;  // a fresh connection before the source's idle timeout
+    if (st.ok() || Dropped(source)) return;
+    Logger().warn("weight_data: {}: {}", source->name, st.message());
+    if (Fail(source)) return;
+  }
+}
+
+void Fetch::Watch(Source* source) {
+  UniqueFd conn;
+  uint32_t cursor = 0;
+  bool synced = false;  // the state was read: watch from `cursor`
+  bool more = true;     // the source may verify more chunks
+  auto last_used = std::chrono::steady_clock::now();
+  while (!Finished() && !Dropped(source)) {
+    if (conn.valid() && std::chrono::steady_clock::now() - last_used > kReconnectIdle) Close(&conn);
+    if (!conn.valid()) {
+      Result<UniqueFd> fd = Open(*source);
+      if (!fd.ok()) {
+        if (Finished()) return;
+        Logger().warn("weight_data: {}: state: {}", source->name, fd.status().message());
+        if (Fail(source)) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      conn = std::move(*fd);
+    }
+    Status st;
+    if (!synced || (source->seed && WantRelays())) {
+      st = AskState(conn.get(), source);
+      synced = st.ok();
+      cursor = 0;
+      more = true;
+    } else if (more) {
+      st = AskWatch(conn.get(), source, &cursor, &more);
+    } else {
+      // It has everything: nothing to watch; a seed may still be asked for relays.
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait_for(lock, options_.state_interval, [&] { return FinishedLocked(); });
+      continue;
+    }
+    last_used = std::chrono::steady_clock::now();
+    if (st.ok()) continue;
+    Close(&conn);
+    if (Finished()) return;
+    Logger().warn("weight_data: {}: state: {}", source->name, st.message());
+    if (Fail(source)) return;
+  }
+  Close(&conn);
+}
+
+Status Fetch::AskState(int fd, Source* source) {
+  const size_t bitmap = (m_.chunks.size() + 7) / 8;
+  // The whole answer within the deadline of its largest size.
+  const auto deadline = DeadlineOf(*source).For(kRecordBytes + bitmap + kMaxPeerListBytes);
+  const RequestRecord req = EncodeRequest(kStateMagic, 0);
+  if (!SendAllBy(fd, req.data(), req.size(), deadline)) {
+    return Status::Unavailable("cannot send a state request");
+  }
+  HeaderRecord record;
+  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
+  const Header h = DecodeHeader(record);
+  if (h.magic != kStateMagic || h.status != kChunkOk || h.length < bitmap ||
+      h.length > bitmap + kMaxPeerListBytes) {
+    return Status::DataLoss("malformed state response");
+  }
+  std::string body(h.length, '\0');
+  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, body.data(), body.size(), deadline));
+  ApplyState(source, body);
+  return Status::Ok();
+}
+
+Status Fetch::AskWatch(int fd, Source* source, uint32_t* cursor, bool* more) {
+  const size_t chunks = m_.chunks.size();
+  // The server answers within kWatchWait, then the largest answer at the floor rate.
+  const auto deadline =
+      DeadlineOf(*source).For(kRecordBytes + 4 * chunks) + std::chrono::milliseconds(kWatchWait);
+  const RequestRecord req = EncodeRequest(kWatchMagic, *cursor);
+  if (!SendAllBy(fd, req.data(), req.size(), deadline)) {
+    return Status::Unavailable("cannot send a watch request");
+  }
+  HeaderRecord record;
+  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
+  const Header h = DecodeHeader(record);
+  if (h.magic != kHaveMagic || h.status != kChunkOk || h.length % 4 != 0 || h.length > 4 * chunks ||
+      h.index > chunks) {
+    return Status::DataLoss("malformed watch response");
+  }
+  std::string body(h.length, '\0');
+  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, body.data(), body.size(), deadline));
+  std::vector<uint32_t> have(h.length / 4);
+  for (size_t i = 0; i < have.size(); ++i) {
+    uint32_t be;
+    std::memcpy(&be, body.data() + 4 * i, 4);
+    have[i] = ntohl(be);
+    if (have[i] >= chunks) return Status::DataLoss("watch response names no such chunk");
+  }
+  *more = (h.aux & kHaveComplete) == 0;
+  *cursor = h.index;
+  ApplyHave(source, have, !*more);
+  return Status::Ok();
+}
+
+Result<UniqueFd> Fetch::Open(const Source& source) {
+  Result<UniqueFd> fd = ConnectTcp(source.addr, std::chrono::seconds(5));
+  if (!fd.ok()) return fd.status();
+  if (!Track(fd->get())) return Status::Unavailable("the fetch is over");
+  return Handshake(std::move(*fd));
+}
+
+void Fetch::Close(UniqueFd* fd) {
+  if (!fd->valid()) return;
+  Untrack(fd->get());
+  fd->Reset();
+}
+
+Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned) {
+  struct Guard {
+    Fetch* f;
+    UniqueFd fd;
+    ~Guard() {
+      if (fd.valid()) f->Untrack(fd.get());
+    }
+  } guard{this, std::move(fd_owned)};
+  UniqueFd* fd = &guard.fd;
+  int flags = ::fcntl(fd->get(), F_GETFL);
+  ::fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
+  timeval tv{static_cast<time_t>(options_.timeout.count() / 1000),
+             static_cast<suseconds_t>((options_.timeout.count() % 1000) * 1000)};
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  Json request = {
+      {"kind", kWeightDataKind}, {"root_digest", m_.root_digest}, {"token", options_.token}};
+  if (!options_.relay.empty()) {
+    request["relay"] = options_.relay;
+    request["session"] = session_;
+  }
+  std::string frame = EncodeJsonFrame(request);
+  if (!SendAll(fd->get(), frame.data(), frame.size())) {
+    return Status::Unavailable("cannot send the data request");
+  }
+  Result<std::string> body = ReadFrameBody(fd->get(), 64 * 1024, Clock::now() + options_.timeout);
+  if (!body.ok()) return body.status();
+  Result<Json> response = ParseJson(*body);
+  if (!response.ok() || !response->is_object() || (*response)["status"] != "ok") {
+    return Status::PermissionDenied("the source refused the data connection: " +
+                                    body->substr(0, 300));
+  }
+  return std::move(*fd);
+}
+
+Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle) {
+  const int depth = source->seed && !options_.relay.empty() ? 1 : std::max(1, options_.pipeline);
+  std::string buf;  // one piece of a chunk
+  auto last_used = std::chrono::steady_clock::now();
+  for (;;) {
+    while (static_cast<int>(inflight->size()) < depth) {
+      std::optional<Taken> next = Take(source, inflight->empty());
+      if (!next) break;
+      const RequestRecord req = EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
+      inflight->push_back(*next);
+      if (!SendAllBy(fd, req.data(), req.size(), DeadlineOf(*source).For(req.size()))) {
+        return Status::Unavailable("cannot send a chunk request");
+      }
+    }
+    if (inflight->empty()) {
+      if (Finished() || Dropped(source)) return Status::Ok();
+      if (std::chrono::steady_clock::now() - last_used > kReconnectIdle) {
+        *idle = true;
+        return Status::Ok();
+      }
+      continue;
+    }
+    last_used = std::chrono::steady_clock::now();
+    // From here the front chunk's whole answer is due by its deadline.
+    const uint32_t index = inflight->front().index;
+    const ManifestChunk& c = m_.chunks[index];
+    const auto deadline = DeadlineOf(*source).For(kRecordBytes + c.length);
+    HeaderRecord record;
+    SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
+    const Header h = DecodeHeader(record);
+    if (h.magic != kChunkMagic || h.index != index) {
+      return Status::DataLoss("malformed chunk response");
+    }
+    if (h.status == kChunkNotHere || h.status == kChunkClaimed) {
+      if (h.length != 0) return Status::DataLoss("malformed chunk response");
+      inflight->pop_front();
+      NotThere(index, source, h.status, h.aux);
+      if (Dropped(source)) return Status::DataLoss("source dropped");
+      continue;
+    }
+    if (h.status == kChunkHole) {
+      if (h.length != 0) return Status::DataLoss("malformed chunk response");
+      inflight->pop_front();
+      if (ZeroDigest(c.length) != c.xxh3) {
+        Logger().warn("weight_data: chunk {} ({} at {}) from {} is not a hole; fetching it again",
+                      index, c.file, c.offset, source->name);
+        Reject(index, source);
+        if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
+        continue;
+      }
+      // The staging file reads zeros there already: nothing to write.
+      if (!BeginWrite(index)) {
+        Returned(index, source);
+        continue;
+      }
+      Status st = Record(index, true, source);
+      EndWrite(index);
+      if (!st.ok()) return LocalFailure(st);
+      continue;
+    }
+    if (h.status != kChunkOk || h.length != c.length) {
+      return Status::DataLoss("chunk " + std::to_string(index) + ": status " +
+                              std::to_string(h.status) + ", " + std::to_string(h.length) +
+                              " bytes");
+    }
+    inflight->pop_front();
+    if (!BeginWrite(index)) {
+      // Another copy is landing or landed (an endgame duplicate): read it past.
+      Status st = Receive(fd, index, &buf, nullptr, deadline, nullptr);
+      Returned(index, source);
+      if (!st.ok()) return st;
+      Count(c.length, source);
+      continue;
+    }
+    bool verified = false;
+    bool local = false;
+    Status got = Receive(fd, index, &buf, &verified, deadline, &local);
+    if (!got.ok()) {
+      EndWrite(index);
+      Returned(index, source);
+      return local ? LocalFailure(got) : got;
+    }
+    Count(c.length, source);
+    if (!verified) {
+      EndWrite(index);
+      Logger().warn(
+          "weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again", index,
+          c.file, c.offset, source->name);
+      Reject(index, source);
+      if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
+      continue;
+    }
+    Status stored = staging_.Sync(c);
+    if (stored.ok()) stored = Record(index, false, source);
+    EndWrite(index);
+    if (!stored.ok()) {
+      Returned(index, source);
+      return LocalFailure(stored);
+    }
+  }
+}
+
+// Receives chunk `index` into its place in the staging file and checks its
+// digest, a cache-sized piece at a time: each piece is received, hashed and
+// written while it is still in the CPU's cache, so the bytes cross memory about
+// twice (socket buffer, page cache) instead of five times. The bytes of a chunk
+// that fails verification are never journaled nor served, and are overwritten
+// when it is fetched again. With no `verified`, the bytes are read and dropped.
+Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified,
+                      std::chrono::steady_clock::time_point deadline, bool* local) {
+  const ManifestChunk& c = m_.chunks[index];
+  buf->resize(kPieceBytes);
+  if (verified == nullptr) {
+    for (uint64_t done = 0; done < c.length;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
+      SEEDD_RETURN_IF_ERROR(RecvAllBy(sock, buf->data(), n, deadline));
+      done += n;
+    }
+    return Status::Ok();
+  }
+  Result<std::shared_ptr<UniqueFd>> file = staging_.File(c.file);  // once per chunk
+  if (!file.ok()) {
+    *local = true;
+    return file.status();
+  }
+  Xxh3Stream hash;
+  Status st;
+  for (uint64_t done = 0; done < c.length && st.ok();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
+    st = RecvAllBy(sock, buf->data(), n, deadline);
+    if (!st.ok()) break;
+    hash.Update(std::string_view(buf->data(), n));
+    st = staging_.Write(**file, c, done, buf->data(), n);
+    *local = !st.ok();
+    done += n;
+  }
+  *verified = st.ok() && hash.HexDigest() == c.xxh3;
+  return st;
+}
+
+std::string Fetch::ZeroDigest(uint64_t length) {
+  std::lock_guard<std::mutex> lock(zero_mu_);
+  auto it = zero_digests_.find(length);
+  if (it == zero_digests_.end()) {
+    it = zero_digests_.emplace(length, Xxh3Hex(std::string(length, '\0'))).first;
+  }
+  return it->second;
+}
+
+}  // namespace seedd
