@@ -47,6 +47,58 @@ TEST(SwarmScheduler, TiesAreBrokenAtRandomSoFetchersStartApart) {
   EXPECT_GE(first.size(), 10u);
 }
 
+// A seed that is itself still fetching: asked only for what its state or its
+// announcements say it has; a "not here" takes the chunk off it until it says so.
+TEST(SwarmScheduler, ASeedStillFetchingIsAskedOnlyForWhatItHas) {
+  SwarmScheduler s(3, Options());
+  s.AddNeighbour(0, true);
+  s.NeighbourState(0, {false, true, false});
+  std::set<uint32_t> asked;
+  while (auto c = s.Next(0, kT0)) asked.insert(*c);
+  EXPECT_EQ(asked, std::set<uint32_t>{1});
+  s.Lacks(0, 1);  // it answered "not here" after all
+  EXPECT_FALSE(s.Offers(0, 1));
+  EXPECT_EQ(s.Next(0, kT0), std::nullopt);
+  EXPECT_TRUE(s.Stuck());  // nobody has chunks 0 to 2
+  s.NeighbourHas(0, 2);    // its watch says it verified chunk 2
+  EXPECT_FALSE(s.Stuck());
+  EXPECT_EQ(s.Next(0, kT0), 2u);
+  EXPECT_EQ(s.Holders(2), 0);  // seeds are not counted as holders
+}
+
+// Slots are per neighbour: a seed with four connections takes more at once than a
+// relay with one.
+TEST(SwarmScheduler, EachNeighbourHasItsOwnNumberOfSlots) {
+  SwarmScheduler s(16, Options());
+  s.AddNeighbour(0, true, 8);
+  s.AddNeighbour(1, false, 2);
+  for (uint32_t c = 8; c < 16; ++c) s.NeighbourHas(1, c);
+  int relay = 0;
+  while (s.Next(1, kT0)) ++relay;
+  int seed = 0;
+  while (s.Next(0, kT0)) ++seed;
+  EXPECT_EQ(relay, 2);
+  EXPECT_EQ(seed, 8);
+}
+
+// A request that ends without blame (its connection closed) puts the chunk back
+// and costs the neighbour nothing; a failure not tied to a chunk counts.
+TEST(SwarmScheduler, ReturnedChunksGoBackWithoutBlame) {
+  SwarmScheduler s(2, Options());
+  s.AddNeighbour(0, true);
+  const uint32_t c = *s.Next(0, kT0);
+  for (int i = 0; i < 5; ++i) {
+    s.Returned(0, c);
+    ASSERT_TRUE(s.IsNeighbour(0));
+    ASSERT_TRUE(s.Next(0, kT0).has_value());
+  }
+  EXPECT_FALSE(s.Failed(0));
+  EXPECT_FALSE(s.Failed(0));
+  EXPECT_TRUE(s.Failed(0));  // the third: a seed is dropped
+  EXPECT_FALSE(s.IsNeighbour(0));
+  EXPECT_EQ(s.missing(), 2u);
+}
+
 TEST(SwarmScheduler, ASeedIsAskedOnlyForWhatNoRelayHas) {
   SwarmScheduler s(3, Options());
   s.AddNeighbour(0, true);

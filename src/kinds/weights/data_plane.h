@@ -15,7 +15,9 @@
 //     1  not here (a relay that has not verified it yet, or no such chunk);
 //     2  claimed: a relay was sent it; aux = ms since that send completed
 //        (0xffffffff while it is still being sent): fetch it from the peers;
-//     3  a hole: the chunk is all zeros, no bytes follow.
+//     3  a hole: the chunk is all zeros, no bytes follow;
+//     4  busy: the server sends upload_slots chunks to relays already; ask
+//        another peer, and this one not before aux ms.
 //   The "SDST" body is the have bitmap (ceil(N/8) bytes, chunk i is bit
 //   0x80 >> (i % 8) of byte i / 8) followed by at most max_peers_listed peers
 //   that announced themselves for this root digest, picked at random, one
@@ -95,6 +97,12 @@ struct WeightServerOptions {
   // Relays listed in one state response (a random sample of those remembered):
   // a fetcher keeps a bounded set of neighbours, so it needs only a few names.
   size_t max_peers_listed = 32;
+  // Chunks sent at once to fetchers that relay (a swarm); more are answered
+  // "busy". A chunk sent at a quarter of the uplink reaches its fetcher, which
+  // passes it on, four times sooner than one sent at a sixteenth. 0: no limit.
+  // Fetchers that do not relay are not limited.
+  int upload_slots = 4;
+  std::chrono::milliseconds busy_retry{200};
 };
 
 class WeightServer {
@@ -161,6 +169,7 @@ class WeightServer {
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
+  std::atomic<int> relay_sends_{0};  // chunks being sent to relays now
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.
@@ -192,7 +201,7 @@ struct FetchOptions {
   // Neighbours (seeds and relays) fetched from at once; the other relays learnt
   // wait as candidates and replace those dropped. Each neighbour costs one watch
   // connection (what it newly has) and its data connections.
-  size_t max_neighbours = 12;
+  size_t max_neighbours = 16;
   // How often a seed is asked for more relays while the neighbour set has room.
   std::chrono::milliseconds state_interval{500};
   // Each chunk from a relay, from its request reaching the front of the

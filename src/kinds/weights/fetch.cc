@@ -15,9 +15,9 @@ constexpr size_t kMaxSources = 256;                         // seeds and relays 
 constexpr auto kIdleWait = std::chrono::milliseconds(200);  // changes notify; deferrals expire
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
 constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
-// A chunk a relay was sent this long ago that no neighbour offers is asked of the
-// seed; so is one claimed for longer than the seed takes to send it at
-// FetchOptions::claim_floor_rate (at least kForceAfter, at most kForceAfterAtMost).
+// A chunk claimed for longer than the seed takes to send it at
+// FetchOptions::claim_floor_rate (at least kForceAfter, at most kForceAfterAtMost)
+// is asked of the seed plainly.
 constexpr auto kForceAfter = std::chrono::seconds(5);
 constexpr auto kForceAfterAtMost = std::chrono::seconds(120);
 
@@ -215,7 +215,7 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait) {
   }
 }
 
-void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, uint32_t aux) {
+void Fetch::NotThere(uint32_t index, Source* source, uint32_t status) {
   std::lock_guard<std::mutex> lock(mu_);
   changed_.notify_all();
   const auto now = std::chrono::steady_clock::now();
@@ -241,29 +241,36 @@ void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, uint32_t a
     return;
   }
   if (claimed_since_[index] == std::chrono::steady_clock::time_point{}) claimed_since_[index] = now;
-  // Claimed by a relay long ago (or for long, however the claim is renewed), yet
-  // no neighbour offers it: ask the seed for it anyway. A claim still held after
-  // the seed could have sent the chunk at the floor rate (a seed whose link many
-  // fetchers share is that slow, a stalled holder slower) counts as long.
+  // Claimed for longer than the seed could have sent the chunk at the floor rate
+  // (a seed whose link many fetchers share is that slow, a holder that stalls
+  // slower), yet no neighbour offers it: ask the seed for it anyway. A holder
+  // the seed stopped hearing from loses its claim there; one that was sent the
+  // chunk and is alive passes it on through the swarm, which takes a few hops
+  // when the neighbour sets are bounded, so the time since the send decides
+  // nothing here.
   const auto claim_limit = std::clamp<std::chrono::steady_clock::duration>(
       std::chrono::milliseconds(m_.chunks[index].length * 1000 /
                                 std::max<uint64_t>(1, options_.claim_floor_rate)),
       kForceAfter, kForceAfterAtMost);
-  const bool sent_long_ago = aux != 0xffffffff && std::chrono::milliseconds(aux) >= kForceAfter;
   // So is one whose holder cannot be reached: relays were named, and none is a
   // neighbour now. (Before any relay is known, a claim may be a relay that has
   // only just started: it is waited for.)
   const bool no_relay_left = !stats_->peers.empty() && sched_.relay_neighbours() == 0;
   const bool claimed_long = now - claimed_since_[index] >= claim_limit;
-  if ((sent_long_ago || no_relay_left || claimed_long) && sched_.Holders(index) == 0) {
+  if ((no_relay_left || claimed_long) && sched_.Holders(index) == 0) {
     force_[index] = true;
-    Logger().debug("weight_data: asking the seed plainly for chunk {} ({}{}{})", index,
-                   sent_long_ago ? "sent long ago; " : "", no_relay_left ? "no relay left; " : "",
-                   claimed_long ? "claimed for long" : "");
+    Logger().debug("weight_data: asking the seed plainly for chunk {} ({})", index,
+                   no_relay_left ? "no relay left" : "claimed for long");
     sched_.Deferred(source->id, index, now);
   } else {
     sched_.Deferred(source->id, index, now + kClaimRetry);
   }
+}
+
+void Fetch::Busy(uint32_t index, const Source* source, std::chrono::milliseconds retry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sched_.Busy(source->id, index, std::chrono::steady_clock::now() + retry);
+  changed_.notify_all();
 }
 
 void Fetch::Returned(uint32_t index, const Source* source) {

@@ -91,7 +91,10 @@ class Fetch {
   // caller's connection) waits a little for one.
   std::optional<Taken> Take(Source* source, bool wait);
   // `source` answered "not here" or "claimed" for `index`.
-  void NotThere(uint32_t index, Source* source, uint32_t status, uint32_t aux);
+  void NotThere(uint32_t index, Source* source, uint32_t status);
+  // `source` answered that its upload slots are taken: the chunk is asked
+  // elsewhere, and `source` for nothing before `retry` from now.
+  void Busy(uint32_t index, const Source* source, std::chrono::milliseconds retry);
   // Requests that ended without an answer, without blame.
   void Returned(uint32_t index, const Source* source);
   void Returned(std::deque<Taken>* inflight, const Source* source);

@@ -19,6 +19,9 @@ namespace {
 constexpr size_t kMaxPeerListBytes = 64 * 1024;  // in a state response
 constexpr size_t kPieceBytes = 256 * 1024;       // received, hashed and written while in cache
 constexpr auto kReconnectIdle = std::chrono::seconds(20);  // sources close idle connections
+// How often a relay tells a source that has every chunk that it is alive: well
+// within WeightServerOptions::relay_ttl (10 s).
+constexpr auto kKeepAlive = std::chrono::seconds(3);
 constexpr uint64_t kRecordBytes = std::tuple_size_v<HeaderRecord>;
 
 }  // namespace
@@ -75,12 +78,16 @@ void Fetch::Watch(Source* source) {
       synced = st.ok();
       cursor = 0;
       more = true;
-    } else if (more) {
+    } else if (more || std::chrono::steady_clock::now() - last_used >= kKeepAlive) {
+      // Once the source has everything a watch is answered at once: it is sent
+      // only as often as the source must hear that this relay is alive (it keeps
+      // the relay's claims on chunks it sent only while it does).
       st = AskWatch(conn.get(), source, &cursor, &more);
     } else {
-      // It has everything: nothing to watch; a seed may still be asked for relays.
       std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(lock, options_.state_interval, [&] { return FinishedLocked(); });
+      changed_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
+                                  options_.state_interval, kKeepAlive),
+                        [&] { return FinishedLocked(); });
       continue;
     }
     last_used = std::chrono::steady_clock::now();
@@ -229,8 +236,14 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
     if (h.status == kChunkNotHere || h.status == kChunkClaimed) {
       if (h.length != 0) return Status::DataLoss("malformed chunk response");
       inflight->pop_front();
-      NotThere(index, source, h.status, h.aux);
+      NotThere(index, source, h.status);
       if (Dropped(source)) return Status::DataLoss("source dropped");
+      continue;
+    }
+    if (h.status == kChunkBusy) {
+      if (h.length != 0) return Status::DataLoss("malformed chunk response");
+      inflight->pop_front();
+      Busy(index, source, std::chrono::milliseconds(std::min<uint32_t>(h.aux, 10000)));
       continue;
     }
     if (h.status == kChunkHole) {

@@ -13,7 +13,13 @@
 
 namespace seedd {
 
-enum ChunkStatus : uint32_t { kChunkOk = 0, kChunkNotHere = 1, kChunkClaimed = 2, kChunkHole = 3 };
+enum ChunkStatus : uint32_t {
+  kChunkOk = 0,
+  kChunkNotHere = 1,
+  kChunkClaimed = 2,
+  kChunkHole = 3,
+  kChunkBusy = 4,  // every upload slot is taken: ask elsewhere, here not before aux ms
+};
 
 inline constexpr std::string_view kSendMagic = "SDRQ";   // send the chunk
 inline constexpr std::string_view kClaimMagic = "SDRN";  // send it unless a relay got it

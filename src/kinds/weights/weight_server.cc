@@ -292,6 +292,22 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
       if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
       continue;
     }
+    // An upload slot, held until this chunk is sent.
+    struct Slot {
+      std::atomic<int>* count = nullptr;
+      ~Slot() {
+        if (count != nullptr) count->fetch_sub(1, std::memory_order_relaxed);
+      }
+    } slot;
+    if (peer >= 0 && options_.upload_slots > 0) {
+      if (relay_sends_.fetch_add(1, std::memory_order_relaxed) >= options_.upload_slots) {
+        relay_sends_.fetch_sub(1, std::memory_order_relaxed);
+        const auto retry = static_cast<uint32_t>(options_.busy_retry.count());
+        if (!send_header(kChunkMagic, index, kChunkBusy, retry, 0, small)) return;
+        continue;
+      }
+      slot.count = &relay_sends_;
+    }
     uint32_t aux = 0;
     if (claim && ClaimChunk(root, peer, index, &aux) == kChunkClaimed) {
       if (!send_header(kChunkMagic, index, kChunkClaimed, aux, 0, small)) return;
