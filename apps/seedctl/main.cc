@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
 
   std::string manifest_dir;
   std::string manifest_model;
-  uint64_t chunk_mib = 8;
+  uint64_t chunk_mib = 2;
   CLI::App* manifest_cmd = app.add_subcommand(
       "manifest",
       "print the weight_shards manifest of a model directory (files, safetensors "

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::vector<std::string> pulls;
   std::string advertise;
-  uint64_t chunk_mib = 8;
+  uint64_t chunk_mib = 2;
   std::string warmup;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;

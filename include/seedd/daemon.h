@@ -47,7 +47,7 @@ struct DaemonOptions {
   AutotuneOptions autotune;
   // Model directories served as weight_shards (name → directory).
   std::vector<std::pair<std::string, std::filesystem::path>> models;
-  uint64_t weight_chunk_bytes = 8ull << 20;
+  uint64_t weight_chunk_bytes = 2ull << 20;
   // Models to fetch from the source at start, into
   // <cache-dir>/weights/<NAME>/<root digest> with <NAME>/current pointing at it;
   // then served like --model. Start pulls them with the listener up, relaying the

@@ -23,6 +23,7 @@
 namespace seedd {
 namespace {
 
+using testing::Announce;
 using testing::Ask;
 using testing::kToken;
 using testing::ReadAll;
@@ -421,18 +422,6 @@ TEST_F(WeightsTest, ASparseShardBeyondFourGibibytesArrivesByteIdenticalAndStaysS
 
 namespace seedd {
 namespace {
-
-// Announces `relay` to `server` for `root` on a data connection, as a relaying fetcher does.
-UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay) {
-  UniqueFd fd = testing::ConnectRaw(server);
-  testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
-                                                  {"root_digest", root},
-                                                  {"token", testing::kToken},
-                                                  {"relay", relay},
-                                                  {"session", "s-" + relay}}));
-  EXPECT_EQ(testing::ReadResponse(fd.get())["status"], "ok");
-  return fd;
-}
 
 TEST_F(WeightsTest, AManifestIsSerializedOncePerVersionHoweverOftenItIsAskedFor) {
   Result<IndexedModel> index = IndexModel("tiny", model_, BuildOptions{});

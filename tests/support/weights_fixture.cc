@@ -96,6 +96,17 @@ Record Ask(int fd, const char* magic, uint32_t index) {
   return rec;
 }
 
+UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay) {
+  UniqueFd fd = ConnectRaw(server);
+  SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
+                                         {"root_digest", root},
+                                         {"token", kToken},
+                                         {"relay", relay},
+                                         {"session", "s-" + relay}}));
+  EXPECT_EQ(ReadResponse(fd.get())["status"], "ok");
+  return fd;
+}
+
 UniqueFd OpenData(const HostPort& server, const std::string& root_digest, Json* answer) {
   UniqueFd fd = ConnectRaw(server);
   SendAll(fd.get(), EncodeJsonFrame(Json{

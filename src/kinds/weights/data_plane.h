@@ -98,10 +98,11 @@ struct WeightServerOptions {
   // a fetcher keeps a bounded set of neighbours, so it needs only a few names.
   size_t max_peers_listed = 32;
   // Chunks sent at once to fetchers that relay (a swarm); more are answered
-  // "busy". A chunk sent at a quarter of the uplink reaches its fetcher, which
-  // passes it on, four times sooner than one sent at a sixteenth. 0: no limit.
-  // Fetchers that do not relay are not limited.
-  int upload_slots = 4;
+  // "busy", and so is a relay that is being sent a chunk already. A chunk sent at
+  // half the uplink reaches its fetcher, which passes it on, eight times sooner
+  // than one sent at a sixteenth. 0: no limit. Fetchers that do not relay are
+  // not limited.
+  int upload_slots = 2;
   std::chrono::milliseconds busy_retry{200};
 };
 
@@ -157,6 +158,10 @@ class WeightServer {
   // connection is to close.
   bool ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
                   const std::string& relay);
+  // An upload slot for a chunk to `relay`: false when every slot is taken or
+  // `relay` holds one already (a relay that stops reading holds one slot, not all).
+  bool TakeSlot(const std::string& relay);
+  void ReleaseSlot(const std::string& relay);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
@@ -169,7 +174,9 @@ class WeightServer {
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
-  std::atomic<int> relay_sends_{0};  // chunks being sent to relays now
+  std::mutex slots_mu_;
+  int relay_sends_ = 0;                // GUARDED_BY(slots_mu_): chunks being sent to relays
+  std::map<std::string, int> sending_;  // GUARDED_BY(slots_mu_): by relay, those it holds
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.

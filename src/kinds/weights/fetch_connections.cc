@@ -85,9 +85,9 @@ void Fetch::Watch(Source* source) {
       st = AskWatch(conn.get(), source, &cursor, &more);
     } else {
       std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
-                                  options_.state_interval, kKeepAlive),
-                        [&] { return FinishedLocked(); });
+      changed_.wait_for(
+          lock, std::min<std::chrono::steady_clock::duration>(options_.state_interval, kKeepAlive),
+          [&] { return FinishedLocked(); });
       continue;
     }
     last_used = std::chrono::steady_clock::now();

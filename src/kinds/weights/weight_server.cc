@@ -294,19 +294,19 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     }
     // An upload slot, held until this chunk is sent.
     struct Slot {
-      std::atomic<int>* count = nullptr;
+      WeightServer* server = nullptr;
+      const std::string* relay = nullptr;
       ~Slot() {
-        if (count != nullptr) count->fetch_sub(1, std::memory_order_relaxed);
+        if (server != nullptr) server->ReleaseSlot(*relay);
       }
     } slot;
     if (peer >= 0 && options_.upload_slots > 0) {
-      if (relay_sends_.fetch_add(1, std::memory_order_relaxed) >= options_.upload_slots) {
-        relay_sends_.fetch_sub(1, std::memory_order_relaxed);
+      if (!TakeSlot(relay)) {
         const auto retry = static_cast<uint32_t>(options_.busy_retry.count());
         if (!send_header(kChunkMagic, index, kChunkBusy, retry, 0, small)) return;
         continue;
       }
-      slot.count = &relay_sends_;
+      slot = Slot{this, &relay};
     }
     uint32_t aux = 0;
     if (claim && ClaimChunk(root, peer, index, &aux) == kChunkClaimed) {
@@ -383,6 +383,26 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     EndSend(root, peer, index, sent);
     if (!sent) return;
   }
+}
+
+bool WeightServer::TakeSlot(const std::string& relay) {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  int& mine = sending_[relay];
+  if (relay_sends_ >= options_.upload_slots || mine >= 1) {
+    if (mine == 0) sending_.erase(relay);
+    return false;
+  }
+  ++mine;
+  ++relay_sends_;
+  return true;
+}
+
+void WeightServer::ReleaseSlot(const std::string& relay) {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  auto it = sending_.find(relay);
+  if (it == sending_.end()) return;
+  if (--it->second == 0) sending_.erase(it);
+  --relay_sends_;
 }
 
 bool WeightServer::ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,

@@ -1,0 +1,158 @@
+// The swarm on loopback: what a source tells its neighbours (a bounded sample of
+// relays; newly verified chunks as they land, not polled), upload slots, and a
+// fetcher that keeps a bounded neighbour set.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "kinds/weights/data_plane.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+#include "transport/client.h"
+#include "wire/frame.h"
+
+namespace seedd {
+namespace {
+
+using testing::Announce;
+using testing::Ask;
+using testing::Record;
+using testing::WriteRandom;
+
+class SwarmTest : public testing::WeightsFixture {
+ protected:
+  // A server of model_ (256 KiB chunks): complete, or with the chunks of `partial`.
+  std::shared_ptr<WeightServer> Server(WeightServerOptions options,
+                                       std::shared_ptr<ChunkSet> partial = nullptr) {
+    BuildOptions build;
+    build.chunk_size = 256 * 1024;
+    Result<Manifest> m = BuildManifest("tiny", model_, build);
+    EXPECT_OK(m);
+    manifest_ = *m;
+    return std::make_shared<WeightServer>(
+        std::vector<ServedModel>{{*m, model_, std::move(partial), {}, nullptr, nullptr}}, options);
+  }
+  Manifest manifest_;
+};
+
+TEST_F(SwarmTest, AStateListsABoundedRandomSampleOfTheRelays) {
+  WeightServerOptions options;
+  options.max_peers_listed = 5;
+  auto server = Server(options);
+  HostPort addr = ServeWeights(server);
+  std::vector<UniqueFd> held;
+  std::set<std::string> announced;
+  for (int i = 1; i <= 20; ++i) {
+    announced.insert("10.0.0." + std::to_string(i) + ":1");
+    held.push_back(Announce(addr, manifest_.root_digest, "10.0.0." + std::to_string(i) + ":1"));
+  }
+  UniqueFd fd = Announce(addr, manifest_.root_digest, "10.0.1.1:1");
+  std::set<std::string> seen;
+  for (int ask = 0; ask < 10; ++ask) {
+    Record state = Ask(fd.get(), "SDST", 0);
+    ASSERT_EQ(state.status, 0u);
+    std::string list = state.body.substr((manifest_.chunks.size() + 7) / 8);
+    size_t lines = 0;
+    for (size_t pos = 0; pos < list.size();) {
+      const size_t end = list.find('\n', pos);
+      const std::string name = list.substr(pos, end - pos);
+      EXPECT_EQ(announced.count(name), 1u) << name;  // never the asker itself
+      seen.insert(name);
+      ++lines;
+      pos = end + 1;
+    }
+    EXPECT_EQ(lines, 5u);
+  }
+  EXPECT_GT(seen.size(), 5u);  // a sample, not always the same five
+}
+
+// A neighbour learns of a newly verified chunk when it lands: the watch waits for
+// it and names only what is new; a complete source says so at once.
+TEST_F(SwarmTest, AWatchIsAnsweredWithTheChunksVerifiedSinceItsCursor) {
+  auto server = Server(WeightServerOptions{});
+  auto partial = std::make_shared<ChunkSet>(manifest_.chunks.size());
+  partial->Set(0);
+  server->Publish(ServedModel{manifest_, model_, partial, {}, nullptr, nullptr});
+  HostPort addr = ServeWeights(server);
+  UniqueFd fd = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
+  Record state = Ask(fd.get(), "SDST", 0);
+  ASSERT_EQ(state.status, 0u);
+  EXPECT_EQ(static_cast<unsigned char>(state.body[0]), 0x80);
+  EXPECT_EQ(state.aux, 1u);  // the cursor: one chunk verified so far
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    partial->Set(2);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Record have = Ask(fd.get(), "SDWT", state.aux);
+  later.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kWatchWait);  // not at the timeout
+  EXPECT_EQ(have.status, 0u);
+  EXPECT_EQ(have.index, 2u);  // the next cursor
+  EXPECT_EQ(have.aux, 0u);
+  EXPECT_EQ(have.body, std::string("\0\0\0\2", 4));
+  // Nothing new: an empty answer after kWatchWait.
+  Record empty = Ask(fd.get(), "SDWT", have.index);
+  EXPECT_EQ(empty.status, 0u);
+  EXPECT_TRUE(empty.body.empty());
+  // The model completes: the watch says the source has everything.
+  server->Publish(ServedModel{manifest_, model_, nullptr, {}, nullptr, nullptr});
+  Record complete = Ask(fd.get(), "SDWT", empty.index);
+  EXPECT_EQ(complete.aux, kHaveComplete);
+}
+
+// A relay beyond the server's upload slots is told "busy" with a time to retry;
+// a fetcher that does not relay is not limited.
+TEST_F(SwarmTest, RelaysBeyondTheUploadSlotsAreToldBusy) {
+  WriteRandom(model_ / "big.bin", 64 << 20, 3);
+  WeightServerOptions options;
+  options.upload_slots = 1;
+  options.busy_retry = std::chrono::milliseconds(250);
+  auto server = Server(options);
+  HostPort addr = ServeWeights(server);
+  // A relay that asks for many chunks and reads none holds the slot while its
+  // socket buffers fill.
+  UniqueFd hog = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
+  for (uint32_t i = 0; i < 64; ++i) {
+    const RequestRecord req = EncodeRequest(kSendMagic, i);
+    testing::SendAll(hog.get(), std::string(req.data(), req.size()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  UniqueFd relay = Announce(addr, manifest_.root_digest, "10.0.0.2:1");
+  Record busy = Ask(relay.get(), "SDRQ", 1);
+  EXPECT_EQ(busy.status, static_cast<uint32_t>(kChunkBusy));
+  EXPECT_EQ(busy.aux, 250u);
+  EXPECT_TRUE(busy.body.empty());
+  Json answer;
+  UniqueFd plain = testing::OpenData(addr, manifest_.root_digest, &answer);
+  EXPECT_EQ(Ask(plain.get(), "SDRQ", 1).status, 0u);
+}
+
+// With relays named beyond its neighbour bound, a fetcher uses at most that
+// many sources at once (none fails here, so none is replaced).
+TEST_F(SwarmTest, AFetcherKeepsABoundedSetOfNeighbours) {
+  WriteRandom(model_ / "big.bin", 8 << 20, 5);
+  auto origin = Server(WeightServerOptions{});
+  HostPort origin_addr = ServeWeights(origin);
+  std::vector<std::shared_ptr<WeightServer>> relays;
+  Manifest m = manifest_;
+  for (int i = 0; i < 6; ++i) {
+    relays.push_back(Server(WeightServerOptions{}));
+    m.sources.push_back(ServeWeights(relays.back()).ToString());
+  }
+  FetchOptions options = Options();
+  options.max_neighbours = 3;      // the origin and two relays
+  options.relay = "127.0.0.1:10";  // announced to every source it connects to
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {origin_addr}, dir_.path() / "out", options, &stats));
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  int contacted = 0;
+  for (const auto& r : relays) contacted += !r->Peers(m.root_digest, "").empty();
+  EXPECT_EQ(contacted, 2);
+  EXPECT_EQ(stats.peers.size(), 6u);  // all known, as candidates
+  EXPECT_TRUE(stats.sources_dropped.empty());
+}
+
+}  // namespace
+}  // namespace seedd
