@@ -1,5 +1,6 @@
 #include "transport/client.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -7,6 +8,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 
@@ -78,6 +80,33 @@ Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds time
   }
   ::freeaddrinfo(res);
   return last;
+}
+
+Result<std::vector<HostPort>> ResolveAll(const HostPort& peer) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(peer.port);
+  int rc = ::getaddrinfo(peer.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Status::Unavailable("cannot resolve " + peer.host + ": " + ::gai_strerror(rc));
+  }
+  std::vector<HostPort> out;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* addr =
+        ai->ai_family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr);
+    if (::inet_ntop(ai->ai_family, addr, text, sizeof(text)) == nullptr) continue;
+    HostPort hp{text, peer.port};
+    if (std::find(out.begin(), out.end(), hp) == out.end()) out.push_back(std::move(hp));
+  }
+  ::freeaddrinfo(res);
+  if (out.empty()) return Status::Unavailable("no address for " + peer.host);
+  return out;
 }
 
 Status WriteAll(int fd, std::string_view data, Clock::time_point deadline) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "seedd/json.h"
@@ -19,6 +20,12 @@ using Clock = std::chrono::steady_clock;
 
 // Connects to `peer` (every resolved address in turn) within `timeout`.
 Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout);
+
+// Every address `peer`'s host resolves to (IPv4 and IPv6, in the resolver's
+// order, duplicates removed), each with `peer`'s port: a name such as a
+// Kubernetes headless service stands for many hosts. A literal address is
+// returned as it is.
+Result<std::vector<HostPort>> ResolveAll(const HostPort& peer);
 
 // Writes all of `data` before `deadline`.
 Status WriteAll(int fd, std::string_view data, Clock::time_point deadline);

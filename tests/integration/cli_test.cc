@@ -243,5 +243,40 @@ TEST_F(CliTest, AMisspelledFlagSuggestsTheRightOneAndGlobalFlagsComeAnywhere) {
   EXPECT_TRUE(Has(no_token.err, "set SEEDD_TOKEN to the token itself")) << no_token.err;
 }
 
+// A source name that resolves to several addresses (a Kubernetes headless
+// service) is a seed at each: three daemons on 127.0.0.2-4 behind one name in
+// /etc/hosts (bound over it in a private mount namespace), one pull connects to
+// every one of them.
+TEST_F(CliTest, ASourceNameWithSeveralAddressesIsASeedAtEach) {
+  testing::WriteRandom(model() / "w.bin", 32 << 20, 4);  // long enough to reach all three
+  std::string first;
+  auto a = Daemon("127.0.0.2:0", {"--model", "m=" + model().string(), "--log-level", "debug"},
+                  &first, dir_.path() / "a");
+  const std::string port = first.substr(first.rfind(':') + 1);
+  std::string addr;
+  auto b = Daemon("127.0.0.3:" + port, {"--model", "m=" + model().string(), "--log-level", "debug"},
+                  &addr, dir_.path() / "b");
+  auto c = Daemon("127.0.0.4:" + port, {"--model", "m=" + model().string(), "--log-level", "debug"},
+                  &addr, dir_.path() / "c");
+  const fs::path hosts = dir_.path() / "hosts";
+  std::ofstream(hosts) << "127.0.0.1 localhost\n127.0.0.2 seeds.test\n127.0.0.3 seeds.test\n"
+                          "127.0.0.4 seeds.test\n";
+  auto q = [](const std::string& s) { return "'" + s + "'"; };
+  std::string pull;
+  for (const auto& arg : Pull("seeds.test:" + port, dir_.path() / "dest", {"--log-level", "info"}))
+    pull += q(arg) + " ";
+  const std::string script =
+      "mount --bind " + q(hosts.string()) + " /etc/hosts || exit 99; " + pull;
+  auto r = RunCommand({"/usr/bin/unshare", "-rm", "sh", "-c", script}, {}, seconds(120));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(Has(r.err, "source seeds.test:" + port + " resolves to 3 addresses")) << r.err;
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+  for (auto* d : {a.get(), b.get(), c.get()}) {
+    d->Signal(SIGTERM);
+    d->Wait(seconds(10));
+    EXPECT_TRUE(Has(d->Stderr(), "weight_data")) << d->Stderr();
+  }
+}
+
 }  // namespace
 }  // namespace seedd

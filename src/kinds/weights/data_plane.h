@@ -103,7 +103,10 @@ struct WeightServerOptions {
   // than one sent at a sixteenth. 0: no limit. Fetchers that do not relay are
   // not limited.
   int upload_slots = 2;
-  std::chrono::milliseconds busy_retry{200};
+  std::chrono::milliseconds busy_retry{50};
+  // How long a relay's request waits for the relay's own send to end before it
+  // is answered "busy".
+  std::chrono::milliseconds own_slot_wait{2000};
 };
 
 class WeightServer {
@@ -158,8 +161,9 @@ class WeightServer {
   // connection is to close.
   bool ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
                   const std::string& relay);
-  // An upload slot for a chunk to `relay`: false when every slot is taken or
-  // `relay` holds one already (a relay that stops reading holds one slot, not all).
+  // An upload slot for a chunk to `relay`: false when every slot is taken, or
+  // `relay` holds one still after own_slot_wait (a relay that stops reading
+  // holds one slot, not all).
   bool TakeSlot(const std::string& relay);
   void ReleaseSlot(const std::string& relay);
   // Logs once per model file that changed since it was indexed.
@@ -175,7 +179,8 @@ class WeightServer {
   std::atomic<int> connections_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
   std::mutex slots_mu_;
-  int relay_sends_ = 0;                // GUARDED_BY(slots_mu_): chunks being sent to relays
+  std::condition_variable slot_freed_;
+  int relay_sends_ = 0;                 // GUARDED_BY(slots_mu_): chunks being sent to relays
   std::map<std::string, int> sending_;  // GUARDED_BY(slots_mu_): by relay, those it holds
 };
 
@@ -211,6 +216,10 @@ struct FetchOptions {
   size_t max_neighbours = 16;
   // How often a seed is asked for more relays while the neighbour set has room.
   std::chrono::milliseconds state_interval{500};
+  // A source given by name that resolves to several addresses (a Kubernetes
+  // headless service) is a seed at each address; names are resolved again this
+  // often while the fetch runs, and new addresses join as seeds.
+  std::chrono::milliseconds resolve_interval{30000};
   // Each chunk from a relay, from its request reaching the front of the
   // connection's queue to its last byte. A relay that misses it is dropped at once.
   TransferDeadline chunk_deadline;

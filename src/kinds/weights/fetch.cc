@@ -1,5 +1,7 @@
 #include "kinds/weights/fetch.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "transport/client.h"
 
 namespace seedd {
 namespace {
@@ -52,9 +55,35 @@ void Fetch::Prepare(const std::vector<uint32_t>& resumed) {
   }
 }
 
-void Fetch::Run(const std::vector<HostPort>& seeds) {
-  std::unique_lock<std::mutex> lock(mu_);
+void Fetch::AddSeeds(const std::vector<HostPort>& given, bool first) {
+  std::vector<HostPort> seeds;
+  for (const HostPort& s : given) {
+    unsigned char literal[sizeof(in6_addr)];
+    if (::inet_pton(AF_INET, s.host.c_str(), literal) == 1 ||
+        ::inet_pton(AF_INET6, s.host.c_str(), literal) == 1) {
+      seeds.push_back(s);
+      continue;
+    }
+    Result<std::vector<HostPort>> all = ResolveAll(s);
+    if (!all.ok() || all->size() == 1) {
+      seeds.push_back(s);  // connecting says what is wrong with it
+      continue;
+    }
+    if (first) {
+      Logger().info("weight_data: source {} resolves to {} addresses; each is a seed", s.ToString(),
+                    all->size());
+    }
+    seeds.insert(seeds.end(), all->begin(), all->end());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   for (const HostPort& s : seeds) AddSourceLocked(s, true);
+  FillNeighboursLocked();
+}
+
+void Fetch::Run(const std::vector<HostPort>& seeds) {
+  AddSeeds(seeds, true);
+  auto next_resolve = std::chrono::steady_clock::now() + options_.resolve_interval;
+  std::unique_lock<std::mutex> lock(mu_);
   for (const std::string& text : m_.sources) {
     Result<HostPort> peer = ParseHostPort(text);
     if (peer.ok()) AddSourceLocked(*peer, false);
@@ -70,6 +99,12 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
     }
     CheckHopeLocked();
     changed_.wait_for(lock, kCancelPoll);
+    if (std::chrono::steady_clock::now() >= next_resolve) {
+      lock.unlock();
+      AddSeeds(seeds, false);
+      lock.lock();
+      next_resolve = std::chrono::steady_clock::now() + options_.resolve_interval;
+    }
   }
   EndLocked();
   // No thread is started once the fetch is finished.

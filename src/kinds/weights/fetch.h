@@ -73,6 +73,9 @@ class Fetch {
   bool Finished();
   bool Dropped(const Source* source);
   void AddSourceLocked(const HostPort& addr, bool seed);
+  // The seeds `given`, a name that resolves to several addresses as one seed
+  // per address. Resolves without mu_ held; `first` logs what a name became.
+  void AddSeeds(const std::vector<HostPort>& given, bool first);
   // Makes neighbours of candidates while the scheduler wants more: seeds first,
   // then relays at random.
   void FillNeighboursLocked();

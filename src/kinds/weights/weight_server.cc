@@ -386,13 +386,20 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
 }
 
 bool WeightServer::TakeSlot(const std::string& relay) {
-  std::lock_guard<std::mutex> lock(slots_mu_);
-  int& mine = sending_[relay];
-  if (relay_sends_ >= options_.upload_slots || mine >= 1) {
-    if (mine == 0) sending_.erase(relay);
-    return false;
+  std::unique_lock<std::mutex> lock(slots_mu_);
+  // A relay's next request waits for its own send to end (the chunks it asks on
+  // several connections then leave back to back); one for which another relay's
+  // send holds the last slot is answered "busy" at once.
+  const auto deadline = std::chrono::steady_clock::now() + options_.own_slot_wait;
+  for (;;) {
+    auto it = sending_.find(relay);
+    const int mine = it == sending_.end() ? 0 : it->second;
+    if (mine == 0 && relay_sends_ < options_.upload_slots) break;
+    if (mine == 0 || slot_freed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return false;
+    }
   }
-  ++mine;
+  ++sending_[relay];
   ++relay_sends_;
   return true;
 }
@@ -403,6 +410,7 @@ void WeightServer::ReleaseSlot(const std::string& relay) {
   if (it == sending_.end()) return;
   if (--it->second == 0) sending_.erase(it);
   --relay_sends_;
+  slot_freed_.notify_all();
 }
 
 bool WeightServer::ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
