@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
   pull->add_option("--connections", pull_args.connections, "data connections per source")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  pull->add_option("--max-neighbours", pull_args.max_neighbours,
+                   "peers fetched from at once (sources and relays named by them)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   pull->add_option("--verify", pull_args.verify,
                    "chunks: XXH3-128 of every chunk (always); sha256: also every file's SHA-256 "
                    "before the files are committed (one more read of the model)")

@@ -192,6 +192,7 @@ int RunPull(const PullArgs& args) {
       seedd::FetchOptions options;
       options.token = *token;
       options.connections_per_source = args.connections;
+      options.max_neighbours = args.max_neighbours;
       options.verify_sha256 = args.verify == "sha256";
       options.replace = args.replace;
       options.cancel = stop.cancel();

@@ -56,6 +56,7 @@ struct PullArgs {
   std::string model;
   std::string into;
   int connections = 4;
+  size_t max_neighbours = 16;
   std::string verify = "chunks";
   double timeout_s = 1800;  // retrying sources that are down, then giving up
   bool replace = false;

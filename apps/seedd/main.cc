@@ -88,6 +88,13 @@ int main(int argc, char** argv) {
       ->take_all();
   int64_t pull_timeout = 1800;
   int keep_versions = 2;
+  size_t max_neighbours = 16;
+  app.add_option("--max-neighbours", max_neighbours,
+                 "peers a --pull fetches from at once (sources and relays; other relays it "
+                 "learns of replace those that fail): bounds its connections whatever the "
+                 "fleet's size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--keep-versions", keep_versions,
                  "after a --pull, the versions of that model kept in the cache, current "
                  "included; older ones and staging left by abandoned pulls are removed "
@@ -197,6 +204,7 @@ int main(int argc, char** argv) {
   options.pulls = pulls;
   options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.keep_versions = keep_versions;
+  options.max_neighbours = max_neighbours;
   options.weight_chunk_bytes = chunk_mib << 20;
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);

@@ -59,6 +59,9 @@ struct DaemonOptions {
   // After a --pull, the versions of its name kept (current included); older
   // ones, and staging left by abandoned pulls, are removed (housekeeping.h).
   int keep_versions = 2;
+  // Peers a --pull fetches from at once (sources and relays); other relays it
+  // learns of replace those that fail.
+  size_t max_neighbours = 16;
   // The address peers reach this daemon at, announced while pulling; default: the
   // bound listen address unless it is a wildcard (then no relaying).
   std::optional<HostPort> advertise;

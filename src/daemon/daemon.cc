@@ -272,6 +272,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.cache_dir = options.cache_dir;
     install.token = options.seed.token;
     install.cancel = cancel;
+    install.max_neighbours = options.max_neighbours;
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());

@@ -190,6 +190,7 @@ struct WeightInstallOptions {
   std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
   std::string token;
   std::shared_ptr<const std::atomic<bool>> cancel;  // see FetchOptions::cancel
+  size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
 };
 
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),
