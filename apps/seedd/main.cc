@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
       ->take_all();
   int64_t pull_timeout = 1800;
   int keep_versions = 2;
+  std::string registry;
+  app.add_option("--registry", registry,
+                 "redis:// URL of a registry shared by the fleet: this daemon announces the "
+                 "models it serves and pulls there, and its pulls take relays from it (a swarm "
+                 "then spans several sources and outlives a source's restart)");
   size_t max_neighbours = 16;
   app.add_option("--max-neighbours", max_neighbours,
                  "peers a --pull fetches from at once (sources and relays; other relays it "
@@ -205,6 +210,7 @@ int main(int argc, char** argv) {
   options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;
+  options.registry_url = registry;
   options.weight_chunk_bytes = chunk_mib << 20;
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);

@@ -62,6 +62,10 @@ struct DaemonOptions {
   // Peers a --pull fetches from at once (sources and relays); other relays it
   // learns of replace those that fail.
   size_t max_neighbours = 16;
+  // A redis:// URL where this daemon announces the models it serves (and those it
+  // is pulling) and where its pulls find more relays; empty: the sources'
+  // own lists only.
+  std::string registry_url;
   // The address peers reach this daemon at, announced while pulling; default: the
   // bound listen address unless it is a wildcard (then no relaying).
   std::optional<HostPort> advertise;
@@ -75,6 +79,9 @@ std::filesystem::path DefaultCacheDir();
 // whitespace dropped), else from the environment variable SEEDD_TOKEN; empty when
 // neither is set. An unreadable or empty file is an error.
 Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
+
+class RegistryAnnouncer;
+class SwarmRegistry;
 
 class Daemon {
  public:
@@ -106,6 +113,8 @@ class Daemon {
   std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
   SeedablePtr weight_shards_;              // null likewise
   std::shared_ptr<std::atomic<bool>> cancel_;
+  std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
+  std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
   bool stopped_ = false;
 };
 

@@ -15,6 +15,7 @@
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/housekeeping.h"
 #include "kinds/weights/local_copy.h"
+#include "kinds/weights/registry.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
 
@@ -220,6 +221,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     // At run time a failing shared store is a warning and a miss, never a crash.
     shared.push_back(NewTolerantStore(std::move(*store)));
   }
+  std::shared_ptr<SwarmRegistry> registry;
+  if (!options.registry_url.empty()) {
+    Result<std::shared_ptr<SwarmRegistry>> opened = SwarmRegistry::Open(options.registry_url);
+    if (!opened.ok()) {
+      return opened.status().WithContext("--registry " + RedactStoreUrl(options.registry_url));
+    }
+    registry = std::move(*opened);
+    Logger().info("Registry {} is ready", registry->Describe());
+  }
   AutotuneOptions& at = options.autotune;
   AutotuneRunnerPtr runner;
   if (at.warmup) {
@@ -273,6 +283,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.token = options.seed.token;
     install.cancel = cancel;
     install.max_neighbours = options.max_neighbours;
+    install.registry = registry;
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());
@@ -288,9 +299,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();
-  return std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport),
-                                            std::move(autotune), std::move(weights),
-                                            std::move(weight_shards), std::move(cancel)));
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport),
+                                                   std::move(autotune), std::move(weights),
+                                                   std::move(weight_shards), std::move(cancel)));
+  daemon->registry_ = std::move(registry);
+  return daemon;
 }
 
 Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
@@ -326,19 +339,24 @@ Result<std::optional<HostPort>> Daemon::Start() {
     Logger().info("Serving {} on {} from {}", kArtifactKind, (*bound)->ToString(),
                   options_.cache_dir.string());
   }
+  // Peers reach this daemon's data plane at its advertised (or bound) address:
+  // announced while pulling (a relay) and in the registry.
+  std::string relay;
+  if (options_.advertise.has_value()) {
+    relay = options_.advertise->ToString();
+  } else if (bound->has_value() && !IsWildcard(**bound)) {
+    relay = (*bound)->ToString();
+  } else if (bound->has_value() && (!options_.pulls.empty() || registry_ != nullptr)) {
+    Logger().info(
+        "Not relaying models nor announcing them: listening on a wildcard address without "
+        "--advertise");
+  }
+  if (registry_ != nullptr && weights_ != nullptr && !relay.empty()) {
+    announcer_ = std::make_unique<RegistryAnnouncer>(registry_, weights_, relay);
+  }
   if (!options_.pulls.empty()) {
     // Listening already: what is verified is relayed to other fetchers while the
-    // pull runs. Peers reach this daemon at its advertised (or bound) address.
-    std::string relay;
-    if (options_.advertise.has_value()) {
-      relay = options_.advertise->ToString();
-    } else if (bound->has_value() && !IsWildcard(**bound)) {
-      relay = (*bound)->ToString();
-    } else if (bound->has_value()) {
-      Logger().info(
-          "Not relaying models while pulling: listening on a wildcard address "
-          "without --advertise");
-    }
+    // pull runs.
     for (const std::string& name : options_.pulls) {
       if (cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
       Status pulled = PullAtStart(options_, name, relay, *weight_shards_, *weights_, *cancel_);
@@ -359,6 +377,7 @@ Result<std::optional<HostPort>> Daemon::Start() {
 }
 
 void Daemon::Stop() {
+  announcer_.reset();
   transport_->Close();
   if (weights_ != nullptr && !stopped_) {
     Logger().info("Weight data plane: served {} bytes of chunks", weights_->bytes_served());

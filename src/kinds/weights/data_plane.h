@@ -53,6 +53,8 @@
 
 namespace seedd {
 
+class SwarmRegistry;
+
 inline constexpr std::string_view kWeightShardsKind = "weight_shards";
 inline constexpr std::string_view kWeightDataKind = "weight_data";
 
@@ -191,6 +193,7 @@ struct WeightInstallOptions {
   std::string token;
   std::shared_ptr<const std::atomic<bool>> cancel;  // see FetchOptions::cancel
   size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
+  std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
 };
 
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),
@@ -221,6 +224,9 @@ struct FetchOptions {
   // headless service) is a seed at each address; names are resolved again this
   // often while the fetch runs, and new addresses join as seeds.
   std::chrono::milliseconds resolve_interval{30000};
+  // Where else to find relays of the root digest (registry.h): asked at the
+  // start and then every second while the neighbour set has room.
+  std::shared_ptr<SwarmRegistry> registry;
   // Each chunk from a relay, from its request reaching the front of the
   // connection's queue to its last byte. A relay that misses it is dropped at once.
   TransferDeadline chunk_deadline;

@@ -9,6 +9,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "kinds/weights/registry.h"
 #include "transport/client.h"
 
 namespace seedd {
@@ -18,6 +19,7 @@ constexpr size_t kMaxSources = 256;                         // seeds and relays 
 constexpr auto kIdleWait = std::chrono::milliseconds(200);  // changes notify; deferrals expire
 constexpr auto kClaimRetry = std::chrono::milliseconds(300);
 constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
+constexpr auto kRegistryInterval = std::chrono::seconds(1);  // while neighbours are wanted
 // A chunk claimed for longer than the seed takes to send it at
 // FetchOptions::claim_floor_rate (at least kForceAfter, at most kForceAfterAtMost)
 // is asked of the seed plainly.
@@ -80,9 +82,41 @@ void Fetch::AddSeeds(const std::vector<HostPort>& given, bool first) {
   FillNeighboursLocked();
 }
 
+std::vector<HostPort> Fetch::AskRegistry() {
+  std::vector<HostPort> relays;
+  if (options_.registry == nullptr) return relays;
+  Result<std::vector<std::string>> holders =
+      options_.registry->Holders(m_.root_digest, options_.relay, 2 * options_.max_neighbours);
+  if (!holders.ok()) {
+    if (!registry_failing_) {
+      Logger().warn("weight_data: registry {}: {}", options_.registry->Describe(),
+                    holders.status().message());
+    }
+    registry_failing_ = true;
+    return relays;
+  }
+  registry_failing_ = false;
+  for (const std::string& text : *holders) {
+    Result<HostPort> peer = ParseHostPort(text);
+    if (peer.ok()) relays.push_back(std::move(*peer));
+  }
+  return relays;
+}
+
+void Fetch::AddRelays(const std::vector<HostPort>& relays) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const HostPort& r : relays) AddSourceLocked(r, false);
+  FillNeighboursLocked();
+}
+
 void Fetch::Run(const std::vector<HostPort>& seeds) {
+  // The registry first: a seed that is down is dropped within a few hundred ms,
+  // and the fetch gives up when nothing else is known by then.
+  std::vector<HostPort> registered = AskRegistry();
   AddSeeds(seeds, true);
+  AddRelays(registered);
   auto next_resolve = std::chrono::steady_clock::now() + options_.resolve_interval;
+  auto next_registry = std::chrono::steady_clock::now() + kRegistryInterval;
   std::unique_lock<std::mutex> lock(mu_);
   for (const std::string& text : m_.sources) {
     Result<HostPort> peer = ParseHostPort(text);
@@ -99,6 +133,13 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
     }
     CheckHopeLocked();
     changed_.wait_for(lock, kCancelPoll);
+    if (options_.registry != nullptr && sched_.NeighboursWanted() > 0 &&
+        std::chrono::steady_clock::now() >= next_registry) {
+      lock.unlock();
+      AddRelays(AskRegistry());
+      lock.lock();
+      next_registry = std::chrono::steady_clock::now() + kRegistryInterval;
+    }
     if (std::chrono::steady_clock::now() >= next_resolve) {
       lock.unlock();
       AddSeeds(seeds, false);

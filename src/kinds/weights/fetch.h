@@ -76,6 +76,9 @@ class Fetch {
   // The seeds `given`, a name that resolves to several addresses as one seed
   // per address. Resolves without mu_ held; `first` logs what a name became.
   void AddSeeds(const std::vector<HostPort>& given, bool first);
+  // Relays from options_.registry, when it has one. Without mu_ held.
+  std::vector<HostPort> AskRegistry();
+  void AddRelays(const std::vector<HostPort>& relays);
   // Makes neighbours of candidates while the scheduler wants more: seeds first,
   // then relays at random.
   void FillNeighboursLocked();
@@ -157,6 +160,7 @@ class Fetch {
   bool cancelled_ = false;       // GUARDED_BY(mu_): stopped on request
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point relays_asked_{};  // GUARDED_BY(mu_)
+  bool registry_failing_ = false;                         // only the Run thread asks the registry
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
 };

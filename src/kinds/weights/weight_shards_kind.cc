@@ -110,6 +110,7 @@ class WeightShardsSeedable final : public Seedable {
     fetch.token = install_.token;
     fetch.cancel = install_.cancel;
     fetch.max_neighbours = install_.max_neighbours;
+    fetch.registry = install_.registry;
     if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
     fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
     fetch.staged = [&](const std::filesystem::path& staging) {

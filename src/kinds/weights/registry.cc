@@ -1,0 +1,130 @@
+#include "kinds/weights/registry.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "common/logging.h"
+#include "kinds/weights/data_plane.h"
+#include "stores/redis/redis_client.h"
+
+namespace seedd {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<SwarmRegistry>> SwarmRegistry::Open(std::string_view url) {
+  if (url.rfind("redis://", 0) != 0) {
+    return Status::InvalidArgument("a registry is a redis:// URL, not '" + std::string(url) + "'");
+  }
+  Result<RedisConfig> config = ParseRedisUrl(url);
+  if (!config.ok()) return config.status();
+  auto client = std::make_unique<RedisClient>(std::move(*config));
+  Result<RedisReply> pong = client->Command({"PING"});
+  if (!pong.ok()) return pong.status();
+  return std::shared_ptr<SwarmRegistry>(new SwarmRegistry(std::move(client)));
+}
+
+SwarmRegistry::SwarmRegistry(std::unique_ptr<RedisClient> client) : client_(std::move(client)) {}
+SwarmRegistry::~SwarmRegistry() = default;
+
+std::string SwarmRegistry::Describe() const { return "redis://" + client_->Where(); }
+
+std::string SwarmRegistry::Key(const std::string& root) const {
+  return client_->config().prefix + "seedd:swarm:" + root;
+}
+
+Status SwarmRegistry::Announce(const std::string& root, const std::string& addr,
+                               std::chrono::milliseconds ttl) {
+  const std::string key = Key(root);
+  const std::string expiry = std::to_string(NowMs() + ttl.count());
+  Result<RedisReply> added = client_->Command({"ZADD", key, expiry, addr});
+  if (!added.ok()) return added.status();
+  if ((*added)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("ZADD", added->get());
+  const std::string ms = std::to_string(ttl.count());
+  Result<RedisReply> expire = client_->Command({"PEXPIRE", key, ms});
+  if (!expire.ok()) return expire.status();
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> SwarmRegistry::Holders(const std::string& root,
+                                                        const std::string& except, size_t limit) {
+  const std::string key = Key(root);
+  const std::string now = std::to_string(NowMs());
+  Result<RedisReply> pruned = client_->Command({"ZREMRANGEBYSCORE", key, "-inf", "(" + now});
+  if (!pruned.ok()) return pruned.status();
+  const std::string most = std::to_string(kMaxHolders);
+  Result<RedisReply> r =
+      client_->Command({"ZRANGE", key, now, "+inf", "BYSCORE", "LIMIT", "0", most});
+  if (!r.ok()) return r.status();
+  const redisReply* reply = r->get();
+  if (reply->type != REDIS_REPLY_ARRAY) return RedisClient::Unexpected("ZRANGE", reply);
+  std::vector<std::string> holders;
+  for (size_t i = 0; i < reply->elements && i < kMaxHolders; ++i) {
+    const redisReply* e = reply->element[i];
+    if (e->type != REDIS_REPLY_STRING || e->len > 300) continue;
+    std::string addr(e->str, e->len);
+    if (addr == except || !ParseHostPort(addr).ok()) continue;
+    holders.push_back(std::move(addr));
+  }
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::shuffle(holders.begin(), holders.end(), rng);
+  if (holders.size() > limit) holders.resize(limit);
+  return holders;
+}
+
+RegistryAnnouncer::RegistryAnnouncer(std::shared_ptr<SwarmRegistry> registry,
+                                     std::shared_ptr<WeightServer> server, std::string addr,
+                                     std::chrono::milliseconds ttl)
+    : registry_(std::move(registry)),
+      server_(std::move(server)),
+      addr_(std::move(addr)),
+      ttl_(ttl),
+      thread_([this] { Loop(); }) {}
+
+RegistryAnnouncer::~RegistryAnnouncer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+}
+
+void RegistryAnnouncer::Loop() {
+  std::map<std::string, std::chrono::steady_clock::time_point> announced;  // root → when
+  bool failing = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& model : server_->Models()) {
+      const std::string& root = model->manifest.root_digest;
+      auto it = announced.find(root);
+      if (it != announced.end() && now - it->second < ttl_ / 3) continue;
+      Status st = registry_->Announce(root, addr_, ttl_);
+      if (!st.ok()) {
+        if (!failing) {
+          Logger().warn("Registry {}: cannot announce {} ({}): {}; retrying", registry_->Describe(),
+                        model->manifest.model, root, st.message());
+        }
+        failing = true;
+        break;
+      }
+      if (failing) Logger().info("Registry {}: announcing again", registry_->Describe());
+      failing = false;
+      announced[root] = now;
+    }
+    lock.lock();
+    // A model published meanwhile (a pull's staging copy) is announced within a second.
+    stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+  }
+}
+
+}  // namespace seedd

@@ -1,0 +1,76 @@
+// Who holds which model version, in the Redis a fleet already runs for its
+// stores (`seedd --registry redis://...`). Daemons announce, for each root
+// digest they serve (complete, or verified so far while pulling), their
+// data-plane address with a TTL; fetchers take neighbours from it besides the
+// relays their seeds name, so a swarm spans several seeds and outlives a seed's
+// restart. The seed as tracker stays the default: without a registry nothing
+// changes.
+//
+// Layout: key <prefix>seedd:swarm:<root digest>, a sorted set of HOST:PORT
+// scored by the time (ms since the Unix epoch) the entry expires; the key expires
+// with its newest entry. What is read back is peer input: at most kMaxHolders
+// entries are read, and an entry that is not HOST:PORT is skipped.
+//
+// Thread safety: SwarmRegistry from any thread; RegistryAnnouncer owns a thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "seedd/status.h"
+
+namespace seedd {
+
+class RedisClient;
+class WeightServer;
+
+class SwarmRegistry {
+ public:
+  static constexpr size_t kMaxHolders = 256;
+
+  // Connects (a PING) to the redis:// URL.
+  static Result<std::shared_ptr<SwarmRegistry>> Open(std::string_view url);
+  ~SwarmRegistry();
+
+  // `addr` holds (some of) `root` for the next `ttl`.
+  Status Announce(const std::string& root, const std::string& addr, std::chrono::milliseconds ttl);
+  // At most `limit` holders of `root` whose entries have not expired, at random,
+  // `except` left out.
+  Result<std::vector<std::string>> Holders(const std::string& root, const std::string& except,
+                                           size_t limit);
+  std::string Describe() const;
+
+ private:
+  explicit SwarmRegistry(std::unique_ptr<RedisClient> client);
+  std::string Key(const std::string& root) const;
+  std::unique_ptr<RedisClient> client_;
+};
+
+// Announces every model `server` serves under `addr`, at once when it appears
+// and then every ttl/3, until destroyed. A registry that is down is logged (once
+// per outage) and retried.
+class RegistryAnnouncer {
+ public:
+  RegistryAnnouncer(std::shared_ptr<SwarmRegistry> registry, std::shared_ptr<WeightServer> server,
+                    std::string addr, std::chrono::milliseconds ttl = std::chrono::seconds(30));
+  ~RegistryAnnouncer();
+
+ private:
+  void Loop();
+
+  const std::shared_ptr<SwarmRegistry> registry_;
+  const std::shared_ptr<WeightServer> server_;
+  const std::string addr_;
+  const std::chrono::milliseconds ttl_;
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace seedd

@@ -1,0 +1,115 @@
+// The swarm registry against a real redis-server: entries expire, what is read
+// back is checked, a daemon announces what it serves, and a fetcher whose seed
+// is down completes from a relay it found there.
+#include "kinds/weights/registry.h"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "kinds/weights/data_plane.h"
+#include "seedd/daemon.h"
+#include "support/servers.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+
+namespace seedd {
+namespace {
+
+using std::chrono::milliseconds;
+
+class RegistryTest : public testing::WeightsFixture {
+ protected:
+  void SetUp() override {
+    WeightsFixture::SetUp();
+    redis_.Start();
+  }
+  std::shared_ptr<SwarmRegistry> Open() {
+    Result<std::shared_ptr<SwarmRegistry>> r = SwarmRegistry::Open(redis_.url());
+    EXPECT_OK(r);
+    return r.ok() ? *r : nullptr;
+  }
+  testing::RedisServer redis_;
+};
+
+TEST_F(RegistryTest, HoldersAreListedUntilTheirEntriesExpire) {
+  auto registry = Open();
+  ASSERT_OK(registry->Announce("aa", "127.0.0.2:1", milliseconds(400)));
+  ASSERT_OK(registry->Announce("aa", "127.0.0.3:1", milliseconds(60000)));
+  ASSERT_OK(registry->Announce("bb", "127.0.0.4:1", milliseconds(60000)));
+  Result<std::vector<std::string>> all = registry->Holders("aa", "", 10);
+  ASSERT_OK(all);
+  std::sort(all->begin(), all->end());
+  EXPECT_EQ(*all, (std::vector<std::string>{"127.0.0.2:1", "127.0.0.3:1"}));
+  // The asker itself is left out; the limit holds.
+  EXPECT_EQ(*registry->Holders("aa", "127.0.0.3:1", 10), std::vector<std::string>{"127.0.0.2:1"});
+  EXPECT_EQ(registry->Holders("aa", "", 1)->size(), 1u);
+  std::this_thread::sleep_for(milliseconds(600));
+  EXPECT_EQ(*registry->Holders("aa", "", 10), std::vector<std::string>{"127.0.0.3:1"});
+}
+
+// Whatever else wrote to the key is skipped: the registry's content is peer input.
+TEST_F(RegistryTest, EntriesThatAreNotAddressesAreSkipped) {
+  auto registry = Open();
+  ASSERT_OK(registry->Announce("cc", "127.0.0.2:1", milliseconds(60000)));
+  redisContext* c = redisConnect("127.0.0.1", redis_.port());
+  ASSERT_NE(c, nullptr);
+  const std::string far = std::to_string(
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count() +
+      60000);
+  freeReplyObject(redisCommand(c, "ZADD seedd:swarm:cc %s %s", far.c_str(), "not an address"));
+  freeReplyObject(redisCommand(c, "ZADD seedd:swarm:cc %s %s", far.c_str(), "host:99999"));
+  redisFree(c);
+  EXPECT_EQ(*registry->Holders("cc", "", 10), std::vector<std::string>{"127.0.0.2:1"});
+}
+
+TEST_F(RegistryTest, ARegistryThatIsDownIsAClearErrorAtStart) {
+  redis_.Stop();
+  Result<std::shared_ptr<SwarmRegistry>> r = SwarmRegistry::Open(redis_.url());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("redis"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(SwarmRegistry::Open("http://127.0.0.1:1").ok());
+}
+
+// A daemon serving a model announces it; a fetcher whose only seed is down
+// finds that daemon in the registry and completes from it.
+TEST_F(RegistryTest, AFetcherWhoseSeedIsDownCompletesFromADaemonInTheRegistry) {
+  DaemonOptions o;
+  o.seed.listen = HostPort{"127.0.0.1", 0};
+  o.seed.token = testing::kToken;
+  o.cache_dir = dir_.path() / "holder";
+  o.models = {{"tiny", model_}};
+  o.weight_chunk_bytes = 256 * 1024;
+  o.registry_url = redis_.url();
+  Result<std::unique_ptr<Daemon>> holder = Daemon::Create(o);
+  ASSERT_OK(holder);
+  Result<std::optional<HostPort>> bound = (*holder)->Start();
+  ASSERT_OK(bound);
+  const std::string holder_addr = (*bound)->ToString();
+  Manifest m = ManifestFrom(**bound);
+  auto registry = Open();
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    Result<std::vector<std::string>> h = registry->Holders(m.root_digest, "", 10);
+    return h.ok() && *h == std::vector<std::string>{holder_addr};
+  }));
+  uint16_t down_port = 0;
+  testing::ListenLoopback(&down_port);  // closed at once: nobody listens there
+  const HostPort down{"127.0.0.1", down_port};
+  m.sources.clear();
+  FetchOptions options = Options();
+  FetchStats stats;
+  // Without the registry the seed is all there is.
+  EXPECT_FALSE(FetchModel(m, {down}, dir_.path() / "alone", options, &stats).ok());
+  options.registry = registry;
+  stats = FetchStats{};
+  ASSERT_OK(FetchModel(m, {down}, dir_.path() / "dest", options, &stats));
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "dest"));
+  EXPECT_EQ(stats.peers, std::vector<std::string>{holder_addr});
+  (*holder)->Stop();
+}
+
+}  // namespace
+}  // namespace seedd
