@@ -42,13 +42,19 @@ using seedd::SwarmScheduler;
 struct Flags {
   int hosts = 100;
   double model_gib = 1;
-  double chunk_mib = 8;
+  double chunk_mib = 2;
   double link_gbit = 10;
-  int degree = 12;
-  int origin_degree = 16;  // fetchers the origin serves directly; the others get all from relays
+  // Defaults are the real daemon's: 16 neighbours (the origin and 15 relays), 2
+  // upload slots, "busy" beyond them, a busy answer retried after 50 ms, one
+  // request at a time to the origin (a relaying fetcher's).
+  int degree = 15;
+  int origin_degree = -1;  // fetchers the origin serves directly (-1: all); the others use relays
   int pipeline = 4;
-  int up_slots = 4;
-  int backlog = -1;  // requests a relay queues beyond its slots; more are "busy"; -1: no limit
+  int seed_pipeline = 1;  // requests in flight to the origin per fetcher
+  int up_slots = 2;
+  int backlog = 0;  // requests a relay queues beyond its slots; more are "busy"; -1: no limit
+  bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
+  double busy_retry_ms = 50;
   double latency_ms = 0.5;
   double jitter = 0.2;
   double origin_link_factor = 1;  // the origin's link relative to a host's
@@ -312,8 +318,8 @@ class Sim {
         o.pipeline = f_.pipeline;
         o.random_seed = f_.seed * 1000003 + e.a;
         host.sched = std::make_unique<SwarmScheduler>(chunks_, o);
-        if (origin_fetchers_ < f_.origin_degree) {
-          host.sched->AddNeighbour(0, true);
+        if (f_.origin_degree < 0 || origin_fetchers_ < f_.origin_degree) {
+          host.sched->AddNeighbour(0, true, f_.seed_pipeline);
           ++origin_fetchers_;
         }
         host.joined = true;
@@ -325,8 +331,9 @@ class Sim {
       case Ev::kRequest: {
         Host& up = hosts_[e.a];
         if (up.failed) return;  // noticed by kGone
-        if (f_.backlog >= 0 && e.a != 0 && static_cast<int>(up.ups.size()) >= f_.up_slots &&
-            static_cast<int>(up.queue.size()) >= f_.backlog) {
+        const int backlog = e.a == 0 ? (f_.origin_busy ? 0 : -1) : f_.backlog;
+        if (backlog >= 0 && static_cast<int>(up.ups.size()) >= f_.up_slots &&
+            static_cast<int>(up.queue.size()) >= backlog) {
           Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
           return;
         }
@@ -386,7 +393,7 @@ class Sim {
       case Ev::kBusy: {  // e.b's slots and backlog were full: ask the others
         Host& host = hosts_[e.a];
         if (host.failed || host.done >= 0) return;
-        const double retry = chunk_bytes_ / hosts_[e.b].up;
+        const double retry = f_.busy_retry_ms / 1000;
         host.sched->Busy(e.b, e.chunk,
                          Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
                                      std::chrono::duration<double>(retry)));
@@ -476,11 +483,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--degree", f.degree, "relay neighbours per host")->capture_default_str();
   app.add_option("--origin-degree", f.origin_degree,
-                 "fetchers the origin serves directly (the first to join)")
+                 "fetchers the origin serves directly (the first to join; -1: all)")
       ->capture_default_str();
   app.add_option("--pipeline", f.pipeline, "requests in flight per neighbour")
       ->capture_default_str();
+  app.add_option("--seed-pipeline", f.seed_pipeline, "requests in flight to the origin per fetcher")
+      ->capture_default_str();
   app.add_option("--up-slots", f.up_slots, "chunks a host sends at once")->capture_default_str();
+  app.add_option("--origin-busy", f.origin_busy,
+                 "the origin answers busy beyond its slots (else it queues requests)")
+      ->capture_default_str();
+  app.add_option("--busy-retry-ms", f.busy_retry_ms, "when a busy neighbour is asked again")
+      ->capture_default_str();
   app.add_option("--backlog", f.backlog,
                  "requests a relay queues beyond its slots before answering busy (-1: no limit)")
       ->capture_default_str();

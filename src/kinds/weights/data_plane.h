@@ -211,7 +211,12 @@ SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
 struct FetchOptions {
   std::string token;
   int connections_per_source = 4;            // to each seed (a source given by the caller)
-  int pipeline = 4;                          // chunk requests in flight per connection
+  int pipeline = 4;                          // chunk requests in flight per seed connection
+  // The same to a relay. One: a relay sends a few chunks at once (its upload
+  // slots), and a request queued behind another at one relay is a chunk that
+  // another relay with a free slot could be sending (simulated with swarm_sim:
+  // 100 hosts p99 5.18x the bound with 4, 2.01x with 1).
+  int peer_pipeline = 1;
   int connections_per_peer = 1;              // to each relay learnt from the manifest or a state
   std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
   // Neighbours (seeds and relays) fetched from at once; the other relays learnt

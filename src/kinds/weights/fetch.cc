@@ -215,10 +215,15 @@ void Fetch::FillNeighboursLocked() {
   }
 }
 
-void Fetch::StartLocked(Source* s) {
+int Fetch::Depth(const Source& s) const {
   // A relay fetching from a seed asks one chunk at a time per connection: the
   // seed's claim on it is then taken just before the bytes leave.
-  const int depth = s->seed && !options_.relay.empty() ? 1 : std::max(1, options_.pipeline);
+  if (s.seed) return options_.relay.empty() ? std::max(1, options_.pipeline) : 1;
+  return std::max(1, options_.peer_pipeline);
+}
+
+void Fetch::StartLocked(Source* s) {
+  const int depth = Depth(*s);
   const int connections =
       std::max(1, s->seed ? options_.connections_per_source : options_.connections_per_peer);
   if (!sched_.AddNeighbour(s->id, s->seed, connections * depth)) return;

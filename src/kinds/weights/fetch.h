@@ -83,6 +83,8 @@ class Fetch {
   // then relays at random.
   void FillNeighboursLocked();
   void StartLocked(Source* source);
+  // Requests in flight on one data connection to `s`.
+  int Depth(const Source& s) const;
   // Gives up when no neighbour or candidate can supply a missing chunk.
   void CheckHopeLocked();
   // The fetch is over: connections blocked on a slow source are woken at once.

@@ -201,7 +201,7 @@ Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned) {
 }
 
 Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle) {
-  const int depth = source->seed && !options_.relay.empty() ? 1 : std::max(1, options_.pipeline);
+  const int depth = Depth(*source);
   std::string buf;  // one piece of a chunk
   auto last_used = std::chrono::steady_clock::now();
   for (;;) {
