@@ -44,14 +44,14 @@ struct Flags {
   double model_gib = 1;
   double chunk_mib = 2;
   double link_gbit = 10;
-  // Defaults are the real daemon's: 16 neighbours (the origin and 15 relays), 2
+  // Defaults are the real daemon's: 16 neighbours (the origin and 15 relays), 4
   // upload slots, "busy" beyond them, a busy answer retried after 50 ms, one
-  // request at a time to the origin (a relaying fetcher's).
+  // request at a time to a relay and to the origin (a relaying fetcher's).
   int degree = 15;
   int origin_degree = -1;  // fetchers the origin serves directly (-1: all); the others use relays
-  int pipeline = 4;
+  int pipeline = 1;       // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
   int seed_pipeline = 1;  // requests in flight to the origin per fetcher
-  int up_slots = 2;
+  int up_slots = 4;
   int backlog = 0;  // requests a relay queues beyond its slots; more are "busy"; -1: no limit
   bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
   double busy_retry_ms = 50;

@@ -104,7 +104,7 @@ struct WeightServerOptions {
   // half the uplink reaches its fetcher, which passes it on, eight times sooner
   // than one sent at a sixteenth. 0: no limit. Fetchers that do not relay are
   // not limited.
-  int upload_slots = 2;
+  int upload_slots = 4;
   std::chrono::milliseconds busy_retry{50};
   // How long a relay's request waits for the relay's own send to end before it
   // is answered "busy".
