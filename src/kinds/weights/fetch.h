@@ -133,6 +133,9 @@ class Fetch {
   // more relays while wanted.
   void Watch(Source* source);
   Result<UniqueFd> Open(const Source& source);
+  // Open, or a failure of `source` logged and counted (then a short pause
+  // unless it is dropped); false when there is no connection.
+  bool OpenOrFail(Source* source, UniqueFd* conn);
   void Close(UniqueFd* fd);
   Result<UniqueFd> Handshake(UniqueFd fd);
   Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle);

@@ -30,20 +30,26 @@ const TransferDeadline& Fetch::DeadlineOf(const Source& s) const {
   return s.seed ? options_.seed_deadline : options_.chunk_deadline;
 }
 
+bool Fetch::OpenOrFail(Source* source, UniqueFd* conn) {
+  Result<UniqueFd> fd = Open(*source);
+  if (fd.ok()) {
+    *conn = std::move(*fd);
+    return true;
+  }
+  if (Finished()) return false;
+  Logger().warn("weight_data: {}: {}", source->name, fd.status().message());
+  if (!Fail(source)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return false;
+}
+
 void Fetch::Work(Source* source) {
   while (!Finished() && !Dropped(source)) {
-    Result<UniqueFd> conn = Open(*source);
-    if (!conn.ok()) {
-      if (Finished()) return;
-      Logger().warn("weight_data: {}: {}", source->name, conn.status().message());
-      if (Fail(source)) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
-    }
+    UniqueFd conn;
+    if (!OpenOrFail(source, &conn)) continue;
     std::deque<Taken> inflight;
     bool idle = false;
-    Status st = Pump(conn->get(), source, &inflight, &idle);
-    Close(&*conn);
+    Status st = Pump(conn.get(), source, &inflight, &idle);
+    Close(&conn);
     Returned(&inflight, source);
     if (Finished()) return;
     if (st.ok() && idle) continue;  // a fresh connection before the source's idle timeout
@@ -61,17 +67,7 @@ void Fetch::Watch(Source* source) {
   auto last_used = std::chrono::steady_clock::now();
   while (!Finished() && !Dropped(source)) {
     if (conn.valid() && std::chrono::steady_clock::now() - last_used > kReconnectIdle) Close(&conn);
-    if (!conn.valid()) {
-      Result<UniqueFd> fd = Open(*source);
-      if (!fd.ok()) {
-        if (Finished()) return;
-        Logger().warn("weight_data: {}: state: {}", source->name, fd.status().message());
-        if (Fail(source)) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
-      }
-      conn = std::move(*fd);
-    }
+    if (!conn.valid() && !OpenOrFail(source, &conn)) continue;
     Status st;
     if (!synced || (source->seed && WantRelays())) {
       st = AskState(conn.get(), source);
