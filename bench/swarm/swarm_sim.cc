@@ -52,6 +52,7 @@ struct Flags {
   int pipeline = 1;       // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
   int seed_pipeline = 1;  // requests in flight to the origin per fetcher
   int up_slots = 4;
+  int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
   int backlog = 0;  // requests a relay queues beyond its slots; more are "busy"; -1: no limit
   bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
   double busy_retry_ms = 50;
@@ -247,9 +248,11 @@ class Sim {
     return !holder.failed || now_ < holder.failed_at + f_.detect_ms / 1000;
   }
 
+  int SlotsOf(PeerId h) const { return h == 0 && f_.origin_slots > 0 ? f_.origin_slots : f_.up_slots; }
+
   void StartUpload(PeerId u) {
     Host& up = hosts_[u];
-    while (static_cast<int>(up.ups.size()) < f_.up_slots && !up.queue.empty()) {
+    while (static_cast<int>(up.ups.size()) < SlotsOf(u) && !up.queue.empty()) {
       auto [d, c] = up.queue.front();
       up.queue.pop_front();
       Host& down = hosts_[d];
@@ -332,7 +335,7 @@ class Sim {
         Host& up = hosts_[e.a];
         if (up.failed) return;  // noticed by kGone
         const int backlog = e.a == 0 ? (f_.origin_busy ? 0 : -1) : f_.backlog;
-        if (backlog >= 0 && static_cast<int>(up.ups.size()) >= f_.up_slots &&
+        if (backlog >= 0 && static_cast<int>(up.ups.size()) >= SlotsOf(e.a) &&
             static_cast<int>(up.queue.size()) >= backlog) {
           Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
           return;
@@ -490,6 +493,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed-pipeline", f.seed_pipeline, "requests in flight to the origin per fetcher")
       ->capture_default_str();
   app.add_option("--up-slots", f.up_slots, "chunks a host sends at once")->capture_default_str();
+  app.add_option("--origin-slots", f.origin_slots, "the origin's upload slots (0: --up-slots)")
+      ->capture_default_str();
   app.add_option("--origin-busy", f.origin_busy,
                  "the origin answers busy beyond its slots (else it queues requests)")
       ->capture_default_str();
