@@ -114,11 +114,22 @@ TEST_F(SwarmTest, RelaysBeyondTheUploadSlotsAreToldBusy) {
   // A relay that asks for many chunks and reads none holds the slot while its
   // socket buffers fill.
   UniqueFd hog = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
-  for (uint32_t i = 0; i < 64; ++i) {
+  uint64_t asked = 0;
+  for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+    if (manifest_.chunks[i].file != "big.bin") continue;  // 64 MiB: more than any buffer
     const RequestRecord req = EncodeRequest(kSendMagic, i);
     testing::SendAll(hog.get(), std::string(req.data(), req.size()));
+    asked += manifest_.chunks[i].length;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Once its socket buffers are full the send blocks mid-chunk, holding the slot.
+  uint64_t served = 0;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const uint64_t before = server->bytes_served();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    served = server->bytes_served();
+    return served > 0 && served == before;
+  }));
+  ASSERT_LT(served, asked);  // not everything: still sending
   UniqueFd relay = Announce(addr, manifest_.root_digest, "10.0.0.2:1");
   Record busy = Ask(relay.get(), "SDRQ", 1);
   EXPECT_EQ(busy.status, static_cast<uint32_t>(kChunkBusy));

@@ -294,8 +294,11 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     }
     // An upload slot, held until this chunk is sent.
     struct Slot {
-      WeightServer* server = nullptr;
+      WeightServer* server = nullptr;  // set once taken
       const std::string* relay = nullptr;
+      Slot() = default;
+      Slot(const Slot&) = delete;
+      Slot& operator=(const Slot&) = delete;
       ~Slot() {
         if (server != nullptr) server->ReleaseSlot(*relay);
       }
@@ -306,7 +309,8 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
         if (!send_header(kChunkMagic, index, kChunkBusy, retry, 0, small)) return;
         continue;
       }
-      slot = Slot{this, &relay};
+      slot.server = this;
+      slot.relay = &relay;
     }
     uint32_t aux = 0;
     if (claim && ClaimChunk(root, peer, index, &aux) == kChunkClaimed) {
