@@ -67,6 +67,37 @@ TEST_F(SwarmTest, AStateListsABoundedRandomSampleOfTheRelays) {
   EXPECT_GT(seen.size(), 5u);  // a sample, not always the same five
 }
 
+// Relays that hold chunks this server sent them (nobody else got those from it)
+// are listed first: they complement whoever asks.
+TEST_F(SwarmTest, AStateListsTheRelaysHoldingChunksSentFromHereFirst) {
+  WeightServerOptions options;
+  options.max_peers_listed = 5;
+  auto server = Server(options);
+  HostPort addr = ServeWeights(server);
+  std::vector<UniqueFd> held;
+  for (int i = 1; i <= 20; ++i) {
+    held.push_back(Announce(addr, manifest_.root_digest, "10.0.0." + std::to_string(i) + ":1"));
+  }
+  // Relays 4, 9 and 17 are sent a chunk each with a claim.
+  uint32_t chunk = 0;
+  for (int i : {4, 9, 17}) ASSERT_EQ(Ask(held[i - 1].get(), "SDRN", chunk++).status, 0u);
+  UniqueFd asker = Announce(addr, manifest_.root_digest, "10.0.1.1:1");
+  std::set<std::string> others;
+  for (int ask = 0; ask < 10; ++ask) {
+    Record state = Ask(asker.get(), "SDST", 0);
+    const std::string list = state.body.substr((manifest_.chunks.size() + 7) / 8);
+    for (const char* holder : {"10.0.0.4:1\n", "10.0.0.9:1\n", "10.0.0.17:1\n"}) {
+      EXPECT_NE(list.find(holder), std::string::npos) << list;
+    }
+    for (size_t pos = 0; pos < list.size();) {
+      const size_t end = list.find('\n', pos);
+      others.insert(list.substr(pos, end - pos));
+      pos = end + 1;
+    }
+  }
+  EXPECT_GT(others.size(), 5u);  // the other two places go to relays at random
+}
+
 // A neighbour learns of a newly verified chunk when it lands: the watch waits for
 // it and names only what is new; a complete source says so at once.
 TEST_F(SwarmTest, AWatchIsAnsweredWithTheChunksVerifiedSinceItsCursor) {

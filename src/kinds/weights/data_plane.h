@@ -20,10 +20,10 @@
 //        another peer, and this one not before aux ms.
 //   The "SDST" body is the have bitmap (ceil(N/8) bytes, chunk i is bit
 //   0x80 >> (i % 8) of byte i / 8) followed by at most max_peers_listed peers
-//   that announced themselves for this root digest, picked at random, one
-//   HOST:PORT per line; its aux is the cursor to watch from. The "SDHV" index is
-//   the next cursor, aux kHaveComplete when the server has every chunk, and the
-//   body the new chunks' indexes (u32 each).
+//   that announced themselves for this root digest (half the relays holding
+//   the most chunks this server sent, half at random), one HOST:PORT per line; its aux is the
+//   cursor to watch from. The "SDHV" index is the next cursor, aux kHaveComplete when the server
+//   has every chunk, and the body the new chunks' indexes (u32 each).
 // Bytes never travel inside JSON; every chunk is verified by the fetcher.
 //
 // Thread safety: WeightServer serves many connections at once and Publish may be
@@ -124,7 +124,8 @@ class WeightServer {
   // Every model served now, by name.
   std::vector<std::shared_ptr<const ServedModel>> Models() const;
   // The relays that announced themselves for `root` recently, but `except`: at
-  // most `limit`, picked at random.
+  // most `limit`, half of them those holding the most chunks this server sent
+  // (they complement any asker), the rest at random.
   std::vector<std::string> Peers(const std::string& root, const std::string& except,
                                  size_t limit = SIZE_MAX);
   // How many relays a state response or a manifest lists at most.
@@ -150,6 +151,8 @@ class WeightServer {
     std::vector<std::chrono::steady_clock::time_point> seen;  // by id
     std::vector<std::string> sessions;                        // by id
     std::vector<Claim> claims;                                // by chunk
+    std::vector<uint32_t> held;  // by id: chunks whose claim it holds, as of held_at
+    std::chrono::steady_clock::time_point held_at{};
   };
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
   int Announce(const std::string& root, const std::string& relay, const std::string& session,
@@ -212,8 +215,8 @@ SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
 
 struct FetchOptions {
   std::string token;
-  int connections_per_source = 4;            // to each seed (a source given by the caller)
-  int pipeline = 4;                          // chunk requests in flight per seed connection
+  int connections_per_source = 4;  // to each seed (a source given by the caller)
+  int pipeline = 4;                // chunk requests in flight per seed connection
   // The same to a relay. One: a relay sends a few chunks at once (its upload
   // slots), and a request queued behind another at one relay is a chunk that
   // another relay with a free slot could be sending (simulated with swarm_sim:

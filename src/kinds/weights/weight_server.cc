@@ -144,17 +144,39 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
   std::lock_guard<std::mutex> lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end()) return peers;
+  Swarm& swarm = it->second;
   const auto now = std::chrono::steady_clock::now();
-  for (size_t id = 0; id < it->second.addrs.size(); ++id) {
-    if (now - it->second.seen[id] < options_.relay_ttl && it->second.addrs[id] != except) {
-      peers.push_back(it->second.addrs[id]);
+  std::vector<int> live;
+  for (size_t id = 0; id < swarm.addrs.size(); ++id) {
+    if (now - swarm.seen[id] < options_.relay_ttl && swarm.addrs[id] != except) {
+      live.push_back(static_cast<int>(id));
     }
   }
-  if (peers.size() > limit) {
+  if (live.size() > limit) {
     thread_local std::mt19937_64 rng(std::random_device{}());
-    std::shuffle(peers.begin(), peers.end(), rng);
-    peers.resize(limit);
+    std::shuffle(live.begin(), live.end(), rng);
+    // Half of those listed (rounded up) are the relays holding the most chunks
+    // this server sent (chunks nobody else got from it: they complement any
+    // asker); the rest at random. Counted at most once a second per swarm.
+    if (now - swarm.held_at >= std::chrono::seconds(1)) {
+      swarm.held.assign(swarm.addrs.size(), 0);
+      for (const Claim& c : swarm.claims) {
+        if (c.holder >= 0 && static_cast<size_t>(c.holder) < swarm.held.size()) {
+          ++swarm.held[c.holder];
+        }
+      }
+      swarm.held_at = now;
+    }
+    auto held = [&](int id) {
+      return static_cast<size_t>(id) < swarm.held.size() ? swarm.held[id] : 0u;
+    };
+    const size_t top = (limit + 1) / 2;
+    std::partial_sort(live.begin(), live.begin() + static_cast<long>(top), live.end(),
+                      [&](int a, int b) { return held(a) > held(b); });
+    std::shuffle(live.begin() + static_cast<long>(top), live.end(), rng);
+    live.resize(limit);
   }
+  for (int id : live) peers.push_back(swarm.addrs[id]);
   return peers;
 }
 
