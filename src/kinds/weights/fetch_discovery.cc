@@ -1,0 +1,143 @@
+// How a Fetch (fetch.h) finds its peers: seeds given by name, relays from the
+// registry and from state responses, what neighbours say they have, and the
+// neighbour set filled from the candidates.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/logging.h"
+#include "kinds/weights/fetch.h"
+#include "kinds/weights/registry.h"
+#include "transport/client.h"
+
+namespace seedd {
+namespace {
+
+constexpr size_t kMaxSources = 256;  // seeds and relays known to one fetch
+
+}  // namespace
+
+void Fetch::AddSeeds(const std::vector<HostPort>& given, bool first) {
+  std::vector<HostPort> seeds;
+  for (const HostPort& s : given) {
+    unsigned char literal[sizeof(in6_addr)];
+    if (::inet_pton(AF_INET, s.host.c_str(), literal) == 1 ||
+        ::inet_pton(AF_INET6, s.host.c_str(), literal) == 1) {
+      seeds.push_back(s);
+      continue;
+    }
+    Result<std::vector<HostPort>> all = ResolveAll(s);
+    if (!all.ok() || all->size() == 1) {
+      seeds.push_back(s);  // connecting says what is wrong with it
+      continue;
+    }
+    if (first) {
+      Logger().info("weight_data: source {} resolves to {} addresses; each is a seed", s.ToString(),
+                    all->size());
+    }
+    seeds.insert(seeds.end(), all->begin(), all->end());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const HostPort& s : seeds) AddSourceLocked(s, true);
+  FillNeighboursLocked();
+}
+
+std::vector<HostPort> Fetch::AskRegistry() {
+  std::vector<HostPort> relays;
+  if (options_.registry == nullptr) return relays;
+  Result<std::vector<std::string>> holders =
+      options_.registry->Holders(m_.root_digest, options_.relay, 2 * options_.max_neighbours);
+  if (!holders.ok()) {
+    if (!registry_failing_) {
+      Logger().warn("weight_data: registry {}: {}", options_.registry->Describe(),
+                    holders.status().message());
+    }
+    registry_failing_ = true;
+    return relays;
+  }
+  registry_failing_ = false;
+  for (const std::string& text : *holders) {
+    Result<HostPort> peer = ParseHostPort(text);
+    if (peer.ok()) relays.push_back(std::move(*peer));
+  }
+  return relays;
+}
+
+void Fetch::AddRelays(const std::vector<HostPort>& relays) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const HostPort& r : relays) AddSourceLocked(r, false);
+  FillNeighboursLocked();
+}
+
+void Fetch::AddSourceLocked(const HostPort& addr, bool seed) {
+  const std::string name = addr.ToString();
+  if (name == options_.relay || sources_.size() >= kMaxSources) return;
+  for (const auto& s : sources_) {
+    if (s->name == name) return;
+  }
+  auto source = std::make_unique<Source>();
+  source->addr = addr;
+  source->name = name;
+  source->seed = seed;
+  source->id = static_cast<PeerId>(sources_.size());
+  sources_.push_back(std::move(source));
+  if (!seed) stats_->peers.push_back(name);
+}
+
+void Fetch::FillNeighboursLocked() {
+  if (FinishedLocked()) return;
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  for (bool seeds : {true, false}) {
+    std::vector<Source*> candidates;
+    for (const auto& s : sources_) {
+      if (s->seed == seeds && !s->neighbour && !s->dropped) candidates.push_back(s.get());
+    }
+    std::shuffle(candidates.begin(), candidates.end(), rng);
+    for (Source* s : candidates) {
+      if (sched_.NeighboursWanted() == 0) return;
+      StartLocked(s);
+    }
+  }
+}
+
+void Fetch::ApplyState(Source* source, std::string_view body) {
+  const size_t n = m_.chunks.size();
+  std::vector<bool> have(n);
+  for (size_t i = 0; i < n; ++i) {
+    have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sched_.NeighbourState(source->id, have);
+  source->state_known = true;
+  for (size_t pos = (n + 7) / 8; pos < body.size();) {
+    size_t end = body.find('\n', pos);
+    if (end == std::string::npos) end = body.size();
+    Result<HostPort> peer = ParseHostPort(body.substr(pos, end - pos));
+    if (peer.ok()) AddSourceLocked(*peer, false);
+    pos = end + 1;
+  }
+  FillNeighboursLocked();
+  changed_.notify_all();
+}
+
+void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (complete) {
+    sched_.NeighbourState(source->id, std::vector<bool>(m_.chunks.size(), true));
+  } else {
+    for (uint32_t c : chunks) sched_.NeighbourHas(source->id, c);
+  }
+  changed_.notify_all();
+}
+
+bool Fetch::WantRelays() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (sched_.NeighboursWanted() == 0 || now - relays_asked_ < options_.state_interval) return false;
+  relays_asked_ = now;
+  return true;
+}
+
+}  // namespace seedd
