@@ -1,11 +1,8 @@
 #include "kinds/weights/fetch.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <random>
 
 #include "common/crypto.h"
 #include "common/logging.h"

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "common/crypto.h"
 #include "common/file_util.h"
