@@ -269,7 +269,10 @@ TEST_F(CliTest, ASourceNameWithSeveralAddressesIsASeedAtEach) {
       "mount --bind " + q(hosts.string()) + " /etc/hosts || exit 99; " + pull;
   auto r = RunCommand({"/usr/bin/unshare", "-rm", "sh", "-c", script}, {}, seconds(120));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_TRUE(Has(r.err, "source seeds.test:" + port + " resolves to 3 addresses")) << r.err;
+  const std::string resolved = "source seeds.test:" + port + " resolves to 3 addresses";
+  const size_t at = r.err.find(resolved);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(resolved, at + 1), std::string::npos) << "said twice:\n" << r.err;
   EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
   for (auto* d : {a.get(), b.get(), c.get()}) {
     d->Signal(SIGTERM);
