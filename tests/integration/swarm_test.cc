@@ -196,5 +196,32 @@ TEST_F(SwarmTest, AFetcherKeepsABoundedSetOfNeighbours) {
   EXPECT_TRUE(stats.sources_dropped.empty());
 }
 
+// A relaying fetcher holds 3 connections to its seed (2 data, 1 watch) whatever
+// connections_per_source says: the seed sends it one chunk at a time, and every
+// fetcher of a fleet holds connections to it.
+TEST_F(SwarmTest, ARelayingFetcherHoldsFewConnectionsToItsSeed) {
+  WriteRandom(model_ / "big.bin", 64 << 20, 6);
+  auto origin = Server(WeightServerOptions{});
+  HostPort origin_addr = ServeWeights(origin);
+  FetchOptions options = Options();
+  options.connections_per_source = 4;
+  options.relay = "127.0.0.1:10";
+  std::atomic<bool> done{false};
+  int most = 0;
+  std::thread sampler([&] {
+    while (!done) {
+      most = std::max(most, origin->connections());
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  Status st = FetchModel(manifest_, {origin_addr}, dir_.path() / "out", options);
+  done = true;
+  sampler.join();
+  ASSERT_OK(st);
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  EXPECT_GE(most, 2);
+  EXPECT_LE(most, 3);
+}
+
 }  // namespace
 }  // namespace seedd

@@ -137,8 +137,12 @@ int Fetch::Depth(const Source& s) const {
 
 void Fetch::StartLocked(Source* s) {
   const int depth = Depth(*s);
-  const int connections =
+  int connections =
       std::max(1, s->seed ? options_.connections_per_source : options_.connections_per_peer);
+  // A seed sends a relaying fetcher one chunk at a time (one upload slot per
+  // relay): a second connection keeps the next request waiting there, more
+  // only add to the seed's connections, which every fetcher of a fleet holds.
+  if (s->seed && !options_.relay.empty()) connections = std::min(connections, 2);
   if (!sched_.AddNeighbour(s->id, s->seed, connections * depth)) return;
   s->neighbour = true;
   workers_.emplace_back([this, s] { Watch(s); });
