@@ -49,11 +49,11 @@ struct Flags {
   // request at a time to a relay and to the origin (a relaying fetcher's).
   int degree = 15;
   int origin_degree = -1;  // fetchers the origin serves directly (-1: all); the others use relays
-  int pipeline = 1;       // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
-  int seed_pipeline = 1;  // requests in flight to the origin per fetcher
+  int pipeline = 1;        // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
+  int seed_pipeline = 1;   // requests in flight to the origin per fetcher
   int up_slots = 4;
   int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
-  int backlog = 0;  // requests a relay queues beyond its slots; more are "busy"; -1: no limit
+  int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
   bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
   double busy_retry_ms = 50;
   double latency_ms = 0.5;
@@ -248,7 +248,9 @@ class Sim {
     return !holder.failed || now_ < holder.failed_at + f_.detect_ms / 1000;
   }
 
-  int SlotsOf(PeerId h) const { return h == 0 && f_.origin_slots > 0 ? f_.origin_slots : f_.up_slots; }
+  int SlotsOf(PeerId h) const {
+    return h == 0 && f_.origin_slots > 0 ? f_.origin_slots : f_.up_slots;
+  }
 
   void StartUpload(PeerId u) {
     Host& up = hosts_[u];

@@ -34,6 +34,8 @@ enum class Lie {
   kNeverAnswers,      // reads the requests, answers none of them
   kOffersThenCloses,  // hangs up on the first chunk request
   kGarbage,           // 24 random bytes where a header belongs
+  kWatchTooLong,      // a watch answer longer than one index per chunk
+  kWatchNoSuchChunk,  // a watch answer naming a chunk the model does not have
 };
 
 std::string LieName(const ::testing::TestParamInfo<Lie>& info) {
@@ -48,6 +50,10 @@ std::string LieName(const ::testing::TestParamInfo<Lie>& info) {
       return "OffersThenCloses";
     case Lie::kGarbage:
       return "SendsGarbage";
+    case Lie::kWatchTooLong:
+      return "WatchTooLong";
+    case Lie::kWatchNoSuchChunk:
+      return "WatchNoSuchChunk";
     case Lie::kHasNothing:
       return "HasNothing";
   }
@@ -116,6 +122,10 @@ class ScriptedRelay {
         testing::SendAll(fd, std::string(h.data(), h.size()) + bitmap);
         continue;
       }
+      if (std::string_view(req.data(), 4) == kWatchMagic) {
+        AnswerWatch(fd, index);
+        continue;
+      }
       if (index >= m_.chunks.size()) return;
       switch (lie_) {
         case Lie::kClaimsForever: {
@@ -135,6 +145,8 @@ class ScriptedRelay {
         }
         case Lie::kNeverAnswers:
         case Lie::kHasNothing:
+        case Lie::kWatchTooLong:
+        case Lie::kWatchNoSuchChunk:
           break;
         case Lie::kOffersThenCloses:
           ::shutdown(fd, SHUT_RDWR);
@@ -147,6 +159,35 @@ class ScriptedRelay {
         }
       }
     }
+  }
+
+  // A watch ("SDWT") from `cursor`: the lies about it, else "I have everything"
+  // (nothing, with kHasNothing, after a pause), so that the lie about chunks is
+  // what the fetcher meets.
+  void AnswerWatch(int fd, uint32_t cursor) {
+    const uint32_t chunks = static_cast<uint32_t>(m_.chunks.size());
+    std::string body;
+    uint32_t aux = kHaveComplete;
+    switch (lie_) {
+      case Lie::kNeverAnswers:
+        return;
+      case Lie::kWatchTooLong:
+        body.assign(4 * (chunks + 1), '\0');
+        break;
+      case Lie::kWatchNoSuchChunk:
+        body = {static_cast<char>(chunks >> 24), static_cast<char>(chunks >> 16),
+                static_cast<char>(chunks >> 8), static_cast<char>(chunks)};
+        aux = 0;
+        break;
+      case Lie::kHasNothing:
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        aux = 0;
+        break;
+      default:
+        break;
+    }
+    const HeaderRecord h = EncodeHeader(kHaveMagic, cursor, kChunkOk, aux, body.size());
+    testing::SendAll(fd, std::string(h.data(), h.size()) + body);
   }
 
   const Lie lie_;
@@ -195,7 +236,8 @@ TEST_P(HostileRelayTest, APullBesideALyingRelayEndsByteIdenticalAndDropsIt) {
 
 INSTANTIATE_TEST_SUITE_P(EveryLie, HostileRelayTest,
                          ::testing::Values(Lie::kClaimsForever, Lie::kTrickles, Lie::kNeverAnswers,
-                                           Lie::kOffersThenCloses, Lie::kGarbage),
+                                           Lie::kOffersThenCloses, Lie::kGarbage,
+                                           Lie::kWatchTooLong, Lie::kWatchNoSuchChunk),
                          LieName);
 
 // A TCP connection whose receive window stays tiny: a peer that reads nothing
