@@ -22,16 +22,12 @@ using std::chrono::milliseconds;
 
 class RegistryTest : public testing::WeightsFixture {
  protected:
-  void SetUp() override {
-    WeightsFixture::SetUp();
-    redis_.Start();
-  }
   std::shared_ptr<SwarmRegistry> Open() {
     Result<std::shared_ptr<SwarmRegistry>> r = SwarmRegistry::Open(redis_.url());
     EXPECT_OK(r);
     return r.ok() ? *r : nullptr;
   }
-  testing::RedisServer redis_;
+  testing::RedisServer redis_;  // started by its constructor
 };
 
 TEST_F(RegistryTest, HoldersAreListedUntilTheirEntriesExpire) {
