@@ -8,7 +8,9 @@
 # sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB,
 # default "8 2": seedd's default, and smaller chunks that reach relays sooner).
 # MTU (default 1500) sets the links' MTU; TRACE=1 prints, per run, the origin's
-# bytes sent by second, when each target was ready and the qdiscs' drops;
+# bytes sent by second, the targets' downlinks in use (their bytes received
+# over what their links could carry), when each target was ready and the
+# qdiscs' drops;
 # LOG_LEVEL sets the daemons' log level. Needs root (ip netns, tc).
 # Usage: bench/fanout.sh BIN_DIR
 set -euo pipefail
@@ -98,6 +100,17 @@ start_in() {
 }
 ready() { grep -q "serving on" "$work/$1.out" 2> /dev/null; }
 tx_bytes() { ip netns exec "$(ns 0)" cat /sys/class/net/eth0/statistics/tx_bytes; }
+# RATE in bytes per second (tc's units: kbit, mbit, gbit).
+rate_bytes() {
+  echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
+    m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1; print v * m / 8 }'
+}
+# Bytes the switch sent to hosts 1..N (what the targets received).
+rx_targets() {
+  local n="$1"
+  ip netns exec "$sw" sh -c "cat \$(seq -f '/sys/class/net/p%g/statistics/tx_bytes' 1 $n)" |
+    awk '{ t += $1 } END { print t }'
+}
 
 # run N LABEL: N targets pull at once; prints "seconds origin_bytes".
 run() {
@@ -109,7 +122,7 @@ run() {
     start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench
   done
   if [ -n "${TRACE:-}" ]; then  # the origin's bytes sent, every half second
-    (while :; do echo "$(date +%s.%N) $(tx_bytes)"; sleep 0.5; done) > "$work/$label.trace" &
+    (while :; do echo "$(date +%s.%N) $(tx_bytes) $(rx_targets "$n")"; sleep 0.5; done) > "$work/$label.trace" &
     local tracer=$!
   fi
   # Each target is ready when its ready line is written: the file's mtime.
@@ -129,13 +142,18 @@ run() {
       echo "  host $i upload: $(ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 | grep -o 'dropped [0-9]*, overlimits [0-9]*')," \
         "download: $(ip netns exec "$sw" tc -s qdisc show dev "p$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*')" >&2
     done
-    python3 - "$start" "$tx0" "$model_bytes" "$work/$label.trace" $(stat -c %.9Y "$work/$label"-*.out) <<'PY' >&2
+    python3 - "$start" "$tx0" "$model_bytes" "$n" "$(rate_bytes)" "$work/$label.trace" \
+      $(stat -c %.9Y "$work/$label"-*.out) <<'PY' >&2
 import sys
-start, tx0, model = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-rows = [tuple(map(float, l.split())) for l in open(sys.argv[4]) if len(l.split()) == 2]
+start, tx0, model, n, rate = (float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                              int(sys.argv[4]), float(sys.argv[5]))
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[6]) if len(l.split()) == 3]
 print("  origin sent (fraction of the model) by second:",
-      " ".join("%.0f:%.2f" % (t - start, (b - tx0) / model) for t, b in rows[1::2]))
-print("  targets ready at:", " ".join("%.1f" % (float(t) - start) for t in sorted(sys.argv[5:])))
+      " ".join("%.0f:%.2f" % (t - start, (b - tx0) / model) for t, b, _ in rows[1::2]))
+print("  targets' downlinks in use by second:",
+      " ".join("%.0f:%.2f" % (b[0] - start, (b[2] - a[2]) / (n * rate * (b[0] - a[0])))
+               for a, b in zip(rows[0::2], rows[2::2])))
+print("  targets ready at:", " ".join("%.1f" % (float(t) - start) for t in sorted(sys.argv[7:])))
 PY
   fi
   local sent=$(($(tx_bytes) - tx0))

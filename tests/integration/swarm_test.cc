@@ -198,6 +198,23 @@ TEST_F(SwarmTest, AFetcherKeepsABoundedSetOfNeighbours) {
   EXPECT_TRUE(stats.sources_dropped.empty());
 }
 
+// A fetcher that keeps one request at a time on a connection sends the next
+// while half of the chunk before is still to arrive: it waits at the source
+// and follows without a round trip.
+TEST_F(SwarmTest, TheNextRequestGoesOutWhileAChunkIsStillArriving) {
+  WriteRandom(model_ / "big.bin", 32 << 20, 7);
+  auto origin = Server(WeightServerOptions{});
+  HostPort origin_addr = ServeWeights(origin);
+  FetchOptions options = Options();
+  options.relay = "127.0.0.1:10";  // one chunk at a time per connection to a seed
+  FetchStats stats;
+  ASSERT_OK(FetchModel(manifest_, {origin_addr}, dir_.path() / "out", options, &stats));
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  EXPECT_GT(stats.requests_ahead, 0u);
+  EXPECT_LE(stats.requests_ahead, stats.requests);
+  EXPECT_EQ(stats.answered_busy, 0u);  // a fetcher's own next request is never busy
+}
+
 // A relaying fetcher holds 3 connections to its seed (2 data, 1 watch) whatever
 // connections_per_source says: the seed sends it one chunk at a time, and every
 // fetcher of a fleet holds connections to it.

@@ -99,6 +99,84 @@ TEST(SwarmScheduler, ReturnedChunksGoBackWithoutBlame) {
   EXPECT_EQ(s.missing(), 2u);
 }
 
+// A host's requests to relays are bounded in all, so that its downlink is not
+// split among many slow transfers (each holding one of its sender's few upload
+// slots).
+TEST(SwarmScheduler, RequestsToRelaysAreBoundedInAll) {
+  SchedulerOptions o = Options();
+  o.max_requests = 3;
+  SwarmScheduler s(32, o);
+  for (PeerId p = 1; p <= 6; ++p) {
+    ASSERT_TRUE(s.AddNeighbour(p, false));
+    s.NeighbourState(p, std::vector<bool>(32, true));
+  }
+  int asked = 0;
+  std::optional<uint32_t> first;
+  for (PeerId p = 1; p <= 6; ++p) {
+    if (auto c = s.Next(p, kT0)) {
+      ++asked;
+      if (!first) first = c;
+    }
+  }
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(s.RelayRequests(), 3);
+  s.Arrived(1, *first);  // one ends: one more may be asked
+  EXPECT_TRUE(s.Next(4, kT0).has_value());
+  EXPECT_EQ(s.Next(5, kT0), std::nullopt);
+}
+
+// A seed's request is outside the bound (what only it has must not wait behind
+// the relays, and slow relays holding the bound must not leave it idle); among
+// relays it is asked one chunk at a time.
+TEST(SwarmScheduler, ASeedIsAskedWhateverTheRelaysHold) {
+  SchedulerOptions o = Options();
+  o.max_requests = 2;
+  o.seed_requests = 1;
+  SwarmScheduler s(8, o);
+  s.AddNeighbour(0, true, 4);
+  for (PeerId p = 1; p <= 3; ++p) {
+    s.AddNeighbour(p, false);
+    s.NeighbourState(p, {true, true, true, true, false, false, false, false});
+  }
+  EXPECT_TRUE(s.Next(1, kT0).has_value());
+  EXPECT_TRUE(s.Next(2, kT0).has_value());
+  EXPECT_EQ(s.Next(3, kT0), std::nullopt);  // the bound
+  const auto c = s.Next(0, kT0);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_GE(*c, 4u);                        // what no relay has
+  EXPECT_EQ(s.Next(0, kT0), std::nullopt);  // one at a time to a seed among relays
+}
+
+// A request sent ahead (the chunk before still arriving from that neighbour)
+// takes one slot more than the neighbour has and is not held to the bound in
+// all: it replaces the request that is ending.
+TEST(SwarmScheduler, ARequestAheadTakesOneSlotMoreBeyondTheBound) {
+  SchedulerOptions o = Options();
+  o.max_requests = 1;
+  SwarmScheduler s(8, o);
+  s.AddNeighbour(1, false, 1);
+  s.AddNeighbour(2, false, 1);
+  s.NeighbourState(1, std::vector<bool>(8, true));
+  s.NeighbourState(2, std::vector<bool>(8, true));
+  ASSERT_TRUE(s.Next(1, kT0).has_value());
+  EXPECT_EQ(s.Next(2, kT0), std::nullopt);        // the bound
+  EXPECT_TRUE(s.Next(1, kT0, true).has_value());  // ahead: a second to 1
+  EXPECT_EQ(s.Next(1, kT0, true), std::nullopt);  // only one more
+  EXPECT_EQ(s.InFlight(1), 2);
+}
+
+// Without relays a seed keeps its whole pipeline.
+TEST(SwarmScheduler, ASeedAloneKeepsItsWholePipeline) {
+  SchedulerOptions o = Options();
+  o.max_requests = 2;
+  o.seed_requests = 1;
+  SwarmScheduler s(16, o);
+  s.AddNeighbour(0, true, 8);
+  int asked = 0;
+  while (s.Next(0, kT0)) ++asked;
+  EXPECT_EQ(asked, 8);
+}
+
 TEST(SwarmScheduler, ASeedIsAskedOnlyForWhatNoRelayHas) {
   SwarmScheduler s(3, Options());
   s.AddNeighbour(0, true);

@@ -26,6 +26,10 @@ SchedulerOptions SchedulerOptionsOf(const FetchOptions& o) {
   SchedulerOptions s;
   s.max_neighbours = std::max<size_t>(1, o.max_neighbours);
   s.pipeline = std::max(1, o.pipeline);
+  s.max_requests = std::max(0, o.swarm_requests);
+  // A relay among relays keeps one chunk in flight per seed: what a seed sends
+  // reaches the swarm sooner when its uplink is not split many ways.
+  if (!o.relay.empty()) s.seed_requests = 1;
   return s;
 }
 
@@ -193,19 +197,16 @@ bool Fetch::FailLocked(Source* source, std::optional<uint32_t> chunk) {
   return true;
 }
 
-std::optional<Taken> Fetch::Take(Source* source, bool wait) {
+std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
   for (;;) {
     if (FinishedLocked() || source->dropped) return std::nullopt;
-    // A relay among relays keeps one chunk in flight per seed: what a seed sends
-    // reaches the swarm sooner when its uplink is not split many ways.
-    const bool one_at_a_time = source->seed && !options_.relay.empty() &&
-                               sched_.relay_neighbours() > 0 && sched_.InFlight(source->id) >= 1;
-    if (!one_at_a_time) {
-      if (std::optional<uint32_t> c = sched_.Next(source->id, std::chrono::steady_clock::now())) {
-        return Taken{*c, source->seed && !force_[*c]};
-      }
+    if (std::optional<uint32_t> c =
+            sched_.Next(source->id, std::chrono::steady_clock::now(), ahead)) {
+      ++stats_->requests;
+      stats_->requests_ahead += ahead;
+      return Taken{*c, source->seed && !force_[*c]};
     }
     if (!wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
       return std::nullopt;
@@ -238,6 +239,7 @@ void Fetch::NotThere(uint32_t index, Source* source, uint32_t status) {
     }
     return;
   }
+  ++stats_->answered_claimed;
   if (claimed_since_[index] == std::chrono::steady_clock::time_point{}) claimed_since_[index] = now;
   // Claimed for longer than the seed could have sent the chunk at the floor rate
   // (a seed whose link many fetchers share is that slow, a holder that stalls
@@ -267,6 +269,7 @@ void Fetch::NotThere(uint32_t index, Source* source, uint32_t status) {
 
 void Fetch::Busy(uint32_t index, const Source* source, std::chrono::milliseconds retry) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++stats_->answered_busy;
   sched_.Busy(source->id, index, std::chrono::steady_clock::now() + retry);
   changed_.notify_all();
 }

@@ -19,6 +19,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,8 +97,8 @@ class Fetch {
   bool Fail(Source* source, std::optional<uint32_t> chunk = std::nullopt);
   bool FailLocked(Source* source, std::optional<uint32_t> chunk);
   // The next request for `source`; with `wait` (nothing in flight on the
-  // caller's connection) waits a little for one.
-  std::optional<Taken> Take(Source* source, bool wait);
+  // caller's connection) waits a little for one. `ahead`: see SwarmScheduler::Next.
+  std::optional<Taken> Take(Source* source, bool wait, bool ahead = false);
   // `source` answered "not here" or "claimed" for `index`.
   void NotThere(uint32_t index, Source* source, uint32_t status);
   // `source` answered that its upload slots are taken: the chunk is asked
@@ -139,8 +140,11 @@ class Fetch {
   void Close(UniqueFd* fd);
   Result<UniqueFd> Handshake(UniqueFd fd);
   Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle);
+  // Receives chunk `index` (see fetch_connections.cc); `halfway` is called once
+  // half of it has arrived.
   Status Receive(int sock, uint32_t index, std::string* buf, bool* verified,
-                 std::chrono::steady_clock::time_point deadline, bool* local);
+                 std::chrono::steady_clock::time_point deadline, bool* local,
+                 const std::function<void()>& halfway);
   Status AskState(int fd, Source* source);
   // Returns false in *more when the source has every chunk.
   Status AskWatch(int fd, Source* source, uint32_t* cursor, bool* more);

@@ -268,17 +268,31 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
                               " bytes");
     }
     inflight->pop_front();
+    // Once half the chunk is here the next request goes out, to wait at the
+    // source and follow this chunk without a round trip (through a queue of
+    // shaped traffic, a round trip can take as long as a chunk).
+    bool ahead_unsent = false;
+    auto ahead = [&] {
+      if (!inflight->empty()) return;
+      std::optional<Taken> next = Take(source, false, true);
+      if (!next) return;
+      const RequestRecord req = EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
+      inflight->push_back(*next);
+      ahead_unsent = !SendAllBy(fd, req.data(), req.size(), DeadlineOf(*source).For(req.size()));
+    };
     if (!BeginWrite(index)) {
       // Another copy is landing or landed (an endgame duplicate): read it past.
-      Status st = Receive(fd, index, &buf, nullptr, deadline, nullptr);
+      Status st = Receive(fd, index, &buf, nullptr, deadline, nullptr, ahead);
       Returned(index, source);
       if (!st.ok()) return st;
+      if (ahead_unsent) return Status::Unavailable("cannot send a chunk request");
       Count(c.length, source);
       continue;
     }
     bool verified = false;
     bool local = false;
-    Status got = Receive(fd, index, &buf, &verified, deadline, &local);
+    Status got = Receive(fd, index, &buf, &verified, deadline, &local, ahead);
+    if (got.ok() && ahead_unsent) got = Status::Unavailable("cannot send a chunk request");
     if (!got.ok()) {
       EndWrite(index);
       Returned(index, source);
@@ -311,14 +325,23 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
 // that fails verification are never journaled nor served, and are overwritten
 // when it is fetched again. With no `verified`, the bytes are read and dropped.
 Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified,
-                      std::chrono::steady_clock::time_point deadline, bool* local) {
+                      std::chrono::steady_clock::time_point deadline, bool* local,
+                      const std::function<void()>& halfway) {
   const ManifestChunk& c = m_.chunks[index];
   buf->resize(kPieceBytes);
+  bool past_half = false;
+  auto at = [&](uint64_t done) {
+    if (!past_half && done * 2 >= c.length) {
+      past_half = true;
+      halfway();
+    }
+  };
   if (verified == nullptr) {
     for (uint64_t done = 0; done < c.length;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
       SEEDD_RETURN_IF_ERROR(RecvAllBy(sock, buf->data(), n, deadline));
       done += n;
+      at(done);
     }
     return Status::Ok();
   }
@@ -337,6 +360,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
     st = staging_.Write(**file, c, done, buf->data(), n);
     *local = !st.ok();
     done += n;
+    if (st.ok()) at(done);
   }
   *verified = st.ok() && hash.HexDigest() == c.xxh3;
   return st;

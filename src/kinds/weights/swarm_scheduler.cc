@@ -105,12 +105,13 @@ uint32_t SwarmScheduler::Take(Neighbour& n, uint32_t chunk) {
     in_flight_.insert(chunk);
   }
   ++copies_[chunk];
-  n.requested.insert(chunk);
+  if (n.requested.insert(chunk).second && !n.seed) ++relay_requests_;
   return chunk;
 }
 
 void SwarmScheduler::Release(Neighbour& n, uint32_t chunk) {
   if (n.requested.erase(chunk) == 0) return;
+  if (!n.seed) --relay_requests_;
   if (copies_[chunk] > 0) --copies_[chunk];
   if (state_[chunk] == kInFlight && copies_[chunk] == 0) {
     state_[chunk] = kMissing;
@@ -171,11 +172,22 @@ std::optional<uint32_t> SwarmScheduler::EndgameCopy(const Neighbour& n,
   return std::nullopt;
 }
 
-std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_point now) {
+int SwarmScheduler::SlotsOf(const Neighbour& n) const {
+  if (n.seed && options_.seed_requests > 0 && relay_neighbours() > 0) {
+    return std::min(n.slots, options_.seed_requests);
+  }
+  return n.slots;
+}
+
+std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_point now,
+                                             bool ahead) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return std::nullopt;
   Neighbour& n = it->second;
-  if (static_cast<int>(n.requested.size()) >= n.slots || now < n.not_before) {
+  if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
+    return std::nullopt;
+  }
+  if (!ahead && !n.seed && options_.max_requests > 0 && relay_requests_ >= options_.max_requests) {
     return std::nullopt;
   }
   std::optional<uint32_t> c = Rarest(n, now);
@@ -188,7 +200,7 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   std::vector<Cancel> cancels;
   if (chunk >= state_.size() || state_[chunk] == kDone) {
     if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
-      it->second.requested.erase(chunk);
+      if (it->second.requested.erase(chunk) != 0 && !it->second.seed) --relay_requests_;
     }
     return cancels;
   }
@@ -198,7 +210,9 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   copies_[chunk] = 0;
   ++done_;
   for (auto& [id, n] : neighbours_) {
-    if (n.requested.erase(chunk) != 0 && id != peer) cancels.push_back({id, chunk});
+    if (n.requested.erase(chunk) == 0) continue;
+    if (!n.seed) --relay_requests_;
+    if (id != peer) cancels.push_back({id, chunk});
   }
   return cancels;
 }

@@ -1,0 +1,176 @@
+// The fleet simulator behind swarm_sim: a discrete-event simulation of a fleet
+// pulling one model at once, every fetcher running the real SwarmScheduler
+// (src/kinds/weights/swarm_scheduler.h).
+//
+// Model: one origin (a seed) and N fetchers. Each host has an uplink and a
+// downlink (bits per second) and a one-way latency with jitter. A host sends up
+// to --up-slots chunks at once (one per connection, its queue first come first
+// served; a request from a host it is sending to waits for that send to end,
+// as the real server's own-slot wait); a transfer's rate is min(the sender's
+// uplink / its transfers, the receiver's downlink / its transfers), recomputed
+// whenever a transfer starts or ends at either end: flows sharing links fairly,
+// without TCP's slow start. Neighbours are handed out by the origin (a
+// tracker): a random set of relays up to --degree, symmetric, replaced when one
+// fails. A host tells its neighbours each chunk it verifies (a HAVE message);
+// it asks a neighbour for chunks as its scheduler decides, --pipeline at a time
+// and --max-requests in all. The origin defers a chunk it sent within the last
+// --claim-chunks chunk times ("ask the relays"), as the real data plane's claims
+// do. Failed hosts vanish; their neighbours notice after --detect-ms and get a
+// replacement.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kinds/weights/swarm_scheduler.h"
+
+namespace swarm_sim {
+
+using seedd::PeerId;
+using seedd::SwarmScheduler;
+
+struct Flags {
+  int hosts = 100;
+  double model_gib = 1;
+  double chunk_mib = 2;
+  double link_gbit = 10;
+  // Defaults are the real daemon's: 16 neighbours (the origin and 15 relays), 4
+  // upload slots, "busy" beyond them, a busy answer retried after 50 ms, one
+  // request at a time to a relay and to the origin (a relaying fetcher's).
+  int degree = 15;
+  int origin_degree = -1;  // fetchers the origin serves directly (-1: all); the others use relays
+  int pipeline = 1;        // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
+  int seed_pipeline = 1;   // requests in flight to the origin per fetcher
+  int max_requests = 4;    // requests in flight per fetcher in all (FetchOptions::swarm_requests)
+  int up_slots = 4;
+  int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
+  int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
+  bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
+  double busy_retry_ms = 50;
+  double latency_ms = 0.5;
+  double jitter = 0.2;
+  double origin_link_factor = 1;  // the origin's link relative to a host's
+  double fail_fraction = 0;       // of hosts, failing at a random time within the bound
+  double late_fraction = 0;       // of hosts, joining at a random time within the bound
+  double slow_fraction = 0;       // of hosts, whose links are --slow-factor times slower
+  double slow_factor = 4;
+  std::string origin_claim = "holder";  // or "window"
+  double claim_chunks = 8;              // the origin's claim on a chunk it sent, in its chunk times
+  double detect_ms = 1000;
+  uint64_t seed = 1;
+  double give_up_bounds = 50;  // the simulation ends (failing) after this many bounds
+};
+
+enum class Ev : uint8_t {
+  kJoin,
+  kRequest,
+  kUploadDone,
+  kArrive,
+  kDeferred,
+  kWake,
+  kBusy,
+  kRetry,
+  kHave,
+  kFail,
+  kGone
+};
+
+struct Event {
+  double t;
+  uint64_t seq;
+  Ev type;
+  PeerId a, b;  // meaning by type
+  uint32_t chunk;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct Host {
+  std::unique_ptr<SwarmScheduler> sched;
+  std::vector<PeerId> neighbours;  // relays (the origin is neighbour 0 of every fetcher)
+  std::deque<std::pair<PeerId, uint32_t>> queue;  // requests to serve: (requester, chunk)
+  // Requests from a requester this host is sending to: each waits for that send
+  // to end, then takes its slot (the real server's own-slot wait).
+  std::vector<std::pair<PeerId, uint32_t>> held;
+  std::vector<uint32_t> ups, downs;  // transfers in progress
+  double up = 0, down = 0;           // bytes per second
+  double join = 0, done = -1;
+  bool joined = false, failed = false, late = false;
+  double failed_at = 0;
+  bool wake_pending = false;
+};
+
+class Sim {
+ public:
+  explicit Sim(const Flags& f);
+  // Runs every event, or until --give-up bounds of simulated time.
+  void Run();
+  // Prints the figures; the last line is the summary.
+  void Report() const;
+  // Whether every host that did not fail finished.
+  bool AllDone() const;
+
+ private:
+  bool Chance(double p);
+  double Latency();
+  void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk);
+  seedd::SchedulerClock::time_point Now() const;
+
+  // Links h with up to `want` random relays that have joined, both ways.
+  void FindNeighbours(PeerId h);
+
+  // A host with fewer than half its neighbours asks the tracker again in a second.
+  void RetryIfAlone(PeerId h);
+
+  void PumpAll(PeerId h);
+  // h asks p for what its scheduler picks.
+  void Pump(PeerId h, PeerId p);
+
+  // Whether the origin answers "ask the relays" for chunk c: while it is being
+  // sent, then for `claim` seconds ("window"), or as long as the fetcher it went
+  // to is not known to have failed ("holder").
+  bool Claimed(uint32_t c, double claim) const;
+
+  int SlotsOf(PeerId h) const;
+
+  void StartUpload(PeerId u);
+
+  // Recomputes the rates of the transfers at host h and when each will end.
+  void Reflow(PeerId h);
+
+  // Ends transfer `id` (done or cut): off both hosts, the others sped up.
+  void EndTransfer(uint32_t id);
+
+  void Handle(const Event& e);
+
+  const Flags f_;
+  std::mt19937_64 rng_;
+  double chunk_bytes_ = 0;
+  uint32_t chunks_ = 0;
+  double bound_ = 0;
+  std::vector<Host> hosts_;
+  struct Transfer {
+    PeerId u, d;
+    uint32_t chunk;
+    double remaining, rate, last;
+    uint32_t version;
+    bool live;
+  };
+  std::vector<Transfer> transfers_;
+  std::vector<uint32_t> free_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  double origin_last_ = 0;  // when the origin finished its last chunk
+  double now_ = 0;
+  std::vector<double> sent_at_;  // per chunk: when the origin last sent it; -1 never
+  std::vector<PeerId> holder_;   // per chunk: the fetcher the origin sent it to
+  uint64_t origin_chunks_ = 0;
+  int origin_fetchers_ = 0;
+};
+
+}  // namespace swarm_sim
