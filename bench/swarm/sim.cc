@@ -130,6 +130,12 @@ void Sim::RetryIfAlone(PeerId h) {
   }
 }
 
+void Sim::Connect(PeerId h) {
+  FindNeighbours(h);
+  PumpAll(h);
+  RetryIfAlone(h);
+}
+
 void Sim::PumpAll(PeerId h) {
   Pump(h, 0);
   for (PeerId p : hosts_[h].neighbours) Pump(h, p);
@@ -227,9 +233,7 @@ void Sim::Handle(const Event& e) {
         ++origin_fetchers_;
       }
       host.joined = true;
-      FindNeighbours(e.a);
-      PumpAll(e.a);
-      RetryIfAlone(e.a);
+      Connect(e.a);
       return;
     }
     case Ev::kRequest: {
@@ -327,9 +331,7 @@ void Sim::Handle(const Event& e) {
     case Ev::kRetry: {  // ask the tracker again: others may have room now
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
-      FindNeighbours(e.a);
-      PumpAll(e.a);
-      RetryIfAlone(e.a);
+      Connect(e.a);
       return;
     }
     case Ev::kHave: {
@@ -362,9 +364,7 @@ void Sim::Handle(const Event& e) {
       host.neighbours.erase(std::remove(host.neighbours.begin(), host.neighbours.end(), e.b),
                             host.neighbours.end());
       if (host.done >= 0) return;
-      FindNeighbours(e.a);
-      PumpAll(e.a);
-      RetryIfAlone(e.a);
+      Connect(e.a);
       return;
     }
   }

@@ -127,6 +127,8 @@ class Sim {
   // A host with fewer than half its neighbours asks the tracker again in a second.
   void RetryIfAlone(PeerId h);
 
+  // Neighbours for h from the tracker, then its requests.
+  void Connect(PeerId h);
   void PumpAll(PeerId h);
   // h asks p for what its scheduler picks.
   void Pump(PeerId h, PeerId p);

@@ -36,12 +36,15 @@ enum class Lie {
   kGarbage,           // 24 random bytes where a header belongs
   kWatchTooLong,      // a watch answer longer than one index per chunk
   kWatchNoSuchChunk,  // a watch answer naming a chunk the model does not have
+  kHoldsRequests,     // answers watches ("has everything"), no chunk request
 };
 
 std::string LieName(const ::testing::TestParamInfo<Lie>& info) {
   switch (info.param) {
     case Lie::kClaimsForever:
       return "ClaimsForever";
+    case Lie::kHoldsRequests:
+      return "HoldsRequests";
     case Lie::kTrickles:
       return "Trickles";
     case Lie::kNeverAnswers:
@@ -89,6 +92,7 @@ class ScriptedRelay {
   }
   HostPort addr() const { return HostPort{"127.0.0.1", port_}; }
   int connections() const { return accepted_.load(); }
+  int chunk_requests() const { return chunk_requests_.load(); }
 
  private:
   void Accept() {
@@ -127,6 +131,7 @@ class ScriptedRelay {
         continue;
       }
       if (index >= m_.chunks.size()) return;
+      ++chunk_requests_;
       switch (lie_) {
         case Lie::kClaimsForever: {
           const HeaderRecord h = EncodeHeader(kChunkMagic, index, kChunkClaimed, 0xffffffff, 0);
@@ -144,6 +149,7 @@ class ScriptedRelay {
           break;
         }
         case Lie::kNeverAnswers:
+        case Lie::kHoldsRequests:
         case Lie::kHasNothing:
         case Lie::kWatchTooLong:
         case Lie::kWatchNoSuchChunk:
@@ -196,6 +202,7 @@ class ScriptedRelay {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> accepted_{0};
+  std::atomic<int> chunk_requests_{0};
   std::thread accepter_;
   std::mutex mu_;
   std::vector<int> fds_;            // GUARDED_BY(mu_); closed by their threads' ends
@@ -252,6 +259,43 @@ UniqueFd ConnectNarrow(const HostPort& to) {
   ::inet_pton(AF_INET, to.host.c_str(), &a.sin_addr);
   EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   return fd;
+}
+
+// A fetcher has at most FetchOptions::swarm_requests (4) requests at relays at
+// once: of six relays that offer every chunk and answer no request, four are
+// asked until the first of them is dropped at its deadline; without the bound
+// all six were. The pull then ends from the origin, byte-identical.
+class BoundedRequestsTest : public testing::WeightsFixture {};
+
+TEST_F(BoundedRequestsTest, AFetcherAsksAtMostFourRelaysAtOnce) {
+  WriteRandom(model_ / "big.bin", 8 << 20, 13);
+  HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  std::vector<std::unique_ptr<ScriptedRelay>> relays;
+  Manifest listed = m;
+  for (int i = 0; i < 6; ++i) {
+    relays.push_back(std::make_unique<ScriptedRelay>(Lie::kHoldsRequests, m));
+    listed.sources.push_back(relays.back()->addr().ToString());
+  }
+  FetchOptions options = Options();
+  options.chunk_deadline.grace = std::chrono::seconds(3);  // none dropped while we look
+  options.chunk_deadline.min_rate = 4 << 20;
+  auto asked = [&] {
+    int n = 0;
+    for (const auto& r : relays) n += r->chunk_requests() > 0;
+    return n;
+  };
+  FetchStats stats;
+  Status pulled;
+  std::thread fetch(
+      [&] { pulled = FetchModel(listed, {origin}, dir_.path() / "dest", options, &stats); });
+  EXPECT_TRUE(testing::WaitUntil([&] { return asked() >= 4; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // time to ask more, if it would
+  EXPECT_EQ(asked(), 4);
+  fetch.join();
+  ASSERT_OK(pulled);
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_EQ(stats.sources_dropped.size(), 6u);
 }
 
 class StallingPeersTest : public testing::WeightsFixture {

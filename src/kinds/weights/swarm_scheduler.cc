@@ -109,9 +109,14 @@ uint32_t SwarmScheduler::Take(Neighbour& n, uint32_t chunk) {
   return chunk;
 }
 
-void SwarmScheduler::Release(Neighbour& n, uint32_t chunk) {
-  if (n.requested.erase(chunk) == 0) return;
+bool SwarmScheduler::Unrequest(Neighbour& n, uint32_t chunk) {
+  if (n.requested.erase(chunk) == 0) return false;
   if (!n.seed) --relay_requests_;
+  return true;
+}
+
+void SwarmScheduler::Release(Neighbour& n, uint32_t chunk) {
+  if (!Unrequest(n, chunk)) return;
   if (copies_[chunk] > 0) --copies_[chunk];
   if (state_[chunk] == kInFlight && copies_[chunk] == 0) {
     state_[chunk] = kMissing;
@@ -200,7 +205,7 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   std::vector<Cancel> cancels;
   if (chunk >= state_.size() || state_[chunk] == kDone) {
     if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
-      if (it->second.requested.erase(chunk) != 0 && !it->second.seed) --relay_requests_;
+      Unrequest(it->second, chunk);
     }
     return cancels;
   }
@@ -210,9 +215,7 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   copies_[chunk] = 0;
   ++done_;
   for (auto& [id, n] : neighbours_) {
-    if (n.requested.erase(chunk) == 0) continue;
-    if (!n.seed) --relay_requests_;
-    if (id != peer) cancels.push_back({id, chunk});
+    if (Unrequest(n, chunk) && id != peer) cancels.push_back({id, chunk});
   }
   return cancels;
 }

@@ -146,6 +146,8 @@ class SwarmScheduler {
   void Recount(uint32_t chunk, int delta);
   // Marks `chunk` requested from `n`.
   uint32_t Take(Neighbour& n, uint32_t chunk);
+  // Takes `chunk` off `n`'s requests; false when it was not requested there.
+  bool Unrequest(Neighbour& n, uint32_t chunk);
   // `peer`'s request of `chunk` is over (arrived elsewhere, failed, deferred).
   void Release(Neighbour& n, uint32_t chunk);
   std::optional<uint32_t> Rarest(const Neighbour& n, SchedulerClock::time_point now);
