@@ -281,7 +281,7 @@ void Sim::Handle(const Event& e) {
     case Ev::kArrive: {
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
-      for (const Cancel& c : host.sched->Arrived(e.b, e.chunk, Now())) {
+      for (const Cancel& c : host.sched->Arrived(e.b, e.chunk)) {
         auto& q = hosts_[c.peer].queue;
         q.erase(std::remove(q.begin(), q.end(), std::make_pair(e.a, c.chunk)), q.end());
         Pump(e.a, c.peer);

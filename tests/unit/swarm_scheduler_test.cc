@@ -125,27 +125,6 @@ TEST(SwarmScheduler, RequestsToRelaysAreBoundedInAll) {
   EXPECT_EQ(s.Next(5, kT0), std::nullopt);
 }
 
-// A request asked more than kStaleRequests typical request times ago (its
-// relay stalls, or vanished) stops holding the bound: the host asks elsewhere
-// meanwhile. Before any request has arrived nothing is stale.
-TEST(SwarmScheduler, ARequestAskedLongAgoNoLongerHoldsTheBound) {
-  SchedulerOptions o = Options();
-  o.max_requests = 1;
-  SwarmScheduler s(8, o);
-  for (PeerId p = 1; p <= 2; ++p) {
-    s.AddNeighbour(p, false);
-    s.NeighbourState(p, std::vector<bool>(8, true));
-  }
-  const auto first = s.Next(1, kT0);
-  ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(s.Next(2, kT0 + seconds(100)), std::nullopt);  // no typical time yet
-  s.Arrived(1, *first, kT0 + seconds(1));                  // typical: 1 s
-  ASSERT_TRUE(s.Next(1, kT0 + seconds(1)).has_value());    // then relay 1 stalls
-  EXPECT_EQ(s.Next(2, kT0 + seconds(3)), std::nullopt);    // 2 s: not yet stale
-  EXPECT_TRUE(s.Next(2, kT0 + seconds(6)).has_value());    // 5 s > 4 x 1 s
-  EXPECT_EQ(s.RelayRequests(), 2);                         // the stale one is still asked
-}
-
 // A seed's request is outside the bound (what only it has must not wait behind
 // the relays, and slow relays holding the bound must not leave it idle); among
 // relays it is asked one chunk at a time.

@@ -308,8 +308,7 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
     sched_.Returned(source->id, index);
     return journaled;
   }
-  // Endgame copies still on the wire are drained.
-  sched_.Arrived(source->id, index, std::chrono::steady_clock::now());
+  sched_.Arrived(source->id, index);  // endgame copies still on the wire are drained
   stats_->chunks_holes += hole;
   verified_bytes_ += c.length;
   auto use = std::find_if(stats_->used.begin(), stats_->used.end(),

@@ -61,9 +61,7 @@ void SwarmScheduler::RemoveNeighbour(PeerId peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
   Neighbour& n = it->second;
-  std::vector<uint32_t> requested;
-  for (const auto& [c, at] : n.requested) requested.push_back(c);
-  for (uint32_t c : requested) Release(n, c);
+  for (uint32_t c : std::vector<uint32_t>(n.requested.begin(), n.requested.end())) Release(n, c);
   if (!n.seed) {
     for (uint32_t c : n.owned) Recount(c, -1);
   }
@@ -100,14 +98,14 @@ void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) 
   }
 }
 
-uint32_t SwarmScheduler::Take(Neighbour& n, uint32_t chunk, SchedulerClock::time_point now) {
+uint32_t SwarmScheduler::Take(Neighbour& n, uint32_t chunk) {
   if (state_[chunk] == kMissing) {
     Erase(chunk);
     state_[chunk] = kInFlight;
     in_flight_.insert(chunk);
   }
   ++copies_[chunk];
-  if (n.requested.emplace(chunk, now).second && !n.seed) ++relay_requests_;
+  if (n.requested.insert(chunk).second && !n.seed) ++relay_requests_;
   return chunk;
 }
 
@@ -194,40 +192,17 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
     return std::nullopt;
   }
-  if (!ahead && !n.seed && options_.max_requests > 0 && relay_requests_ >= options_.max_requests &&
-      LiveRelayRequests(now) >= options_.max_requests) {
+  if (!ahead && !n.seed && options_.max_requests > 0 && relay_requests_ >= options_.max_requests) {
     return std::nullopt;
   }
   std::optional<uint32_t> c = Rarest(n, now);
   if (!c.has_value() && unrequested_ == 0) c = EndgameCopy(n, now);
   if (!c.has_value()) return std::nullopt;
-  return Take(n, *c, now);
+  return Take(n, *c);
 }
 
-int SwarmScheduler::LiveRelayRequests(SchedulerClock::time_point now) const {
-  if (typical_request_ == SchedulerClock::duration{}) return relay_requests_;
-  const auto stale = now - kStaleRequests * typical_request_;
-  int live = 0;
-  for (const auto& [id, n] : neighbours_) {
-    if (n.seed) continue;
-    for (const auto& [c, at] : n.requested) live += at > stale;
-  }
-  return live;
-}
-
-std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk,
-                                            SchedulerClock::time_point now) {
+std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   std::vector<Cancel> cancels;
-  if (auto it = neighbours_.find(peer);
-      it != neighbours_.end() && !it->second.seed && now != SchedulerClock::time_point{}) {
-    if (auto r = it->second.requested.find(chunk);
-        r != it->second.requested.end() && now > r->second) {
-      const auto took = now - r->second;
-      typical_request_ = typical_request_ == SchedulerClock::duration{}
-                             ? took
-                             : typical_request_ - typical_request_ / 8 + took / 8;
-    }
-  }
   if (chunk >= state_.size() || state_[chunk] == kDone) {
     if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
       Unrequest(it->second, chunk);

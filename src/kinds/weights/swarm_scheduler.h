@@ -21,9 +21,7 @@
 //    downlink split among many relays makes every transfer slow, each holds
 //    one of its sender's few upload slots for longer, and the uplinks of the
 //    swarm idle (simulated: 1,000 hosts p99 1.57x the bound without a bound,
-//    1.33x with 4 against 4 upload slots); a request asked kStaleRequests
-//    typical relay request times ago no longer counts (its relay stalls or
-//    vanished);
+//    1.33x with 4 against 4 upload slots);
 //  - a neighbour that says it is busy is asked for nothing until the time it
 //    was given, and its chunk is asked elsewhere;
 //  - a relay that fails is dropped at once, a seed after max_seed_failures
@@ -49,7 +47,6 @@ using PeerId = uint32_t;
 using SchedulerClock = std::chrono::steady_clock;
 
 inline constexpr int kEndgameCopies = 2;
-inline constexpr int kStaleRequests = 4;
 
 struct SchedulerOptions {
   size_t max_neighbours = 12;  // seeds included
@@ -94,10 +91,9 @@ class SwarmScheduler {
   // follow it without a round trip: one more than its slots, beyond
   // max_requests (it replaces the one arriving).
   std::optional<uint32_t> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
-  // `chunk` arrived from `peer` and was verified (at `now`, when given: a relay
-  // request's time then counts towards the typical one). Returns the other
-  // requests of it to cancel (endgame copies).
-  std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk, SchedulerClock::time_point now = {});
+  // `chunk` arrived from `peer` and was verified. Returns the other requests of it
+  // to cancel (endgame copies).
+  std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk);
   // The request failed (an error, a bad digest, a deadline). True when `peer` is
   // dropped for it (then removed).
   bool Failed(PeerId peer, uint32_t chunk);
@@ -139,7 +135,7 @@ class SwarmScheduler {
     int slots = 0;
     std::vector<bool> have;
     std::vector<uint32_t> owned;  // the chunks it has (a relay), in announcement order
-    std::map<uint32_t, SchedulerClock::time_point> requested;  // chunk → when asked
+    std::set<uint32_t> requested;
     int failures = 0;
     SchedulerClock::time_point not_before{};  // busy until then
   };
@@ -148,13 +144,8 @@ class SwarmScheduler {
   void Insert(uint32_t chunk);
   void Erase(uint32_t chunk);
   void Recount(uint32_t chunk, int delta);
-  // Marks `chunk` requested from `n` at `now`.
-  uint32_t Take(Neighbour& n, uint32_t chunk, SchedulerClock::time_point now);
-  // Requests to relays that count against max_requests at `now`: not those
-  // asked more than kStaleRequests typical relay request times ago (a relay
-  // that stalls or vanished holds its requests until its deadline, but not the
-  // bound).
-  int LiveRelayRequests(SchedulerClock::time_point now) const;
+  // Marks `chunk` requested from `n`.
+  uint32_t Take(Neighbour& n, uint32_t chunk);
   // Takes `chunk` off `n`'s requests; false when it was not requested there.
   bool Unrequest(Neighbour& n, uint32_t chunk);
   // `peer`'s request of `chunk` is over (arrived elsewhere, failed, deferred).
@@ -178,9 +169,6 @@ class SwarmScheduler {
   size_t seeds_ = 0;        // neighbours that are seeds
   size_t unrequested_ = 0;  // chunks in the buckets
   int relay_requests_ = 0;  // in flight, to relays
-  // A relay request's typical time from asked to arrived (moving average over
-  // the last few); zero until one is known.
-  SchedulerClock::duration typical_request_{};
 };
 
 }  // namespace seedd
