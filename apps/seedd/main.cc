@@ -1,4 +1,5 @@
-// seedd: the seeding daemon. Parses flags and runs a seedd::Daemon until SIGINT/SIGTERM.
+// seedd: the seeding daemon. Parses flags and runs a seedd::Daemon until SIGINT/SIGTERM;
+// SIGHUP re-reads the token file.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -65,8 +66,10 @@ int main(int argc, char** argv) {
                  "from the first; --pull fetches from all of them")
       ->take_all();
   app.add_option("--token-file", token_file,
-                 "path of a file holding the shared token (default: the SEEDD_TOKEN environment "
-                 "variable, which holds the token itself, not a path)");
+                 "path of a file holding the shared token, or several, one per line: the first "
+                 "is sent, any is accepted; re-read on SIGHUP, so a fleet rotates tokens without "
+                 "a restart (default: the SEEDD_TOKEN environment variable, which holds one "
+                 "token itself, not a path)");
   app.add_option("--cache-dir", cache_dir,
                  "local artifact store (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
   app.add_option("--store", stores,
@@ -196,9 +199,12 @@ int main(int argc, char** argv) {
   }
   std::optional<std::filesystem::path> token_path;
   if (!token_file.empty()) token_path = token_file;
-  auto token = seedd::LoadToken(token_path);
-  if (!token.ok()) return Fail(token.status().message());
-  options.seed.token = *token;
+  auto tokens = seedd::LoadTokens(token_path);
+  if (!tokens.ok()) return Fail(tokens.status().message());
+  if (!tokens->empty()) {
+    options.seed.token = tokens->front();
+    options.accepted_tokens.assign(tokens->begin() + 1, tokens->end());
+  }
   options.cache_dir =
       cache_dir.empty() ? seedd::DefaultCacheDir() : std::filesystem::path(cache_dir);
   options.transport.max_connections = max_connections;
@@ -237,22 +243,37 @@ int main(int argc, char** argv) {
   options.transport.max_resolver_threads = resolver_threads;
 
   RaiseFileLimit();
-  // Block the stop signals before any thread starts so only sigwait sees them.
+  // Block the signals before any thread starts so only sigwait sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   auto daemon = seedd::Daemon::Create(std::move(options));
   if (!daemon.ok()) return Fail(daemon.status().message());
   // A stop signal is obeyed at every moment: during a warmup or a pull it
-  // cancels them (a pull keeps its journal), then the daemon stops.
+  // cancels them (a pull keeps its journal), then the daemon stops. SIGHUP
+  // re-reads the token file (a rotation); a file that cannot be read keeps the
+  // tokens in use.
   std::atomic<int> received{0};
   std::thread waiter([&] {
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    for (;;) {
+      sigwait(&stop_signals, &sig);
+      if (sig != SIGHUP) break;
+      auto reread = seedd::LoadTokens(token_path);
+      seedd::Status replaced = reread.ok() ? (*daemon)->ReplaceTokens(*reread) : reread.status();
+      if (replaced.ok()) {
+        seedd::Logger().info("Received SIGHUP; {} token(s) from {}; sending the first",
+                             reread->size(), token_path ? token_path->string() : "SEEDD_TOKEN");
+      } else {
+        seedd::Logger().error("Received SIGHUP; keeping the current tokens: {}",
+                              replaced.message());
+      }
+    }
     received = sig;
     seedd::Logger().info("Received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     (*daemon)->Cancel();

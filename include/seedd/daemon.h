@@ -37,7 +37,9 @@ struct AutotuneOptions {
 };
 
 struct DaemonOptions {
-  SeedConfig seed;  // seed.source: the first --source
+  SeedConfig seed;  // seed.source: the first --source; seed.token: the token sent
+  // Tokens accepted besides seed.token (a token file's other lines).
+  std::vector<std::string> accepted_tokens;
   // Further --source daemons: --pull fetches from every source at once.
   std::vector<HostPort> more_sources;
   std::filesystem::path cache_dir;
@@ -75,9 +77,13 @@ struct DaemonOptions {
 // $XDG_CACHE_HOME/seedd, else $HOME/.cache/seedd, else ./.seedd-cache.
 std::filesystem::path DefaultCacheDir();
 
-// Reads the shared token from `token_file` when given (at most 4 KiB, trailing
-// whitespace dropped), else from the environment variable SEEDD_TOKEN; empty when
-// neither is set. An unreadable or empty file is an error.
+// Reads the shared tokens from `token_file` when given (at most 4 KiB; one per
+// line, the first the one sent, any accepted; blank lines skipped, trailing
+// whitespace dropped), else from the environment variable SEEDD_TOKEN (one
+// token); empty when neither is set. An unreadable file, a file without a
+// token or a token with a byte outside printable ASCII is an error naming it.
+Result<std::vector<std::string>> LoadTokens(const std::optional<std::filesystem::path>& token_file);
+// The first of LoadTokens (the one sent); empty when there is none.
 Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
 
 class RegistryAnnouncer;
@@ -100,6 +106,11 @@ class Daemon {
   // Callable from any thread (a signal-waiting one).
   void Cancel();
 
+  // Replaces the tokens accepted and sent (the first), for requests and
+  // connections from now on (a rotation); an empty list is refused.
+  // Callable from any thread (a signal-waiting one).
+  Status ReplaceTokens(std::vector<std::string> tokens);
+
   SeedTransport& transport() { return *transport_; }
   const DaemonOptions& options() const { return options_; }
 
@@ -113,6 +124,7 @@ class Daemon {
   std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
   SeedablePtr weight_shards_;              // null likewise
   std::shared_ptr<std::atomic<bool>> cancel_;
+  std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
   std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
   std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
   bool stopped_ = false;

@@ -19,6 +19,7 @@
 #include "seedd/seed_config.h"
 #include "seedd/seedable.h"
 #include "seedd/status.h"
+#include "seedd/tokens.h"
 
 namespace seedd {
 
@@ -63,6 +64,10 @@ struct TransportOptions {
   // auth_failure_window has its connections refused until the window ends.
   size_t max_auth_failures = 20;
   std::chrono::milliseconds auth_failure_window{10000};
+  // The tokens accepted (any) and sent (the first), read at each request so
+  // that they may be replaced while running (a rotation); unset: the config's
+  // token alone.
+  std::shared_ptr<const TokenRing> tokens;
   // Client: connect timeout, and the deadline for the whole response.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds response_timeout = kAuthenticatedTimeout;

@@ -29,51 +29,68 @@ std::filesystem::path DefaultCacheDir() {
   return ".seedd-cache";
 }
 
-Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file) {
+Result<std::vector<std::string>> LoadTokens(
+    const std::optional<std::filesystem::path>& token_file) {
   constexpr size_t kMaxTokenBytes = 4096;
-  std::string token;
+  std::string text;
+  const std::string where = token_file.has_value() ? token_file->string() : "SEEDD_TOKEN";
   if (token_file.has_value()) {
     std::ifstream in(*token_file, std::ios::binary);
-    if (!in) return Status::NotFound("cannot read the token file " + token_file->string());
-    token.resize(kMaxTokenBytes + 1);
-    in.read(token.data(), static_cast<std::streamsize>(token.size()));
-    token.resize(static_cast<size_t>(in.gcount()));
-    if (token.size() > kMaxTokenBytes) {
-      return Status::InvalidArgument("the token file " + token_file->string() +
-                                     " is larger than 4 KiB");
+    if (!in) return Status::NotFound("cannot read the token file " + where);
+    text.resize(kMaxTokenBytes + 1);
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxTokenBytes) {
+      return Status::InvalidArgument("the token file " + where + " is larger than 4 KiB");
     }
     struct stat st {};
     if (::stat(token_file->c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
       char mode[8];
       std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      Logger().warn("The token file {} is readable by others (mode {}): chmod 600 {}",
-                    token_file->string(), mode, token_file->string());
+      Logger().warn("The token file {} is readable by others (mode {}): chmod 600 {}", where, mode,
+                    where);
     }
   } else if (const char* env = std::getenv("SEEDD_TOKEN"); env != nullptr) {
-    token = env;
+    text = env;
   }
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
-                            token.back() == '\t')) {
-    token.pop_back();
-  }
-  if (token_file.has_value() && token.empty()) {
-    return Status::InvalidArgument("the token file " + token_file->string() + " is empty");
-  }
-  // Sent inside JSON, a byte outside printable ASCII would be escaped or
-  // rejected on the way, and every request would then be "Unauthorized".
-  for (size_t i = 0; i < token.size(); ++i) {
-    const auto c = static_cast<unsigned char>(token[i]);
-    if (c < 0x20 || c > 0x7e) {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "0x%02x", c);
-      return Status::InvalidArgument(
-          std::string("the token ") +
-          (token_file.has_value() ? "in " + token_file->string() : "in SEEDD_TOKEN") +
-          " holds a byte that is not printable ASCII (" + hex + " at offset " + std::to_string(i) +
-          "); use printable ASCII, e.g. openssl rand -hex 32");
+  std::vector<std::string> tokens;
+  size_t line_no = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
+      line.pop_back();
     }
+    if (line.empty()) continue;
+    // Sent inside JSON, a byte outside printable ASCII would be escaped or
+    // rejected on the way, and every request would then be "Unauthorized".
+    for (size_t i = 0; i < line.size(); ++i) {
+      const auto c = static_cast<unsigned char>(line[i]);
+      if (c < 0x20 || c > 0x7e) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "0x%02x", c);
+        return Status::InvalidArgument(
+            "the token in " + where +
+            (token_file.has_value() ? " (line " + std::to_string(line_no) + ")" : "") +
+            " holds a byte that is not printable ASCII (" + hex + " at offset " +
+            std::to_string(i) + "); use printable ASCII, e.g. openssl rand -hex 32");
+      }
+    }
+    tokens.push_back(std::move(line));
   }
-  return token;
+  if (token_file.has_value() && tokens.empty()) {
+    return Status::InvalidArgument("the token file " + where + " is empty");
+  }
+  return tokens;
+}
+
+Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file) {
+  Result<std::vector<std::string>> tokens = LoadTokens(token_file);
+  if (!tokens.ok()) return tokens.status();
+  return tokens->empty() ? std::string() : tokens->front();
 }
 
 namespace {
@@ -88,7 +105,9 @@ AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>
     SeedConfig client;
     client.source = source;
     client.token = options.seed.token;
-    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client);
+    TransportOptions sends;
+    sends.tokens = options.transport.tokens;  // the current token, after a rotation too
+    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client, sends);
     if (!transport.ok()) return AdoptOutcome::kNoResponse;
     std::string said;
     outcome = (*transport)->Adopt(weight_shards, ctx, &said);
@@ -213,6 +232,10 @@ bool IsWildcard(const HostPort& hp) {
 }  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
+  std::vector<std::string> accepted = {options.seed.token};
+  accepted.insert(accepted.end(), options.accepted_tokens.begin(), options.accepted_tokens.end());
+  auto tokens = std::make_shared<TokenRing>(std::move(accepted));
+  options.transport.tokens = tokens;
   std::vector<std::shared_ptr<ArtifactStore>> shared;
   for (const std::string& url : options.store_urls) {
     Result<ArtifactStorePtr> store = OpenArtifactStore(url);
@@ -281,6 +304,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     WeightInstallOptions install;
     install.cache_dir = options.cache_dir;
     install.token = options.seed.token;
+    install.tokens = tokens;
     install.cancel = cancel;
     install.max_neighbours = options.max_neighbours;
     install.registry = registry;
@@ -303,6 +327,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
                                                    std::move(autotune), std::move(weights),
                                                    std::move(weight_shards), std::move(cancel)));
   daemon->registry_ = std::move(registry);
+  daemon->tokens_ = std::move(tokens);
   return daemon;
 }
 
@@ -318,6 +343,13 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
       cancel_(std::move(cancel)) {}
 
 void Daemon::Cancel() { cancel_->store(true, std::memory_order_relaxed); }
+
+Status Daemon::ReplaceTokens(std::vector<std::string> tokens) {
+  tokens.erase(std::remove(tokens.begin(), tokens.end(), std::string()), tokens.end());
+  if (tokens.empty()) return Status::InvalidArgument("no token: keeping the current ones");
+  tokens_->Replace(std::move(tokens));
+  return Status::Ok();
+}
 
 Daemon::~Daemon() { Stop(); }
 

@@ -15,7 +15,12 @@ Json ErrorResponse(std::string_view message) {
 }
 
 RequestHandler::RequestHandler(std::vector<SeedablePtr> seedables, std::string token)
-    : token_(std::move(token)) {
+    : RequestHandler(std::move(seedables), std::make_shared<const TokenRing>(
+                                               std::vector<std::string>{std::move(token)})) {}
+
+RequestHandler::RequestHandler(std::vector<SeedablePtr> seedables,
+                               std::shared_ptr<const TokenRing> tokens)
+    : tokens_(std::move(tokens)) {
   for (auto& s : seedables) {
     std::string kind(s->kind());
     bool inserted = seedables_.emplace(kind, std::move(s)).second;
@@ -25,14 +30,10 @@ RequestHandler::RequestHandler(std::vector<SeedablePtr> seedables, std::string t
 }
 
 bool RequestHandler::Authenticate(const Json& request) const {
-  if (token_.empty() || !request.is_object()) {
-    return false;
-  }
+  if (!request.is_object()) return false;
   auto it = request.find("token");
-  if (it == request.end() || !it->is_string()) {
-    return false;
-  }
-  return ConstantTimeEquals(it->get_ref<const std::string&>(), token_);
+  if (it == request.end() || !it->is_string()) return false;
+  return tokens_->Accepts(it->get_ref<const std::string&>());
 }
 
 const Seedable* RequestHandler::Find(std::string_view kind) const {

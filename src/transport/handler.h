@@ -1,8 +1,9 @@
 // RequestHandler: the source side of the protocol without sockets. It
 // authenticates a request and dispatches it to the seedable of its kind.
 //
-// Thread safety: immutable after construction; every method may be called from
-// any thread at once (seedables' Resolve must be thread-safe).
+// Thread safety: immutable after construction but for the tokens (a TokenRing);
+// every method may be called from any thread at once (seedables' Resolve must
+// be thread-safe).
 #pragma once
 
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "seedd/json.h"
 #include "seedd/seedable.h"
+#include "seedd/tokens.h"
 
 namespace seedd {
 
@@ -22,9 +24,11 @@ class RequestHandler {
  public:
   // REQUIRES: seedables have distinct kinds.
   RequestHandler(std::vector<SeedablePtr> seedables, std::string token);
+  // The tokens accepted are `tokens`' at each request (they may be replaced).
+  RequestHandler(std::vector<SeedablePtr> seedables, std::shared_ptr<const TokenRing> tokens);
 
   // True when this daemon has a token and `request` is an object whose "token"
-  // is a string equal to it (compared in constant time).
+  // is a string equal to one of them (compared in constant time).
   bool Authenticate(const Json& request) const;
 
   // Answers an authenticated request: ok / miss / error.
@@ -42,7 +46,7 @@ class RequestHandler {
   // The seedable of the request's "kind", if any.
   const Seedable* FindFor(const Json& request) const;
   std::map<std::string, SeedablePtr, std::less<>> seedables_;
-  std::string token_;
+  std::shared_ptr<const TokenRing> tokens_;
 };
 
 }  // namespace seedd

@@ -11,10 +11,16 @@ namespace seedd {
 
 struct SeedTransport::Rep {
   Rep(std::vector<SeedablePtr> seedables, SeedConfig c, TransportOptions o)
-      : config(std::move(c)), options(o), handler(std::move(seedables), config.token) {}
+      : config(std::move(c)),
+        options(std::move(o)),
+        tokens(options.tokens != nullptr
+                   ? options.tokens
+                   : std::make_shared<const TokenRing>(std::vector<std::string>{config.token})),
+        handler(std::move(seedables), tokens) {}
 
   const SeedConfig config;
   const TransportOptions options;
+  const std::shared_ptr<const TokenRing> tokens;
   const RequestHandler handler;
   std::mutex mu;
   std::unique_ptr<SeedServer> server;  // GUARDED_BY(mu)
@@ -72,7 +78,7 @@ std::optional<Json> SeedTransport::Request(const Json& payload) const {
     label = payload["kind"].get<std::string>();
   }
   Json request = payload.is_object() ? payload : Json::object();
-  request["token"] = rep_->config.token;
+  request["token"] = rep_->tokens->Sent();
   ExchangeOptions options;
   options.connect_timeout = rep_->options.connect_timeout;
   options.response_timeout = rep_->options.response_timeout;

@@ -10,6 +10,7 @@
 
 #include "kinds/weights/data_plane.h"
 #include "seedd/seed_transport.h"
+#include "seedd/tokens.h"
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -93,6 +94,90 @@ TEST_F(SignalsTest, CtrlCStopsSeedctlPullAndSaysARerunResumes) {
   EXPECT_NE(pull.Stderr().find("rerun the same command to resume"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "dest"));
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / ".dest.seedd-staging"));  // kept
+}
+
+// A fleet rotates its token without a restart: while clients keep asking, the
+// token file goes "old" -> "old\nnew" -> (clients send new) -> "new\nold" ->
+// "new", each followed by SIGHUP; no request fails, and "old" is refused at the
+// end. A file that cannot be read on SIGHUP keeps the tokens in use.
+TEST_F(SignalsTest, SighupRotatesTheTokenWhileRequestsRun) {
+  auto write = [&](const std::string& text) {
+    std::filesystem::permissions(token_file(), std::filesystem::perms::owner_all);
+    std::ofstream(token_file(), std::ios::trunc) << text;
+    std::filesystem::permissions(token_file(), std::filesystem::perms::owner_read);
+  };
+  write("old\n");
+  Process seedd(Daemon({}));
+  auto line = seedd.ReadLine(seconds(30));
+  ASSERT_TRUE(line.has_value()) << seedd.Stderr();
+  Result<HostPort> addr = ParseHostPort(line->substr(std::string("seedd: serving on ").size()));
+  ASSERT_OK(addr);
+  auto client_tokens = std::make_shared<TokenRing>(std::vector<std::string>{"old"});
+  auto client = [&](std::shared_ptr<const TokenRing> tokens) {
+    SeedConfig config;
+    config.source = *addr;
+    config.token = tokens->Sent();
+    TransportOptions options;
+    options.tokens = std::move(tokens);
+    return SeedTransport::Create({}, config, options);
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::mutex mu;
+  std::string first_failure;
+  std::vector<std::thread> load;
+  for (int t = 0; t < 4; ++t) {
+    load.emplace_back([&] {
+      auto transport = client(client_tokens);
+      ASSERT_OK(transport);
+      while (!stop) {
+        std::optional<Json> r = (*transport)->Request(Json{{"kind", "catalog"}});
+        if (r.has_value() && (*r)["status"] == "ok") {
+          ++ok;
+          continue;
+        }
+        ++failed;
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_failure.empty()) first_failure = r.has_value() ? r->dump() : "no response";
+      }
+    });
+  }
+  int reloads = 0;
+  auto reload = [&](const std::string& text) {
+    write(text);
+    seedd.Signal(SIGHUP);
+    ++reloads;
+    ASSERT_TRUE(testing::WaitUntil([&] {
+      const std::string log = seedd.Stderr();
+      size_t n = 0;
+      for (size_t at = log.find("Received SIGHUP"); at != std::string::npos;
+           at = log.find("Received SIGHUP", at + 1)) {
+        ++n;
+      }
+      return n >= static_cast<size_t>(reloads);
+    })) << seedd.Stderr();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // requests in between
+  };
+  reload("old\nnew\n");                    // new accepted everywhere, old still sent
+  client_tokens->Replace({"new", "old"});  // the clients send new
+  reload("new\nold\n");
+  reload("b\x01d\n");  // unreadable: the tokens in use stay
+  reload("new\n");     // old refused
+  stop = true;
+  for (auto& t : load) t.join();
+  EXPECT_EQ(failed.load(), 0) << first_failure;
+  EXPECT_GT(ok.load(), 20);
+  const std::string log = seedd.Stderr();
+  EXPECT_NE(log.find("Received SIGHUP; 2 token(s)"), std::string::npos) << log;
+  EXPECT_NE(log.find("keeping the current tokens"), std::string::npos) << log;
+  auto stale = client(std::make_shared<const TokenRing>(std::vector<std::string>{"old"}));
+  ASSERT_OK(stale);
+  std::optional<Json> refused = (*stale)->Request(Json{{"kind", "catalog"}});
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ((*refused)["status"], "error");
+  EXPECT_EQ((*refused)["message"], "Unauthorized request");
+  seedd.Signal(SIGTERM);
+  EXPECT_EQ(seedd.Wait(seconds(10)), 0) << seedd.Stderr();
 }
 
 }  // namespace

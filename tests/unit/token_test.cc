@@ -8,7 +8,9 @@
 #include "kinds/autotune/runner.h"
 #include "seedd/artifact_store.h"
 #include "seedd/daemon.h"
+#include "seedd/tokens.h"
 #include "support/test_util.h"
+#include "transport/handler.h"
 #include "wire/json_text.h"
 
 namespace seedd {
@@ -86,6 +88,56 @@ TEST(Token, TheCommandRunnerDoesNotHandTheTokenOnUnlessAsked) {
   EXPECT_EQ(seen(false), "unset");
   EXPECT_EQ(seen(true), "s3cret");
   ::unsetenv("SEEDD_TOKEN");
+}
+
+// A token file may hold several tokens, one per line: the first is sent, any is
+// accepted. Blank lines and trailing whitespace (a CRLF file) are skipped.
+TEST(Token, AFileHoldsSeveralTokensOnePerLine) {
+  testing::TempDir dir;
+  auto tokens = LoadTokens(
+      WriteToken(dir, "new-one\r\n\n  \nold-one \n", std::filesystem::perms::owner_read));
+  ASSERT_OK(tokens);
+  EXPECT_EQ(*tokens, (std::vector<std::string>{"new-one", "old-one"}));
+  auto first = LoadToken(WriteToken(dir, "new-one\nold-one\n", std::filesystem::perms::owner_read));
+  ASSERT_OK(first);
+  EXPECT_EQ(*first, "new-one");
+}
+
+TEST(Token, ABadByteNamesItsLine) {
+  testing::TempDir dir;
+  auto tokens = LoadTokens(WriteToken(dir, "good\nb\x01d\n", std::filesystem::perms::owner_read));
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_NE(tokens.status().message().find("(line 2)"), std::string::npos)
+      << tokens.status().message();
+  auto blank = LoadTokens(WriteToken(dir, "\n \n", std::filesystem::perms::owner_read));
+  ASSERT_FALSE(blank.ok());
+  EXPECT_NE(blank.status().message().find("is empty"), std::string::npos);
+}
+
+// The ring a daemon shares with its transport and pulls: any token accepted,
+// the first sent, all replaced at once; none accepts nothing.
+TEST(TokenRing, AcceptsAnySendsTheFirstAndIsReplacedWhole) {
+  TokenRing ring({"new", "old"});
+  EXPECT_EQ(ring.Sent(), "new");
+  EXPECT_TRUE(ring.Accepts("old"));
+  EXPECT_TRUE(ring.Accepts("new"));
+  EXPECT_FALSE(ring.Accepts("other"));
+  ring.Replace({"new"});
+  EXPECT_FALSE(ring.Accepts("old"));
+  ring.Replace({});
+  EXPECT_EQ(ring.Sent(), "");
+  EXPECT_FALSE(ring.Accepts(""));
+}
+
+TEST(TokenRing, AHandlerAuthenticatesWithTheTokensOfNow) {
+  auto ring = std::make_shared<TokenRing>(std::vector<std::string>{"old"});
+  RequestHandler handler({}, ring);
+  EXPECT_TRUE(handler.Authenticate(Json{{"kind", "x"}, {"token", "old"}}));
+  EXPECT_FALSE(handler.Authenticate(Json{{"kind", "x"}, {"token", "new"}}));
+  ring->Replace({"old", "new"});
+  EXPECT_TRUE(handler.Authenticate(Json{{"kind", "x"}, {"token", "new"}}));
+  ring->Replace({"new"});
+  EXPECT_FALSE(handler.Authenticate(Json{{"kind", "x"}, {"token", "old"}}));
 }
 
 }  // namespace

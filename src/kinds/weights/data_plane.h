@@ -50,6 +50,7 @@
 #include "seedd/seed_config.h"
 #include "seedd/seedable.h"
 #include "seedd/status.h"
+#include "seedd/tokens.h"
 
 namespace seedd {
 
@@ -196,6 +197,7 @@ struct WeightInstallOptions {
   std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<root digest>
   std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
   std::string token;
+  std::shared_ptr<const TokenRing> tokens;          // see FetchOptions::tokens
   std::shared_ptr<const std::atomic<bool>> cancel;  // see FetchOptions::cancel
   size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
   std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
@@ -215,6 +217,9 @@ SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
 
 struct FetchOptions {
   std::string token;
+  // When set, the token sent is its first, read at each new connection (a
+  // rotation reaches a pull that is running); else `token`.
+  std::shared_ptr<const TokenRing> tokens;
   int connections_per_source = 4;  // to each seed (a source given by the caller)
   int pipeline = 4;                // chunk requests in flight per seed connection
   // The same to a relay. One: a relay sends a few chunks at once (its upload

@@ -176,8 +176,9 @@ Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned) {
              static_cast<suseconds_t>((options_.timeout.count() % 1000) * 1000)};
   ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  Json request = {
-      {"kind", kWeightDataKind}, {"root_digest", m_.root_digest}, {"token", options_.token}};
+  Json request = {{"kind", kWeightDataKind},
+                  {"root_digest", m_.root_digest},
+                  {"token", options_.tokens != nullptr ? options_.tokens->Sent() : options_.token}};
   if (!options_.relay.empty()) {
     request["relay"] = options_.relay;
     request["session"] = session_;

@@ -108,6 +108,7 @@ class WeightShardsSeedable final : public Seedable {
   Status Fetch(const Json& ctx, const Manifest& manifest, const std::filesystem::path& dir) {
     FetchOptions fetch;
     fetch.token = install_.token;
+    fetch.tokens = install_.tokens;
     fetch.cancel = install_.cancel;
     fetch.max_neighbours = install_.max_neighbours;
     fetch.registry = install_.registry;
