@@ -27,6 +27,8 @@ using std::chrono::milliseconds;
 
 // A peer whose request was bad gets this long to read our error response.
 constexpr milliseconds kErrorWriteTimeout{1000};
+// When a peer refused for capacity (a full data plane) is told to try again.
+constexpr int kBusyRetryMs = 2000;
 
 AddressLimitOptions LimitsFrom(const TransportOptions& o) {
   AddressLimitOptions l;
@@ -312,15 +314,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (server_->streams.queued() >= o.max_queued_streams) {
       server_->busy_streams.Warn("Refused a data connection from {}: {} waiting, the limit is {}",
                                  peer_, server_->streams.queued(), o.max_queued_streams);
-      RespondError("the data plane is busy (" + std::to_string(o.max_queued_streams) +
-                   " connections waiting); retry later");
+      RespondBusy("the data plane is busy (" + std::to_string(o.max_queued_streams) +
+                  " connections waiting); retry later");
       return;
     }
     if (!server_->limits.AdmitStream(peer_)) {
       server_->busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", peer_,
                                  o.max_streams_per_address);
-      RespondError("too many data connections from " + peer_ + " (at most " +
-                   std::to_string(o.max_streams_per_address) + ")");
+      RespondBusy("too many data connections from " + peer_ + " (at most " +
+                  std::to_string(o.max_streams_per_address) + ")");
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -370,11 +372,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
         });
   }
 
-  void RespondError(const std::string& message) {
+  void RespondError(const std::string& message) { Respond(message, ErrorResponse(message)); }
+  // A refusal for capacity: "retry_ms" says when to try again, and that the
+  // peer did nothing wrong (a fetcher does not count it against this source).
+  void RespondBusy(const std::string& message) {
+    Json response = ErrorResponse(message);
+    response["retry_ms"] = kBusyRetryMs;
+    Respond(message, std::move(response));
+  }
+  void Respond(const std::string& message, const Json& response) {
     outcome_ = "error: " + message.substr(0, 80);
     // Best effort: the peer may be gone or never read it.
     ArmDeadline(kErrorWriteTimeout);
-    Write(EncodeJsonFrame(ErrorResponse(message)));
+    Write(EncodeJsonFrame(response));
   }
 
   // On the loop thread.

@@ -215,6 +215,32 @@ TEST_F(SwarmTest, TheNextRequestGoesOutWhileAChunkIsStillArriving) {
   EXPECT_EQ(stats.answered_busy, 0u);  // a fetcher's own next request is never busy
 }
 
+// A source that refuses connections for capacity (here: 2 data connections per
+// host, and the fetcher wants 5) says when to try again; the fetcher does, on
+// the connections it has meanwhile, and does not drop it (before, each refusal
+// counted as a failure and the third dropped the only source). Past
+// capacity_patience the refusals count again, so a pull still ends.
+TEST_F(SwarmTest, AFullSourceIsTriedAgainNotDropped) {
+  WriteRandom(model_ / "big.bin", 16 << 20, 8);
+  auto origin = Server(WeightServerOptions{});
+  TransportOptions narrow;
+  narrow.max_streams_per_address = 2;
+  HostPort origin_addr = ServeWeights(origin, narrow);
+  FetchOptions options = Options();
+  options.connections_per_source = 4;
+  FetchStats stats;
+  ASSERT_OK(FetchModel(manifest_, {origin_addr}, dir_.path() / "out", options, &stats));
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  EXPECT_GT(stats.refused_full, 0u);
+  EXPECT_TRUE(stats.sources_dropped.empty());
+
+  options.capacity_patience = std::chrono::milliseconds(0);
+  FetchStats impatient;
+  Status st = FetchModel(manifest_, {origin_addr}, dir_.path() / "out2", options, &impatient);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(impatient.sources_dropped.size(), 1u);
+}
+
 // A relaying fetcher holds 3 connections to its seed (2 data, 1 watch) whatever
 // connections_per_source says: the seed sends it one chunk at a time, and every
 // fetcher of a fleet holds connections to it.

@@ -143,11 +143,11 @@ HostPort WeightsFixture::Serve(const std::filesystem::path& dir) {
   return **bound;
 }
 
-HostPort WeightsFixture::ServeWeights(std::shared_ptr<WeightServer> server) {
+HostPort WeightsFixture::ServeWeights(std::shared_ptr<WeightServer> server,
+                                      TransportOptions topts) {
   SeedConfig config;
   config.listen = HostPort{"127.0.0.1", 0};
   config.token = kToken;
-  TransportOptions topts;
   topts.stream_handlers["weight_data"] = [server](int fd, const Json& r) { server->Serve(fd, r); };
   auto t = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, topts);
   EXPECT_TRUE(t.ok()) << t.status().ToString();

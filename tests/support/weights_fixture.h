@@ -84,7 +84,7 @@ class WeightsFixture : public ::testing::Test {
   // A daemon serving `dir` (or an hf: spec) as model "tiny" with 256 KiB chunks.
   HostPort Serve(const std::filesystem::path& dir);
   // Serves `server`'s data plane and its weight_shards kind until the test ends.
-  HostPort ServeWeights(std::shared_ptr<WeightServer> server);
+  HostPort ServeWeights(std::shared_ptr<WeightServer> server, TransportOptions topts = {});
   Manifest ManifestFrom(const HostPort& source);
   FetchOptions Options();
 

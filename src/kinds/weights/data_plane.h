@@ -234,6 +234,10 @@ struct FetchOptions {
   // (simulated, 1,000 hosts: p99 1.57x the bound unbounded, 1.33x with 4).
   int swarm_requests = 4;
   std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
+  // A source that refuses connections for capacity (its data plane is full) is
+  // tried again as it says, for this long before each refusal counts as a
+  // failure.
+  std::chrono::milliseconds capacity_patience{120000};
   // Neighbours (seeds and relays) fetched from at once; the other relays learnt
   // wait as candidates and replace those dropped. Each neighbour costs one watch
   // connection (what it newly has) and its data connections.
@@ -301,6 +305,7 @@ struct FetchStats {
   uint64_t requests_ahead = 0;    // of which while the chunk before was still arriving
   uint64_t answered_busy = 0;     // answered "busy": asked elsewhere
   uint64_t answered_claimed = 0;  // answered "claimed" by a seed: asked of the relays
+  uint64_t refused_full = 0;      // connections a full source refused (tried again later)
   std::vector<std::string> sources_dropped;
   std::vector<std::string> peers;  // relays learnt during the fetch
   std::vector<SourceUse> used;     // in the order they first delivered

@@ -45,6 +45,8 @@ struct Source {
   bool neighbour = false;    // in the scheduler, with connections running
   bool dropped = false;      // failed; never asked again
   bool state_known = false;  // what it has is from its state, not assumed
+  // Since when every connection to it was refused for capacity (zero: not now).
+  std::chrono::steady_clock::time_point full_since{};
 };
 
 // A request sent on one data connection and not answered yet.
@@ -133,12 +135,17 @@ class Fetch {
   // The watch connection's loop: the state, then what is new, and for a seed
   // more relays while wanted.
   void Watch(Source* source);
-  Result<UniqueFd> Open(const Source& source);
+  // A source refused for capacity (its data plane full) is ResourceExhausted,
+  // with when to try again in *retry.
+  Result<UniqueFd> Open(const Source& source, std::chrono::milliseconds* retry);
   // Open, or a failure of `source` logged and counted (then a short pause
-  // unless it is dropped); false when there is no connection.
+  // unless it is dropped); false when there is no connection. A refusal for
+  // capacity is not a failure: the connection is tried again when the source
+  // said, the neighbours serving meanwhile (a fleet at its origin's door),
+  // until the source has refused for FetchOptions::capacity_patience.
   bool OpenOrFail(Source* source, UniqueFd* conn);
   void Close(UniqueFd* fd);
-  Result<UniqueFd> Handshake(UniqueFd fd);
+  Result<UniqueFd> Handshake(UniqueFd fd, std::chrono::milliseconds* retry);
   Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle);
   // Receives chunk `index` (see fetch_connections.cc); `halfway` is called once
   // half of it has arrived.

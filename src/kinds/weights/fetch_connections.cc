@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "common/crypto.h"
@@ -31,12 +33,27 @@ const TransferDeadline& Fetch::DeadlineOf(const Source& s) const {
 }
 
 bool Fetch::OpenOrFail(Source* source, UniqueFd* conn) {
-  Result<UniqueFd> fd = Open(*source);
+  std::chrono::milliseconds retry{0};
+  Result<UniqueFd> fd = Open(*source, &retry);
+  const auto now = std::chrono::steady_clock::now();
   if (fd.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    source->full_since = {};
     *conn = std::move(*fd);
     return true;
   }
   if (Finished()) return false;
+  if (fd.status().code() == StatusCode::kResourceExhausted) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (source->full_since == std::chrono::steady_clock::time_point{}) source->full_since = now;
+    ++stats_->refused_full;
+    if (now - source->full_since < options_.capacity_patience) {
+      Logger().debug("weight_data: {}: {}; trying again in {} ms", source->name,
+                     fd.status().message(), retry.count());
+      changed_.wait_for(lock, retry, [&] { return FinishedLocked() || source->dropped; });
+      return false;
+    }
+  }
   Logger().warn("weight_data: {}: {}", source->name, fd.status().message());
   if (!Fail(source)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return false;
@@ -148,11 +165,11 @@ Status Fetch::AskWatch(int fd, Source* source, uint32_t* cursor, bool* more) {
   return Status::Ok();
 }
 
-Result<UniqueFd> Fetch::Open(const Source& source) {
+Result<UniqueFd> Fetch::Open(const Source& source, std::chrono::milliseconds* retry) {
   Result<UniqueFd> fd = ConnectTcp(source.addr, std::chrono::seconds(5));
   if (!fd.ok()) return fd.status();
   if (!Track(fd->get())) return Status::Unavailable("the fetch is over");
-  return Handshake(std::move(*fd));
+  return Handshake(std::move(*fd), retry);
 }
 
 void Fetch::Close(UniqueFd* fd) {
@@ -161,7 +178,7 @@ void Fetch::Close(UniqueFd* fd) {
   fd->Reset();
 }
 
-Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned) {
+Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned, std::chrono::milliseconds* retry) {
   struct Guard {
     Fetch* f;
     UniqueFd fd;
@@ -190,6 +207,15 @@ Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned) {
   Result<std::string> body = ReadFrameBody(fd->get(), 64 * 1024, Clock::now() + options_.timeout);
   if (!body.ok()) return body.status();
   Result<Json> response = ParseJson(*body);
+  if (response.ok() && response->is_object() && (*response)["status"] == "error" &&
+      response->contains("retry_ms") && (*response)["retry_ms"].is_number_unsigned()) {
+    // Full, not failing: a bounded wait (a peer's number), jittered so that a
+    // fleet refused at once does not return at once.
+    const uint64_t ms = std::clamp<uint64_t>((*response)["retry_ms"].get<uint64_t>(), 100, 30000);
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    *retry = std::chrono::milliseconds(ms / 2 + rng() % ms);
+    return Status::ResourceExhausted("the source is full: " + body->substr(0, 300));
+  }
   if (!response.ok() || !response->is_object() || (*response)["status"] != "ok") {
     return Status::PermissionDenied("the source refused the data connection: " +
                                     body->substr(0, 300));

@@ -128,10 +128,11 @@ class WeightShardsSeedable final : public Seedable {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Logger().info(
         "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
-        "resumed chunks; {} requests, {} sent ahead, {} answered busy, {} claimed)",
+        "resumed chunks; {} requests, {} sent ahead, {} answered busy, {} claimed; {} "
+        "connections refused by a full source)",
         manifest.model, manifest.total_size, secs, manifest.total_size / 1e6 / std::max(secs, 1e-9),
         stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed, stats.requests,
-        stats.requests_ahead, stats.answered_busy, stats.answered_claimed);
+        stats.requests_ahead, stats.answered_busy, stats.answered_claimed, stats.refused_full);
     return Status::Ok();
   }
 
