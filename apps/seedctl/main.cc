@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
                    "before the files are committed (one more read of the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"chunks", "sha256"}));
+  pull->add_option("--root-digest", pull_args.root_digest,
+                   "pin the version: refuse any manifest whose root digest is not this one "
+                   "(64 hex digits, as `seedctl manifest` prints it); nothing is fetched then");
   pull->add_option("--timeout", pull_args.timeout_s,
                    "seconds to keep retrying while no source answers or every source failed "
                    "mid-pull (sources may start later or come back); each retry resumes")

@@ -177,6 +177,10 @@ int RunPull(const PullArgs& args) {
   auto token = ReadToken(args.token_file);
   if (!token.ok()) return Fail(token.status().message());
   if (args.into.empty()) return Fail("--into is empty: name the directory to pull into");
+  if (!args.root_digest.empty()) {
+    seedd::Status pin = seedd::ValidatePin(args.root_digest, "--root-digest");
+    if (!pin.ok()) return Fail(pin.message());
+  }
 
   StopOnSignal stop;
   const auto start = Clock::now();
@@ -189,6 +193,8 @@ int RunPull(const PullArgs& args) {
     ManifestRound asked = AskManifest(sources, *token, args.model);
     if (asked.manifest.has_value()) {
       const seedd::Manifest& m = *asked.manifest;
+      seedd::Status pinned = seedd::CheckPinned(m, args.root_digest);
+      if (!pinned.ok()) return Fail(pinned.message(), kExitError);
       seedd::FetchOptions options;
       options.token = *token;
       options.connections_per_source = args.connections;

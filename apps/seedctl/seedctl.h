@@ -60,6 +60,7 @@ struct PullArgs {
   std::string verify = "chunks";
   double timeout_s = 1800;  // retrying sources that are down, then giving up
   bool replace = false;
+  std::string root_digest;  // a pin: any other version is refused
 };
 int RunPull(const PullArgs& args);
 

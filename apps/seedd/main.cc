@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
                  "digests cached in the cache directory")
       ->take_all();
   app.add_option("--pull", pulls,
-                 "fetch model NAME from --source at start, verified and resumable, into "
+                 "fetch model NAME (or NAME@ROOT_DIGEST: only that version, any other "
+                 "refused) from --source at start, verified and resumable, into "
                  "<cache-dir>/weights/NAME/<root digest> (NAME/current points at it); then "
                  "serve it (repeatable). While pulling, the daemon already serves the chunks it "
                  "has verified to other fetchers (a relay)")

@@ -53,7 +53,9 @@ struct DaemonOptions {
   // Models to fetch from the source at start, into
   // <cache-dir>/weights/<NAME>/<root digest> with <NAME>/current pointing at it;
   // then served like --model. Start pulls them with the listener up, relaying the
-  // chunks verified so far to other fetchers.
+  // chunks verified so far to other fetchers. NAME@H pins the version: a
+  // source offering another root digest is refused, and a local copy is served
+  // only when it is H.
   std::vector<std::string> pulls;
   // How long --pull keeps retrying while no source has served the model (sources
   // down, or gone mid-pull): capped exponential backoff with jitter until then.

@@ -118,15 +118,25 @@ AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>
   return outcome;
 }
 
-// Serves the copy of `name` pulled before, if it is unchanged since, under the
-// manifest recorded with it. NotFound when there is none.
-Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, WeightServer& server) {
+// A --pull NAME[@ROOT_DIGEST]: the name and the pin (empty: none).
+std::pair<std::string, std::string> SplitPin(const std::string& pull) {
+  const size_t at = pull.find('@');
+  if (at == std::string::npos) return {pull, ""};
+  return {pull.substr(0, at), pull.substr(at + 1)};
+}
+
+// Serves the copy of `name` pulled before, if it is unchanged since (and is
+// `pin` when given), under the manifest recorded with it. NotFound when there
+// is none.
+Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, const std::string& pin,
+                      WeightServer& server) {
   const std::filesystem::path base = options.cache_dir / "weights" / name;
   std::error_code ec;
   const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
   if (ec || !version.has_filename() || version.filename() != version) {
     return Status::NotFound("no local copy");
   }
+  if (!pin.empty() && version.string() != pin) return Status::NotFound("no local copy of the pin");
   Result<ServedModel> local = LoadLocalCopy(base / version, version.string());
   if (!local.ok()) {
     return Status::Unavailable("the local copy " + (base / version).string() +
@@ -143,12 +153,14 @@ Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, Wei
 // backoff and jitter until options.pull_timeout (a pull resumes from its
 // journal each round). A restart whose sources are down serves the copy it
 // pulled before, if unchanged, at once.
-Status PullAtStart(const DaemonOptions& options, const std::string& name, const std::string& relay,
+Status PullAtStart(const DaemonOptions& options, const std::string& pull, const std::string& relay,
                    Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
   std::vector<HostPort> sources = {*options.seed.source};
   sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
+  const auto [name, pin] = SplitPin(pull);
   Json ctx = {{"model", name}};
+  if (!pin.empty()) ctx["root_digest"] = pin;
   if (!relay.empty()) ctx["relay"] = relay;
   const auto deadline = std::chrono::steady_clock::now() + options.pull_timeout;
   Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
@@ -166,7 +178,7 @@ Status PullAtStart(const DaemonOptions& options, const std::string& name, const 
       return Status::NotFound("no source serves model '" + name + "'");
     }
     if (round == 1) {
-      Status local = ServeLocalCopy(options, name, server);
+      Status local = ServeLocalCopy(options, name, pin, server);
       if (local.ok()) return local;
       if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
     }
@@ -283,6 +295,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   fi.enabled = at.enabled;
   auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
   std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, shared), autotune};
+  for (const std::string& pull : options.pulls) {
+    const auto [name, pin] = SplitPin(pull);
+    if (pull.find('@') != std::string::npos) {
+      SEEDD_RETURN_IF_ERROR(ValidatePin(pin, "--pull " + pull));
+    }
+  }
   std::shared_ptr<WeightServer> weights;
   SeedablePtr weight_shards;
   if (!options.models.empty() || !options.pulls.empty()) {
@@ -389,10 +407,11 @@ Result<std::optional<HostPort>> Daemon::Start() {
   if (!options_.pulls.empty()) {
     // Listening already: what is verified is relayed to other fetchers while the
     // pull runs.
-    for (const std::string& name : options_.pulls) {
+    for (const std::string& pull : options_.pulls) {
+      const std::string name = SplitPin(pull).first;
       if (cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
-      Status pulled = PullAtStart(options_, name, relay, *weight_shards_, *weights_, *cancel_);
-      if (!pulled.ok()) return pulled.WithContext("--pull " + name);
+      Status pulled = PullAtStart(options_, pull, relay, *weight_shards_, *weights_, *cancel_);
+      if (!pulled.ok()) return pulled.WithContext("--pull " + pull);
       GcOptions gc;
       gc.keep_versions = options_.keep_versions;
       gc.only_model = name;

@@ -133,6 +133,45 @@ TEST_F(CliTest, APullIntoAMountPointFillsItThenIsUpToDateAndReplacesOnlyWhenAske
   EXPECT_TRUE(Has(r.out, "same\nsub\nw.bin\n")) << r.out;  // old.txt and staging gone
 }
 
+// A pinned pull takes only the version it names: `seedctl pull --root-digest H`
+// and `seedd --pull NAME@H` refuse any other manifest, say both digests and
+// fetch nothing; with the source's own digest they pull as usual.
+TEST_F(CliTest, APinnedPullRefusesAnyOtherVersion) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);
+  auto printed = RunCommand({SEEDCTL_BIN, "manifest", model().string(), "--model", "m"});
+  ASSERT_EQ(printed.status, 0) << printed.err;
+  const std::string key = "\"root_digest\": \"";
+  const size_t at = printed.out.find(key);
+  ASSERT_NE(at, std::string::npos) << printed.out;
+  const std::string root = printed.out.substr(at + key.size(), 64);
+  const std::string other(64, 'a');
+
+  auto wrong = RunCommand(Pull(addr, dir_.path() / "dest", {"--root-digest", other}));
+  EXPECT_EQ(wrong.status, 4) << wrong.err;
+  EXPECT_TRUE(Has(wrong.err, "at root digest " + root + ", not the pinned " + other)) << wrong.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "dest"));
+  auto bad = RunCommand(Pull(addr, dir_.path() / "dest", {"--root-digest", "abc"}));
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_TRUE(Has(bad.err, "is not a root digest")) << bad.err;
+  auto right = RunCommand(Pull(addr, dir_.path() / "dest", {"--root-digest", root}));
+  EXPECT_EQ(right.status, 0) << right.err;
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+
+  const fs::path cache = dir_.path() / "pinned-cache";
+  auto refused = RunCommand(
+      {SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", token_file().string(), "--cache-dir",
+       cache.string(), "--source", addr, "--pull", "m@" + other, "--pull-timeout", "1"},
+      {}, seconds(60));
+  EXPECT_NE(refused.status, 0);
+  EXPECT_TRUE(Has(refused.err, "not the pinned " + other)) << refused.err;
+  EXPECT_FALSE(fs::exists(cache / "weights" / "m" / "current"));
+  std::string pinned_addr;
+  auto pinned = Daemon("127.0.0.1:0", {"--source", addr, "--pull", "m@" + root}, &pinned_addr,
+                       dir_.path() / "pinned-ok");
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "pinned-ok" / "weights" / "m" / "current"));
+}
+
 TEST_F(CliTest, TheSummaryCountsOnlySourcesThatDelivered) {
   std::string addr;
   auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);

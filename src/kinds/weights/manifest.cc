@@ -416,4 +416,20 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   return m;
 }
 
+Status ValidatePin(std::string_view pin, std::string_view flag) {
+  if (!IsHex(Json(std::string(pin)), 64)) {
+    return Status::InvalidArgument(std::string(flag) + ": '" + std::string(pin.substr(0, 80)) +
+                                   "' is not a root digest (64 lowercase hex digits, as "
+                                   "`seedctl manifest` prints it)");
+  }
+  return Status::Ok();
+}
+
+Status CheckPinned(const Manifest& m, std::string_view pin) {
+  if (pin.empty() || pin == m.root_digest) return Status::Ok();
+  return Status::FailedPrecondition("the source offers model '" + m.model + "' at root digest " +
+                                    m.root_digest + ", not the pinned " + std::string(pin) +
+                                    "; nothing was fetched");
+}
+
 }  // namespace seedd

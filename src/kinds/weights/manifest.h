@@ -107,6 +107,13 @@ Result<Manifest> ParseManifest(const Json& json, const ManifestLimits& limits = 
 // its "root_digest" and "sources" (where to fetch varies; what to fetch does not).
 std::string ManifestRootDigest(const Json& manifest);
 
+// A pin: `pin` is a root digest (64 lowercase hex digits, as `seedctl manifest`
+// prints it); InvalidArgument naming `flag` otherwise.
+Status ValidatePin(std::string_view pin, std::string_view flag);
+// Ok when `pin` is empty or is `m`'s root digest; else FailedPrecondition
+// naming both (a source that offers another version of the model).
+Status CheckPinned(const Manifest& m, std::string_view pin);
+
 // Checks a relative path from a peer: no absolute path, no "." or ".." or empty
 // component, no '\\' or NUL, at most 4096 bytes and 255 per component.
 Status ValidateRelativePath(std::string_view path);

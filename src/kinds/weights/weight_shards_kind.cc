@@ -63,6 +63,9 @@ class WeightShardsSeedable final : public Seedable {
       return Status::InvalidArgument("the source sent the manifest of model '" + manifest->model +
                                      "', not '" + name + "'");
     }
+    if (auto pin = ctx.find("root_digest"); pin != ctx.end() && pin->is_string()) {
+      SEEDD_RETURN_IF_ERROR(CheckPinned(*manifest, pin->get<std::string>()));
+    }
     // A version is named by its root digest, which covers every byte: a new
     // checkpoint with the same files, sizes and headers gets a directory of its own.
     const std::filesystem::path base = install_.cache_dir / "weights" / name;
