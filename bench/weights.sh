@@ -2,6 +2,8 @@
 # weights (one to one): a generated model directory (SIZE_GIB, default 4) served by
 # one daemon and pulled by seedctl on loopback, destination on tmpfs, then on disk;
 # baseline: iperf3 -P 4 on loopback in the same run. Peak RSS of both sides.
+# Then the same model served with SHA-256 chunk digests (--chunk-digest sha256)
+# against XXH3-128 in the same run: indexing time, pull time and the fetcher's CPU.
 # Usage: bench/weights.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
@@ -41,20 +43,22 @@ pids+=($!)
 wait_port "$port"
 iperf_gbps="$(iperf3 -c 127.0.0.1 -p "$port" -P 4 -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')"
 
+t0="$(date +%s.%N)"
 start_seedd W --model "bench=$shm/model" --log-level warn
+t1="$(date +%s.%N)"
 src="$addr"
 w_pid="${pids[-1]}"
-pull() {  # pull DEST [FLAGS]: prints "seconds peak_rss_kib"
+pull() {  # pull DEST [FLAGS]: prints "seconds peak_rss_kib cpu_seconds"
   local dest="$1"
   shift
-  /usr/bin/time -f "%e %M" -o "$work/time" "$bin/seedctl" pull --source "$src" \
+  /usr/bin/time -f "%e %M %U %S" -o "$work/time" "$bin/seedctl" pull --source "$src" \
     --token-file "$work/token" --model bench --into "$dest" "$@" > "$work/pull.out"
-  cat "$work/time"
+  awk '{print $1, $2, $3 + $4}' "$work/time"
 }
 # The first pull into tmpfs runs slower (the kernel finds fresh pages for 4 GiB);
 # reported apart, then the median of REPS pulls that reuse them.
 reps="${REPS:-3}"
-median_pull() {  # median_pull DEST [FLAGS]: prints "seconds peak_rss_kib" (median seconds)
+median_pull() {  # median_pull DEST [FLAGS]: prints "seconds peak_rss_kib cpu" (median seconds)
   local dest="$1" rows=()
   shift
   for _ in $(seq 1 "$reps"); do
@@ -65,7 +69,7 @@ median_pull() {  # median_pull DEST [FLAGS]: prints "seconds peak_rss_kib" (medi
 }
 read -r first_s first_rss <<< "$(pull "$shm/dest")"
 rm -rf "$shm/dest"
-read -r tmpfs_s pull_rss <<< "$(median_pull "$shm/dest")"
+read -r tmpfs_s pull_rss xxh3_cpu <<< "$(median_pull "$shm/dest")"
 read -r sha_s sha_rss <<< "$(median_pull "$shm/dest" --verify sha256)"
 read -r disk_s disk_rss <<< "$(median_pull "$work/dest")"
 # A tmpfs with 2 MiB pages (huge=always): the destination's page allocation, a
@@ -82,9 +86,21 @@ if [ "$(id -u)" -eq 0 ]; then
   fi
 fi
 server_rss="$(awk '/VmHWM/ {print $2}' "/proc/$w_pid/status")"
-python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" <<'PY'
+
+# SHA-256 chunk digests: a second daemon indexes the same model with them (its
+# own digest cache, so both hashed every byte), then the same pulls.
+echo "weights: the same model with --chunk-digest sha256"
+t2="$(date +%s.%N)"
+start_seedd S --model "bench=$shm/model" --chunk-digest sha256 --log-level warn
+t3="$(date +%s.%N)"
+src="$addr"
+read -r sha_chunks_s _ sha_cpu <<< "$(median_pull "$shm/dest")"
+index_xxh3="$(python3 -c "print($t1 - $t0)")"
+index_sha="$(python3 -c "print($t3 - $t2)")"
+python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" <<'PY'
 import sys
-gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss, sha_s, first_s, huge_first, huge_s, reps = map(float, sys.argv[1:])
+(gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss, sha_s, first_s, huge_first, huge_s, reps,
+ xxh3_cpu, sha_chunks_s, sha_cpu, index_xxh3, index_sha) = map(float, sys.argv[1:])
 bits = gib * (1 << 30) * 8
 t = bits / tmpfs_s / 1e9
 d = bits / disk_s / 1e9
@@ -105,4 +121,12 @@ print("  pull --verify sha256, tmpfs         %6.2f Gbit/s  (%.2f s vs %.2f s wit
       % (v, sha_s, tmpfs_s, 100 * (sha_s - tmpfs_s) / tmpfs_s))
 print("  peak RSS: seedctl %.1f MiB, serving seedd %.1f MiB (target <= 64 MiB each)"
       % (pull_rss / 1024, server_rss / 1024))
+s = bits / sha_chunks_s / 1e9
+print("  chunk digests sha256 vs xxh3 (baseline), tmpfs:")
+print("    pull       %6.2f Gbit/s vs %6.2f Gbit/s: %.2fx the throughput (%.2f s vs %.2f s)"
+      % (s, t, tmpfs_s / sha_chunks_s, sha_chunks_s, tmpfs_s))
+print("    fetcher CPU %5.2f s/GiB vs %5.2f s/GiB: %.2fx"
+      % (sha_cpu / gib, xxh3_cpu / gib, sha_cpu / max(xxh3_cpu, 1e-9)))
+print("    indexing the model at start: %.2f s vs %.2f s: %.2fx"
+      % (index_sha, index_xxh3, index_sha / max(index_xxh3, 1e-9)))
 PY

@@ -43,7 +43,8 @@ std::string ExplainKeyError(const std::string& message) {
   return message;
 }
 
-int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib) {
+int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib,
+                const std::string& chunk_digest) {
   auto dir = seedd::ResolveModelDir(spec);
   if (!dir.ok()) {
     return Fail(dir.status().message(), kExitError);
@@ -59,6 +60,9 @@ int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib) 
   }
   seedd::BuildOptions options;
   options.chunk_size = chunk_mib << 20;
+  auto algo = seedd::ParseChunkDigest(chunk_digest, "--chunk-digest");
+  if (!algo.ok()) return Fail(algo.status().message());
+  options.chunk_digest = *algo;
   auto manifest = seedd::BuildManifest(model, *dir, options);
   if (!manifest.ok()) {
     std::fprintf(stderr, "seedctl: %s\n", manifest.status().message().c_str());

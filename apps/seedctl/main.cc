@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   pull->add_option("--verify", pull_args.verify,
-                   "chunks: XXH3-128 of every chunk (always); sha256: also every file's SHA-256 "
+                   "chunks: every chunk's digest, as the manifest names it (always); sha256: "
+                   "also every file's SHA-256 "
                    "before the files are committed (one more read of the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"chunks", "sha256"}));
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
   std::string manifest_dir;
   std::string manifest_model;
   uint64_t chunk_mib = 2;
+  std::string manifest_digest = "xxh3";
   CLI::App* manifest_cmd = app.add_subcommand(
       "manifest",
       "print the weight_shards manifest of a model directory (files, safetensors "
@@ -133,6 +135,12 @@ int main(int argc, char** argv) {
   manifest_cmd->add_option("--chunk-mib", chunk_mib, "chunk size in MiB")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1024}));
+  manifest_cmd
+      ->add_option("--chunk-digest", manifest_digest,
+                   "digest of each chunk: xxh3 or sha256 (as seedd --chunk-digest; the root "
+                   "digest differs between them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"xxh3", "sha256"}));
 
   std::string gc_cache_dir;
   int gc_keep = 2;
@@ -196,7 +204,8 @@ int main(int argc, char** argv) {
   if (request->parsed()) return seedctl::RunRequest(req_conn, kind, params, json_params);
   if (fetch->parsed()) return seedctl::RunFetch(fetch_conn, ns, hash, filename, cache_dir);
   if (ls->parsed()) return seedctl::RunList(ls_conn, ls_prefix);
-  if (manifest_cmd->parsed()) return seedctl::RunManifest(manifest_dir, manifest_model, chunk_mib);
+  if (manifest_cmd->parsed())
+    return seedctl::RunManifest(manifest_dir, manifest_model, chunk_mib, manifest_digest);
   if (pull->parsed()) return seedctl::RunPull(pull_args);
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);
   for (const auto& [op, sub] : store_ops) {

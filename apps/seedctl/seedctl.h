@@ -64,7 +64,8 @@ struct PullArgs {
 };
 int RunPull(const PullArgs& args);
 
-int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib);
+int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib,
+                const std::string& chunk_digest);
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file);
 int RunGc(const std::string& cache_dir, int keep_versions, bool dry_run);

@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> pulls;
   std::string advertise;
   uint64_t chunk_mib = 2;
+  std::string chunk_digest = "xxh3";
+  std::string verify = "chunks";
   std::string warmup;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
@@ -121,6 +123,18 @@ int main(int argc, char** argv) {
                  "retry and relaying (smaller chunks reach relays sooner)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1024}));
+  app.add_option("--chunk-digest", chunk_digest,
+                 "digest of each chunk in the manifests of --model: xxh3 (XXH3-128: catches "
+                 "corruption, at memory speed) or sha256 (also holds against a relay forging "
+                 "chunks; costs CPU on every fetcher). Fetchers verify whatever the manifest "
+                 "names, and pinning (NAME@H) covers the choice")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"xxh3", "sha256"}));
+  app.add_option("--verify", verify,
+                 "what --pull checks: chunks (every chunk's digest, always); sha256: also "
+                 "every file's SHA-256 before the model is committed (one more read of it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chunks", "sha256"}));
   app.add_option("--advertise", advertise,
                  "HOST:PORT other daemons reach this one at, announced to sources while "
                  "pulling (default: the --listen address unless it is a wildcard)");
@@ -219,6 +233,8 @@ int main(int argc, char** argv) {
   options.max_neighbours = max_neighbours;
   options.registry_url = registry;
   options.weight_chunk_bytes = chunk_mib << 20;
+  options.weight_chunk_digest = chunk_digest;
+  options.verify_pulled_files = verify == "sha256";
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);
     if (!parsed.ok()) return Fail("--advertise: " + parsed.status().message());

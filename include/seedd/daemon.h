@@ -50,6 +50,12 @@ struct DaemonOptions {
   // Model directories served as weight_shards (name → directory).
   std::vector<std::pair<std::string, std::filesystem::path>> models;
   uint64_t weight_chunk_bytes = 2ull << 20;
+  // How the chunks of served models are digested: "xxh3" (XXH3-128, catches
+  // corruption) or "sha256" (also holds against a relay forging chunks).
+  // Fetchers verify with whatever the manifest names.
+  std::string weight_chunk_digest = "xxh3";
+  // --pull also checks each file's SHA-256 before the model is committed.
+  bool verify_pulled_files = false;
   // Models to fetch from the source at start, into
   // <cache-dir>/weights/<NAME>/<root digest> with <NAME>/current pointing at it;
   // then served like --model. Start pulls them with the listener up, relaying the

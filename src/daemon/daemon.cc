@@ -308,6 +308,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     BuildOptions build;
     build.digest_cache = options.cache_dir / "weights" / ".digests";
     build.chunk_size = options.weight_chunk_bytes;
+    Result<ChunkDigest> algo = ParseChunkDigest(options.weight_chunk_digest, "--chunk-digest");
+    if (!algo.ok()) return algo.status();
+    build.chunk_digest = *algo;
     for (const auto& [name, spec] : options.models) {
       Result<std::filesystem::path> dir = ResolveModelDir(spec.string());
       if (!dir.ok()) return dir.status().WithContext("--model " + name);
@@ -326,6 +329,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.cancel = cancel;
     install.max_neighbours = options.max_neighbours;
     install.registry = registry;
+    install.verify_sha256 = options.verify_pulled_files;
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());

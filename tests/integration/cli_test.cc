@@ -172,6 +172,53 @@ TEST_F(CliTest, APinnedPullRefusesAnyOtherVersion) {
   EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "pinned-ok" / "weights" / "m" / "current"));
 }
 
+// An origin with --chunk-digest sha256 hands out manifests with SHA-256 per
+// chunk (the same root digest seedctl manifest --chunk-digest sha256 prints); a
+// daemon pulls it with --verify sha256 and relays it under that same manifest, and
+// seedctl pulls from that relay, byte-identical at each hop.
+TEST_F(CliTest, Sha256ChunksTravelFromOriginThroughARelayToSeedctl) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0",
+                       {"--model", "m=" + model().string(), "--chunk-digest", "sha256"}, &addr);
+  auto manifest = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {SEEDCTL_BIN, "manifest", model().string(), "--model", "m"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto printed = RunCommand(argv);
+    EXPECT_EQ(printed.status, 0) << printed.err;
+    return printed.out;
+  };
+  auto root_of = [](const std::string& text) {
+    const std::string key = "\"root_digest\": \"";
+    const size_t at = text.find(key);
+    return at == std::string::npos ? std::string() : text.substr(at + key.size(), 64);
+  };
+  const std::string sha = manifest({"--chunk-digest", "sha256"});
+  const std::string xxh3 = manifest({});
+  EXPECT_TRUE(Has(sha, "\"chunk_digest\": \"sha256\"")) << sha;
+  EXPECT_FALSE(Has(xxh3, "\"chunk_digest\"")) << xxh3;
+  const std::string sha_root = root_of(sha);
+  const std::string xxh3_root = root_of(xxh3);
+  ASSERT_EQ(sha_root.size(), 64u);
+  EXPECT_NE(sha_root, xxh3_root);
+
+  std::string relay_addr;
+  auto relay = Daemon(
+      "127.0.0.1:0",
+      {"--source", addr, "--pull", "m@" + sha_root, "--verify", "sha256", "--log-level", "info"},
+      &relay_addr, dir_.path() / "relay");
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "relay" / "weights" / "m" / "current"));
+  auto pulled = RunCommand(Pull(relay_addr, dir_.path() / "dest", {"--root-digest", sha_root}));
+  EXPECT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+  // The XXH3 version of the same files is another version: a pin on it is refused.
+  auto other = RunCommand(Pull(addr, dir_.path() / "other", {"--root-digest", xxh3_root}));
+  EXPECT_EQ(other.status, 4) << other.err;
+  auto bad = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0", "--model", "m=" + model().string(),
+                         "--chunk-digest", "md5"});
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_TRUE(Has(bad.err, "--chunk-digest")) << bad.err;
+}
+
 TEST_F(CliTest, TheSummaryCountsOnlySourcesThatDelivered) {
   std::string addr;
   auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);

@@ -113,6 +113,77 @@ TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
   EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{bad.ToString()});
 }
 
+// A model served with SHA-256 chunk digests: a fetcher verifies each chunk with
+// SHA-256 (the manifest says so), catches every chunk of a faulty copy, skips
+// holes whose SHA-256 is that of zeros, and ends byte-identical.
+TEST_F(WeightsTest, Sha256ChunksAreVerifiedAsTheManifestSays) {
+  {
+    // 1 MiB of data, then a 2 MiB hole, then 1 MiB of data: whole chunks of zeros.
+    WriteRandom(model_ / "sparse.bin", 1 << 20, 21);
+    std::filesystem::resize_file(model_ / "sparse.bin", 3 << 20);
+    std::ofstream f(model_ / "sparse.bin", std::ios::binary | std::ios::app);
+    std::string tail(1 << 20, 'z');
+    f << tail;
+  }
+  HostPort good = Serve(model_, "sha256");
+  Manifest m = ManifestFrom(good);
+  ASSERT_EQ(m.chunk_digest, ChunkDigest::kSha256);
+  for (const ManifestChunk& c : m.chunks) ASSERT_EQ(c.digest.size(), 64u);
+  std::filesystem::copy(model_, dir_.path() / "bad", std::filesystem::copy_options::recursive);
+  for (const ManifestChunk& c : m.chunks) {
+    std::fstream f(dir_.path() / "bad" / c.file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(c.offset + c.length / 2));
+    char b = 0;
+    f.get(b);
+    f.seekp(static_cast<std::streamoff>(c.offset + c.length / 2));
+    f.put(static_cast<char>(b ^ 0x5a));
+  }
+  HostPort bad = ServeWeights(std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{m, dir_.path() / "bad", nullptr, {}, nullptr, nullptr}}));
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {bad, good}, dir_.path() / "dest", Options(), &stats));
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_GE(stats.chunks_rejected, 1u);
+  EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{bad.ToString()});
+  FetchStats alone;
+  ASSERT_OK(FetchModel(m, {good}, dir_.path() / "dest2", Options(), &alone));
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest2"));
+  EXPECT_GE(alone.chunks_holes, 8u);  // the hole's eight 256 KiB chunks were not sent
+}
+
+// A source answers "hole" for a chunk of zeros, and nothing is written; but a
+// forged copy of that chunk from another source may have been written (then
+// rejected) first. The hole is punched, so the staging file reads zeros again
+// (before, the pull completed with the forged bytes in place).
+TEST_F(WeightsTest, AHoleAfterARejectedCopyOfItReadsZeros) {
+  const auto dir = dir_.path() / "holes";
+  std::filesystem::create_directories(dir);
+  WriteRandom(dir / "w.bin", 4096, 31);
+  std::filesystem::resize_file(dir / "w.bin", (2 << 20) + 4096);  // then eight chunks of zeros
+  HostPort good = Serve(dir);
+  Manifest m = ManifestFrom(good);
+  ASSERT_EQ(m.chunks.size(), 9u);
+  const auto bad_dir = dir_.path() / "holes-bad";
+  std::filesystem::create_directories(bad_dir);
+  {
+    std::string bytes = ReadAll(dir / "w.bin");
+    for (const ManifestChunk& c : m.chunks) bytes[c.offset + c.length / 2] ^= 0x5a;
+    std::ofstream(bad_dir / "w.bin", std::ios::binary) << bytes;
+  }
+  HostPort bad = ServeWeights(std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{m, bad_dir, nullptr, {}, nullptr, nullptr}}));
+  // The forged source alone: its chunks are written as they arrive, then rejected;
+  // the pull fails and its staging stays for the next one to resume.
+  FetchOptions o = Options();
+  FetchStats first;
+  EXPECT_FALSE(FetchModel(m, {bad}, dir_.path() / "dest", o, &first).ok());
+  EXPECT_GE(first.chunks_rejected, 3u);
+  FetchStats second;
+  ASSERT_OK(FetchModel(m, {good}, dir_.path() / "dest", o, &second));
+  EXPECT_GE(second.chunks_holes, 1u);
+  EXPECT_EQ(ReadAll(dir / "w.bin"), ReadAll(dir_.path() / "dest" / "w.bin"));
+}
+
 TEST_F(WeightsTest, VerifySha256ChecksEveryFileBeforeCommitting) {
   HostPort source = Serve(model_);
   Manifest m = ManifestFrom(source);

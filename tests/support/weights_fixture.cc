@@ -129,13 +129,14 @@ void WeightsFixture::TearDown() {
   for (auto& d : daemons_) d->Stop();
 }
 
-HostPort WeightsFixture::Serve(const std::filesystem::path& dir) {
+HostPort WeightsFixture::Serve(const std::filesystem::path& dir, const std::string& chunk_digest) {
   DaemonOptions o;
   o.seed.listen = HostPort{"127.0.0.1", 0};
   o.seed.token = kToken;
   o.cache_dir = dir_.path() / ("cache" + std::to_string(daemons_.size()));
   o.models = {{"tiny", dir}};
   o.weight_chunk_bytes = 256 * 1024;
+  o.weight_chunk_digest = chunk_digest;
   auto d = Daemon::Create(o);
   EXPECT_TRUE(d.ok()) << d.status().ToString();
   auto bound = (*d)->Start();

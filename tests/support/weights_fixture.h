@@ -81,8 +81,9 @@ class WeightsFixture : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
-  // A daemon serving `dir` (or an hf: spec) as model "tiny" with 256 KiB chunks.
-  HostPort Serve(const std::filesystem::path& dir);
+  // A daemon serving `dir` (or an hf: spec) as model "tiny" with 256 KiB chunks
+  // digested by `chunk_digest` ("xxh3" or "sha256").
+  HostPort Serve(const std::filesystem::path& dir, const std::string& chunk_digest = "xxh3");
   // Serves `server`'s data plane and its weight_shards kind until the test ends.
   HostPort ServeWeights(std::shared_ptr<WeightServer> server, TransportOptions topts = {});
   Manifest ManifestFrom(const HostPort& source);

@@ -149,6 +149,58 @@ TEST_F(ManifestTest, DescribesEveryFileTensorAndChunk) {
   std::string config((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(j["chunks"][0]["xxh3"], Xxh3Hex(config));
   EXPECT_EQ(j["files"][0]["sha256"], Sha256Hex(config));
+  EXPECT_FALSE(j.contains("chunk_digest"));  // XXH3-128 manifests are as they always were
+}
+
+TEST_F(ManifestTest, Sha256ChunksAreNamedInTheManifestAndSealedByTheRootDigest) {
+  Json xxh3 = Built();
+  options_.chunk_digest = ChunkDigest::kSha256;
+  Json j = Built();  // the digest cache holds XXH3 entries: they must not be reused
+  EXPECT_EQ(j["chunk_digest"], "sha256");
+  std::ifstream in(model_ / "config.json", std::ios::binary);
+  std::string config((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(j["chunks"][0]["sha256"], Sha256Hex(config));
+  EXPECT_FALSE(j["chunks"][0].contains("xxh3"));
+  EXPECT_EQ(j["chunks"].size(), xxh3["chunks"].size());
+  for (const auto& c : j["chunks"]) EXPECT_EQ(c["sha256"].get<std::string>().size(), 64u);
+  EXPECT_NE(j["root_digest"], xxh3["root_digest"]);
+  EXPECT_EQ(j["fingerprint"], xxh3["fingerprint"]);  // the same weights
+  auto parsed = ParseManifest(j);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->chunk_digest, ChunkDigest::kSha256);
+  EXPECT_EQ(parsed->chunks[0].digest, Sha256Hex(config));
+  EXPECT_EQ(parsed->ToJson(), j);
+  // Built again, the cache answers with SHA-256 entries.
+  BuildStats again;
+  ASSERT_TRUE(BuildManifest("tiny", model_, options_, &again).ok());
+  EXPECT_EQ(again.bytes_hashed, 0u);
+}
+
+TEST_F(ManifestTest, AManifestNamingAnUnknownOrMismatchedChunkDigestIsRefused) {
+  options_.chunk_digest = ChunkDigest::kSha256;
+  const Json good = Built();
+  Json j = good;
+  j["chunk_digest"] = "md5";
+  EXPECT_NE(Error(Reseal(j)).find("unknown chunk digest 'md5'"), std::string::npos)
+      << Error(Reseal(j));
+  j = good;
+  j["chunk_digest"] = 7;
+  EXPECT_NE(Error(Reseal(j)).find("'chunk_digest' must be a string"), std::string::npos);
+  j = good;
+  j.erase("chunk_digest");  // now XXH3 is expected, and the chunks carry sha256 keys
+  EXPECT_NE(Error(Reseal(j)).find("bad xxh3"), std::string::npos) << Error(Reseal(j));
+  j = good;
+  j["chunks"][0]["sha256"] = std::string(32, 'a');  // an XXH3-sized digest under sha256
+  EXPECT_NE(Error(Reseal(j)).find("bad sha256"), std::string::npos);
+  j = good;
+  j.erase("chunk_digest");  // a downgrade to (forgeable) XXH3 digests, not resealed
+  for (auto& c : j["chunks"]) {
+    c["xxh3"] = std::string(32, '0');
+    c.erase("sha256");
+  }
+  EXPECT_EQ(Error(j), "manifest: root digest does not match the manifest");
+  EXPECT_FALSE(ParseChunkDigest("SHA256", "--chunk-digest").ok());
+  EXPECT_EQ(ParseChunkDigest("sha256", "--chunk-digest").value(), ChunkDigest::kSha256);
 }
 
 TEST_F(ManifestTest, TheFingerprintFollowsContentNotTimeAndTheCacheSparesRehashing) {
@@ -342,20 +394,27 @@ TEST(DataPlaneRecords, EncodeAndDecodeBigEndianFields) {
   EXPECT_EQ(d.length, length);
 }
 
-TEST(Xxh3Stream, AnySplitGivesTheDigestOfTheWhole) {
+TEST(ChunkHasher, AnySplitGivesTheDigestOfTheWholeInEitherAlgorithm) {
   std::string data(1 << 20, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
-  const std::string whole = Xxh3Hex(data);
-  for (size_t piece : {size_t{1}, size_t{63}, size_t{4096}, size_t{256 * 1024}, data.size()}) {
-    Xxh3Stream s;
-    for (size_t off = 0; off < data.size(); off += piece) {
-      s.Update(std::string_view(data).substr(off, piece));
+  for (ChunkDigest algo : {ChunkDigest::kXxh3, ChunkDigest::kSha256}) {
+    const std::string whole = ChunkDigestHex(algo, data);
+    for (size_t piece : {size_t{1}, size_t{63}, size_t{4096}, size_t{256 * 1024}, data.size()}) {
+      ChunkHasher s(algo);
+      for (size_t off = 0; off < data.size(); off += piece) {
+        s.Update(std::string_view(data).substr(off, piece));
+      }
+      EXPECT_EQ(s.HexDigest(), whole) << piece;
+      EXPECT_EQ(s.HexDigest(), whole) << "asking twice changes nothing";
+      s.Reset();
+      EXPECT_EQ(s.HexDigest(), ChunkDigestHex(algo, ""));
     }
-    EXPECT_EQ(s.HexDigest(), whole) << piece;
+    ChunkHasher empty(algo);
+    EXPECT_EQ(empty.HexDigest(), ChunkDigestHex(algo, ""));
+    EXPECT_NE(whole, ChunkDigestHex(algo, data.substr(1)));
   }
-  Xxh3Stream empty;
-  EXPECT_EQ(empty.HexDigest(), Xxh3Hex(""));
-  EXPECT_NE(whole, Xxh3Hex(data.substr(1)));
+  EXPECT_EQ(ChunkDigestHex(ChunkDigest::kXxh3, data), Xxh3Hex(data));
+  EXPECT_EQ(ChunkDigestHex(ChunkDigest::kSha256, data), Sha256Hex(data));
 }
 
 }  // namespace

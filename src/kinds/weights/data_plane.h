@@ -201,6 +201,7 @@ struct WeightInstallOptions {
   std::shared_ptr<const std::atomic<bool>> cancel;  // see FetchOptions::cancel
   size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
   std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
+  bool verify_sha256 = false;                       // see FetchOptions::verify_sha256
 };
 
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),

@@ -99,7 +99,7 @@ bool HoldsVersion(const fs::path& dir, const Manifest& manifest) {
     }
     buf.resize(c.length);
     if (!ReadExactly(f->second.get(), c.offset, buf.data(), buf.size(), c.file).ok()) return false;
-    if (Xxh3Hex(buf) != c.xxh3) return false;
+    if (ChunkDigestHex(manifest.chunk_digest, buf) != c.digest) return false;
   }
   return true;
 }

@@ -272,19 +272,22 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
     if (h.status == kChunkHole) {
       if (h.length != 0) return Status::DataLoss("malformed chunk response");
       inflight->pop_front();
-      if (ZeroDigest(c.length) != c.xxh3) {
+      if (ZeroDigest(c.length) != c.digest) {
         Logger().warn("weight_data: chunk {} ({} at {}) from {} is not a hole; fetching it again",
                       index, c.file, c.offset, source->name);
         Reject(index, source);
         if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
         continue;
       }
-      // The staging file reads zeros there already: nothing to write.
+      // Nothing to write but zeros: punched, since an earlier attempt at this
+      // chunk (rejected, or cut short) may have left bytes there.
       if (!BeginWrite(index)) {
         Returned(index, source);
         continue;
       }
-      Status st = Record(index, true, source);
+      Status st = staging_.Zero(c);
+      if (st.ok()) st = staging_.Sync(c);
+      if (st.ok()) st = Record(index, true, source);
       EndWrite(index);
       if (!st.ok()) return LocalFailure(st);
       continue;
@@ -377,7 +380,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
     *local = true;
     return file.status();
   }
-  Xxh3Stream hash;
+  ChunkHasher hash(m_.chunk_digest);
   Status st;
   for (uint64_t done = 0; done < c.length && st.ok();) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
@@ -389,7 +392,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
     done += n;
     if (st.ok()) at(done);
   }
-  *verified = st.ok() && hash.HexDigest() == c.xxh3;
+  *verified = st.ok() && hash.HexDigest() == c.digest;
   return st;
 }
 
@@ -397,7 +400,8 @@ std::string Fetch::ZeroDigest(uint64_t length) {
   std::lock_guard<std::mutex> lock(zero_mu_);
   auto it = zero_digests_.find(length);
   if (it == zero_digests_.end()) {
-    it = zero_digests_.emplace(length, Xxh3Hex(std::string(length, '\0'))).first;
+    it = zero_digests_.emplace(length, ChunkDigestHex(m_.chunk_digest, std::string(length, '\0')))
+             .first;
   }
   return it->second;
 }

@@ -99,12 +99,15 @@ std::optional<CachedDigests> LoadCache(const BuildOptions& o, const std::filesys
   Result<Json> j = ParseJson(text);
   if (!j.ok() || !j->is_object() || j->value("path", "") != abs.string() ||
       j->value("size", uint64_t{0}) != size || j->value("mtime_ns", int64_t{-1}) != mtime_ns ||
-      j->value("chunk_size", uint64_t{0}) != o.chunk_size || !(*j)["chunks"].is_array()) {
+      j->value("chunk_size", uint64_t{0}) != o.chunk_size ||
+      j->value("chunk_digest", "xxh3") != ChunkDigestName(o.chunk_digest) ||
+      !(*j)["chunks"].is_array()) {
     return std::nullopt;
   }
   CachedDigests d;
+  const size_t hex = o.chunk_digest == ChunkDigest::kSha256 ? 64 : 32;
   for (const Json& c : (*j)["chunks"]) {
-    if (!IsHex(c, 32)) return std::nullopt;
+    if (!IsHex(c, hex)) return std::nullopt;
     d.chunks.push_back(c.get<std::string>());
   }
   d.content_sha256 = j->value("content_sha256", "");
@@ -118,9 +121,13 @@ void StoreCache(const BuildOptions& o, const std::filesystem::path& abs, uint64_
   if (o.digest_cache.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(o.digest_cache, ec);
-  Json j = {{"path", abs.string()}, {"size", size},
-            {"mtime_ns", mtime_ns}, {"chunk_size", o.chunk_size},
-            {"chunks", d.chunks},   {"content_sha256", d.content_sha256}};
+  Json j = {{"path", abs.string()},
+            {"size", size},
+            {"mtime_ns", mtime_ns},
+            {"chunk_size", o.chunk_size},
+            {"chunk_digest", ChunkDigestName(o.chunk_digest)},
+            {"chunks", d.chunks},
+            {"content_sha256", d.content_sha256}};
   // Written beside and renamed: a reader never sees half an entry.
   const auto dest = CacheFile(o, abs);
   const auto tmp = dest.string() + ".tmp-" + RandomHex(4);
@@ -138,21 +145,68 @@ std::string Xxh3Hex(std::string_view data) {
   return HexBytes(c.digest, sizeof(c.digest));
 }
 
-Xxh3Stream::Xxh3Stream() : state_(XXH3_createState()) {
-  if (state_ == nullptr) throw std::bad_alloc();
+std::string_view ChunkDigestName(ChunkDigest algo) {
+  return algo == ChunkDigest::kSha256 ? "sha256" : "xxh3";
+}
+
+Result<ChunkDigest> ParseChunkDigest(std::string_view name, std::string_view flag) {
+  if (name == "xxh3") return ChunkDigest::kXxh3;
+  if (name == "sha256") return ChunkDigest::kSha256;
+  return Status::InvalidArgument(std::string(flag) + ": unknown chunk digest '" +
+                                 std::string(name.substr(0, 64)) +
+                                 "' (xxh3: fast, catches corruption; sha256: also holds "
+                                 "against forged chunks)");
+}
+
+std::string ChunkDigestHex(ChunkDigest algo, std::string_view data) {
+  return algo == ChunkDigest::kSha256 ? Sha256Hex(data) : Xxh3Hex(data);
+}
+
+ChunkHasher::ChunkHasher(ChunkDigest algo) : algo_(algo) {
+  if (algo_ == ChunkDigest::kSha256) {
+    sha_ = EVP_MD_CTX_new();
+    if (sha_ == nullptr) throw std::bad_alloc();
+  } else {
+    xxh3_ = XXH3_createState();
+    if (xxh3_ == nullptr) throw std::bad_alloc();
+  }
   Reset();
 }
 
-Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-
-void Xxh3Stream::Reset() { XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_)); }
-
-void Xxh3Stream::Update(std::string_view piece) {
-  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), piece.data(), piece.size());
+ChunkHasher::~ChunkHasher() {
+  if (xxh3_ != nullptr) XXH3_freeState(static_cast<XXH3_state_t*>(xxh3_));
+  if (sha_ != nullptr) EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(sha_));
 }
 
-std::string Xxh3Stream::HexDigest() const {
-  XXH128_hash_t h = XXH3_128bits_digest(static_cast<const XXH3_state_t*>(state_));
+void ChunkHasher::Reset() {
+  if (sha_ != nullptr) {
+    EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(sha_), EVP_sha256(), nullptr);
+  } else {
+    XXH3_128bits_reset(static_cast<XXH3_state_t*>(xxh3_));
+  }
+}
+
+void ChunkHasher::Update(std::string_view piece) {
+  if (sha_ != nullptr) {
+    EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(sha_), piece.data(), piece.size());
+  } else {
+    XXH3_128bits_update(static_cast<XXH3_state_t*>(xxh3_), piece.data(), piece.size());
+  }
+}
+
+std::string ChunkHasher::HexDigest() const {
+  if (sha_ != nullptr) {
+    // Finalizing a copy keeps this const and the hasher usable.
+    EVP_MD_CTX* copy = EVP_MD_CTX_new();
+    if (copy == nullptr) throw std::bad_alloc();
+    EVP_MD_CTX_copy_ex(copy, static_cast<const EVP_MD_CTX*>(sha_));
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    EVP_DigestFinal_ex(copy, md, &md_len);
+    EVP_MD_CTX_free(copy);
+    return HexBytes(md, md_len);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(static_cast<const XXH3_state_t*>(xxh3_));
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, h);
   return HexBytes(c.digest, sizeof(c.digest));
@@ -207,13 +261,17 @@ Json Manifest::ToJson() const {
                          {"end", t.info.end}});
   }
   Json chunks_j = Json::array();
+  const std::string key(ChunkDigestName(chunk_digest));
   for (const auto& c : chunks) {
     chunks_j.push_back(
-        {{"file", c.file}, {"offset", c.offset}, {"length", c.length}, {"xxh3", c.xxh3}});
+        {{"file", c.file}, {"offset", c.offset}, {"length", c.length}, {key, c.digest}});
   }
   Json j = {{"model", model},           {"fingerprint", fingerprint}, {"chunk_size", chunk_size},
             {"total_size", total_size}, {"files", files_j},           {"tensors", tensors_j},
             {"chunks", chunks_j},       {"sources", sources}};
+  // Absent means XXH3-128, which keeps the manifests (and root digests) made
+  // before SHA-256 chunks existed as they were.
+  if (chunk_digest != ChunkDigest::kXxh3) j["chunk_digest"] = key;
   j["root_digest"] = root_digest.empty() ? ManifestRootDigest(j) : root_digest;
   return j;
 }
@@ -263,7 +321,7 @@ Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOpti
       EVP_MD_CTX_free(sha);
       return s;
     }
-    d.chunks.push_back(Xxh3Hex(buf));
+    d.chunks.push_back(ChunkDigestHex(options.chunk_digest, buf));
     EVP_DigestUpdate(sha, buf.data(), buf.size());
     if (stats != nullptr) stats->bytes_hashed += len;
   }
@@ -291,6 +349,14 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   if (!cs.ok()) return cs.status();
   if (*cs < 4096 || *cs > (1ull << 30)) return bad("chunk_size must be 4 KiB to 1 GiB");
   m.chunk_size = *cs;
+  if (auto algo = j.find("chunk_digest"); algo != j.end()) {
+    if (!algo->is_string()) return bad("'chunk_digest' must be a string");
+    Result<ChunkDigest> parsed = ParseChunkDigest(algo->get_ref<const std::string&>(), "manifest");
+    if (!parsed.ok()) return parsed.status();
+    m.chunk_digest = *parsed;
+  }
+  const std::string digest_key(ChunkDigestName(m.chunk_digest));
+  const size_t digest_hex = m.chunk_digest == ChunkDigest::kSha256 ? 64 : 32;
   Result<uint64_t> total = Uint(j, "total_size", "manifest");
   if (!total.ok()) return total.status();
   m.total_size = *total;
@@ -349,7 +415,9 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
     if (!off.ok()) return off.status();
     Result<uint64_t> len = Uint(c, "length", "manifest: chunk of '" + file + "'");
     if (!len.ok()) return len.status();
-    if (!IsHex(c.value("xxh3", Json()), 32)) return bad("a chunk of '" + file + "' has a bad xxh3");
+    if (!IsHex(c.value(digest_key, Json()), digest_hex)) {
+      return bad("a chunk of '" + file + "' has a bad " + digest_key);
+    }
     uint64_t& done = covered[file];
     if (*off != done) {
       return bad("chunks of '" + file + "' do not tile it: expected offset " +
@@ -360,7 +428,7 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
                  std::to_string(*len));
     }
     done += *len;
-    m.chunks.push_back({file, *off, *len, c["xxh3"]});
+    m.chunks.push_back({file, *off, *len, c[digest_key]});
   }
   for (const auto& [path, size] : sizes) {
     if (covered[path] != size) {

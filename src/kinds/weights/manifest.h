@@ -1,6 +1,6 @@
 // The weight_shards manifest: what a target needs to fetch and verify a model
 // directory. Files (relative path, size), tensors from the safetensors headers,
-// chunks with XXH3-128 digests, the model fingerprint, the sources, and a root
+// chunks with XXH3-128 or SHA-256 digests, the model fingerprint, the sources, and a root
 // digest over the canonical manifest. Built on the source; validated whole on the
 // target before anything is written.
 //
@@ -23,6 +23,16 @@ namespace seedd {
 inline constexpr uint64_t kDefaultChunkBytes = 2ull << 20;
 inline constexpr size_t kMaxManifestFiles = 100000;
 
+// How chunks are digested. XXH3-128 catches corruption at memory speed but its
+// collisions can be constructed; SHA-256 also holds against a relay that forges
+// chunks. The manifest names its algorithm and the root digest covers that name,
+// so a fetcher verifies with whatever the (pinned) manifest says.
+enum class ChunkDigest { kXxh3, kSha256 };
+// "xxh3" or "sha256": the manifest's "chunk_digest" and each chunk's digest key.
+std::string_view ChunkDigestName(ChunkDigest algo);
+// InvalidArgument naming `flag` unless `name` is "xxh3" or "sha256".
+Result<ChunkDigest> ParseChunkDigest(std::string_view name, std::string_view flag);
+
 struct ManifestFile {
   std::string path;  // relative, '/'-separated
   uint64_t size = 0;
@@ -38,13 +48,16 @@ struct ManifestChunk {
   std::string file;
   uint64_t offset = 0;
   uint64_t length = 0;
-  std::string xxh3;  // XXH3-128, 32 lowercase hex digits (canonical, big-endian)
+  // Lowercase hex of the manifest's chunk_digest over the chunk's bytes: XXH3-128
+  // (32 digits, canonical big-endian) or SHA-256 (64 digits).
+  std::string digest;
 };
 
 struct Manifest {
   std::string model;
   std::string fingerprint;  // SHA-256 hex
   uint64_t chunk_size = kDefaultChunkBytes;
+  ChunkDigest chunk_digest = ChunkDigest::kXxh3;
   uint64_t total_size = 0;
   std::vector<ManifestFile> files;      // sorted by path
   std::vector<ManifestTensor> tensors;  // by file, then offset
@@ -57,6 +70,7 @@ struct Manifest {
 
 struct BuildOptions {
   uint64_t chunk_size = kDefaultChunkBytes;
+  ChunkDigest chunk_digest = ChunkDigest::kXxh3;
   // Chunk digests are cached here, keyed by path, size and modification time, so a
   // restart does not rehash. Empty: no cache.
   std::filesystem::path digest_cache;
@@ -72,9 +86,9 @@ struct BuildStats {
 Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::path& dir,
                                const BuildOptions& options, BuildStats* stats = nullptr);
 
-// The digests of one file: XXH3-128 per chunk and SHA-256 of the whole, with
-// the size and mtime of what was read; from options.digest_cache when an entry
-// matches path, size, mtime and chunk size.
+// The digests of one file: options.chunk_digest per chunk and SHA-256 of the
+// whole, with the size and mtime of what was read; from options.digest_cache when
+// an entry matches path, size, mtime, chunk size and digest algorithm.
 struct FileDigests {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
@@ -125,19 +139,25 @@ bool IsReservedPath(std::string_view path);
 // XXH3-128 of `data`, canonical hex.
 std::string Xxh3Hex(std::string_view data);
 
-// XXH3-128 over data given in pieces; HexDigest equals Xxh3Hex of the whole.
-class Xxh3Stream {
+// `algo` of `data`, lowercase hex (Xxh3Hex or Sha256Hex).
+std::string ChunkDigestHex(ChunkDigest algo, std::string_view data);
+
+// A chunk digest over data given in pieces; HexDigest equals ChunkDigestHex of
+// the whole.
+class ChunkHasher {
  public:
-  Xxh3Stream();
-  ~Xxh3Stream();
-  Xxh3Stream(const Xxh3Stream&) = delete;
-  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  explicit ChunkHasher(ChunkDigest algo = ChunkDigest::kXxh3);
+  ~ChunkHasher();
+  ChunkHasher(const ChunkHasher&) = delete;
+  ChunkHasher& operator=(const ChunkHasher&) = delete;
   void Reset();
   void Update(std::string_view piece);
   std::string HexDigest() const;
 
  private:
-  void* state_;  // XXH3_state_t
+  ChunkDigest algo_;
+  void* xxh3_ = nullptr;  // XXH3_state_t
+  void* sha_ = nullptr;   // EVP_MD_CTX
 };
 
 }  // namespace seedd

@@ -158,6 +158,7 @@ Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem:
   Manifest& m = index.manifest;
   m.model = model;
   m.chunk_size = options.chunk_size;
+  m.chunk_digest = options.chunk_digest;
   m.sources = options.sources;
   std::string fingerprint_input;
   for (const auto& [rel, abs] : found) {

@@ -129,7 +129,7 @@ bool Staging::ChunkMatches(uint32_t index) {
   if (!fd.ok()) return false;
   std::string buf(c.length, '\0');
   if (!ReadExactly((*fd)->get(), c.offset, buf.data(), buf.size(), c.file).ok()) return false;
-  return Xxh3Hex(buf) == c.xxh3;
+  return ChunkDigestHex(m_.chunk_digest, buf) == c.digest;
 }
 
 std::vector<uint32_t> Staging::SpotCheck(std::vector<uint32_t> resumed) {
@@ -254,6 +254,29 @@ Status Staging::Write(const UniqueFd& file, const ManifestChunk& c, uint64_t off
     p += w;
     n -= static_cast<size_t>(w);
     at += static_cast<uint64_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status Staging::Zero(const ManifestChunk& c) {
+  Result<std::shared_ptr<UniqueFd>> file = File(c.file);
+  if (!file.ok()) return file.status();
+  const int fd = (*file)->get();
+  {
+    std::lock_guard<std::mutex> lock(*write_mu_.at(c.file));
+    if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(c.offset),
+                    static_cast<off_t>(c.length)) == 0) {
+      return Status::Ok();
+    }
+    if (errno != EOPNOTSUPP && errno != ENOSYS) {
+      return ErrnoStatus("punch a hole in " + (dir_ / c.file).string(), errno);
+    }
+  }
+  const std::string zeros(std::min<uint64_t>(c.length, 1 << 20), '\0');
+  for (uint64_t done = 0; done < c.length;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), c.length - done));
+    SEEDD_RETURN_IF_ERROR(Write(**file, c, done, zeros.data(), n));
+    done += n;
   }
   return Status::Ok();
 }

@@ -58,12 +58,16 @@ class Staging {
   // on its lock in the kernel.
   Status Write(const UniqueFd& file, const ManifestChunk& c, uint64_t offset, const char* p,
                size_t n);
+  // Makes chunk `c` read zeros (a hole where the file system can punch one): a
+  // hole answered by a source is not written, but an earlier attempt at the
+  // chunk (a forged copy, a connection cut mid-chunk) may have left bytes there.
+  Status Zero(const ManifestChunk& c);
   // Syncs chunk `c`'s file: call before Journal, so that a crash never journals
   // an unwritten chunk.
   Status Sync(const ManifestChunk& c);
   Status Journal(uint32_t index);
   // Syncs every file and directory, checks each file's SHA-256 when asked (a
-  // mismatch removes the staging directory: every chunk passed XXH3, so start
+  // mismatch removes the staging directory: every chunk passed its digest, so start
   // over) and removes the journal: the directory is then ready to move into
   // place (destination.h).
   Status Seal(bool verify_sha256);
