@@ -7,7 +7,7 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps build test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
+.PHONY: all deps build install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
 
 all: build
 
@@ -19,6 +19,12 @@ $(BUILD)/build.ninja: | deps
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The binaries, libseedd (headers, seedd.pc), the systemd unit and an example
+# configuration under $(PREFIX); DESTDIR=... stages them for a package.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Every test: unit, integration, end to end, interop; each fuzz target for
 # $(FUZZ_SECONDS) s; the unit, transport and store tests again under ASan+UBSan.

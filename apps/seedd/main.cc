@@ -7,18 +7,66 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "common/cli_suggest.h"
 #include "common/logging.h"
+#include "config_file.h"
 #include "seedd/daemon.h"
 #include "seedd_version.h"
 
 namespace {
 
+// Flags set by --config FILE → "FILE:LINE: key 'K'", so an error about such a
+// flag's value says where that value came from.
+std::map<std::string, std::string> g_from_config;
+
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "seedd: %s\n", message.c_str());
+  std::string where;
+  if (message.rfind("--", 0) == 0) {
+    const std::string flag = message.substr(0, message.find_first_of(": "));
+    if (auto it = g_from_config.find(flag); it != g_from_config.end()) where = it->second + ": ";
+  }
+  std::fprintf(stderr, "seedd: %s%s\n", where.c_str(), message.c_str());
   return 2;
+}
+
+// Applies --config FILE to `app`, parsed already from the command line: each
+// setting of the file whose flag the command line does not give is parsed
+// alone first (so a bad value names its line), then all of them before the
+// command line's arguments. Returns 0, or the exit status after an error.
+int ApplyConfig(CLI::App& app, const std::string& file, int argc, char** argv) {
+  auto entries = seedd::ReadConfigFile(file, app);
+  if (!entries.ok()) return Fail(entries.status().message());
+  std::vector<std::string> given;  // flags on the command line: they override the file
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() > 0) given.push_back(opt->get_name());
+  }
+  std::vector<std::string> args;
+  for (const seedd::ConfigEntry& e : *entries) {
+    if (std::find(given.begin(), given.end(), app.get_option(e.flag)->get_name()) != given.end()) {
+      continue;
+    }
+    std::vector<std::string> alone(e.args.rbegin(), e.args.rend());
+    app.clear();
+    try {
+      app.parse(alone);
+    } catch (const CLI::ParseError& error) {
+      return Fail(e.where + ": " + error.what());
+    }
+    g_from_config[e.flag] = e.where;
+    args.insert(args.end(), e.args.begin(), e.args.end());
+  }
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::reverse(args.begin(), args.end());
+  app.clear();
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& error) {
+    return Fail(seedd::ExplainParseError(app, error, argc, argv) + "; see --help");
+  }
+  return 0;
 }
 
 // Idle peers and many concurrent seeds need descriptors; take what the hard limit allows.
@@ -40,6 +88,18 @@ int main(int argc, char** argv) {
       "(--warmup) before it prints 'seedd: serving on HOST:PORT'. The shared token comes\n"
       "from --token-file or SEEDD_TOKEN; never put it on a command line."};
   app.set_version_flag("--version", std::string("seedd ") + SEEDD_VERSION_STRING);
+  std::string config_file;
+  bool check_config = false;
+  app.add_option("--config", config_file,
+                 "a TOML file of settings: each key a long flag without '--' (listen = "
+                 "\"0.0.0.0:7420\", source = [\"origin:7420\"], no-autotune = true); flags on "
+                 "the command line override it. An unknown key or a bad value is an error "
+                 "naming the file, line and key (docs/operations.md has a complete example)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--check-config", check_config,
+               "check the flags and --config file (syntax, keys, values, addresses, the token "
+               "file), print 'seedd: configuration OK' and exit 0 without starting; models, "
+               "stores and sources are not opened");
   std::string listen = "127.0.0.1:7420";
   std::vector<std::string> sources;
   std::string token_file;
@@ -197,6 +257,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return Fail(seedd::ExplainParseError(app, e, argc, argv) + "; see --help");
   }
+  if (!config_file.empty()) {
+    if (int failed = ApplyConfig(app, config_file, argc, argv); failed != 0) return failed;
+  }
 
   if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
   seedd::DaemonOptions options;
@@ -258,6 +321,10 @@ int main(int argc, char** argv) {
   autotune.root = autotune_root;
   options.autotune = autotune;
   options.transport.max_resolver_threads = resolver_threads;
+  if (check_config) {
+    std::printf("seedd: configuration OK\n");
+    return 0;
+  }
 
   RaiseFileLimit();
   // Block the signals before any thread starts so only sigwait sees them.

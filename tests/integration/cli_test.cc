@@ -219,6 +219,63 @@ TEST_F(CliTest, Sha256ChunksTravelFromOriginThroughARelayToSeedctl) {
   EXPECT_TRUE(Has(bad.err, "--chunk-digest")) << bad.err;
 }
 
+// seedd --config FILE sets flags from TOML (dashes or underscores), the command
+// line overrides it, and every mistake in it names the file, line and key.
+TEST_F(CliTest, AConfigFileSetsFlagsTheCommandLineOverridesAndErrorsNameTheLine) {
+  uint16_t busy_port = 0;
+  UniqueFd busy = testing::ListenLoopback(&busy_port);  // the file's address is taken
+  const fs::path config = dir_.path() / "seedd.toml";
+  std::ofstream(config) << "# settings of one daemon\n"
+                        << "listen = \"127.0.0.1:" << busy_port << "\"\n"
+                        << "token_file = \"" << token_file().string() << "\"\n"
+                        << "cache-dir = \"" << (dir_.path() / "cache").string() << "\"\n"
+                        << "model = [\"m=" << model().string() << "\"]\n"
+                        << "chunk-mib = 1\n"
+                        << "chunk-digest = \"sha256\"\n"
+                        << "no-autotune = true\n"
+                        << "log-level = \"warn\"\n";
+  auto refused = RunCommand({SEEDD_BIN, "--config", config.string()});
+  EXPECT_EQ(refused.status, 2) << refused.err;  // the file's --listen was used
+  EXPECT_TRUE(Has(refused.err, std::to_string(busy_port))) << refused.err;
+
+  Process daemon({SEEDD_BIN, "--config", config.string(), "--listen", "127.0.0.1:0"});
+  auto line = daemon.ReadLine(seconds(30));
+  ASSERT_TRUE(line.has_value()) << daemon.Stderr();
+  const std::string addr = line->substr(std::string("seedd: serving on ").size());
+  auto printed = RunCommand({SEEDCTL_BIN, "manifest", model().string(), "--model", "m",
+                             "--chunk-mib", "1", "--chunk-digest", "sha256"});
+  const std::string key = "\"root_digest\": \"";
+  ASSERT_NE(printed.out.find(key), std::string::npos) << printed.err;
+  const std::string root = printed.out.substr(printed.out.find(key) + key.size(), 64);
+  // The daemon's manifest is the one with the file's chunk size and digest.
+  auto pulled = RunCommand(Pull(addr, dir_.path() / "dest", {"--root-digest", root}));
+  EXPECT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+
+  auto error_of = [&](const std::string& text) {
+    std::ofstream(config, std::ios::trunc) << text;
+    auto r = RunCommand({SEEDD_BIN, "--config", config.string()});
+    EXPECT_EQ(r.status, 2) << r.err;
+    return r.err;
+  };
+  const std::string file = config.string();
+  std::string err = error_of("listen = \"127.0.0.1:0\"\n\nchunk-mb = 2\n");
+  EXPECT_TRUE(Has(err, file + ":3: key 'chunk-mb': unknown key (did you mean 'chunk-mib'?)"))
+      << err;
+  err = error_of("chunk-mib = 0\n");
+  EXPECT_TRUE(Has(err, file + ":1: key 'chunk-mib': --chunk-mib: Value 0 not in range")) << err;
+  err = error_of("\nlisten = \"nowhere\"\n");
+  EXPECT_TRUE(Has(err, file + ":2: key 'listen': --listen: invalid address 'nowhere'")) << err;
+  err = error_of("source = \"127.0.0.1:1\"\nlisten = [\"a:1\", \"b:2\"]\n");
+  EXPECT_TRUE(Has(err, file + ":2: key 'listen': takes one value, not an array")) << err;
+  err = error_of("no-autotune = \"yes\"\n");
+  EXPECT_TRUE(Has(err, file + ":1: key 'no-autotune': expects true or false")) << err;
+  err = error_of("listen = \n");
+  EXPECT_TRUE(Has(err, file + ":1:")) << err;
+  err = error_of("[daemon]\nlisten = \"127.0.0.1:0\"\n");
+  EXPECT_TRUE(Has(err, file + ":1: key 'daemon': a table")) << err;
+}
+
 TEST_F(CliTest, TheSummaryCountsOnlySourcesThatDelivered) {
   std::string addr;
   auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);

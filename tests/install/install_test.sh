@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# make install into a temporary prefix, then: the installed seedd and seedctl
+# run (seedd serves with the example configuration), a program builds against
+# the installed libseedd with pkg-config and runs, systemd-analyze verifies the
+# unit without a warning, and docs/operations.md shows the example as installed.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build="$1"
+src="$2"
+tmp="$(mktemp -d)"
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2> /dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
+
+prefix="$tmp/prefix"
+cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
+for f in bin/seedd bin/seedctl include/seedd/daemon.h share/doc/seedd/examples/seedd.toml \
+         lib/systemd/system/seedd.service lib/sysusers.d/seedd.conf; do
+  [ -e "$prefix/$f" ] || fail "$f was not installed"
+done
+lib="$(find "$prefix" -name libseedd.a | head -1)"
+[ -n "$lib" ] || fail "libseedd.a was not installed"
+pcdir="$(dirname "$(find "$prefix" -name seedd.pc | head -1)")"
+[ -f "$pcdir/seedd.pc" ] || fail "seedd.pc was not installed"
+
+# The installed binaries run.
+"$prefix/bin/seedd" --version | grep -q "^seedd " || fail "seedd --version"
+"$prefix/bin/seedctl" --help > /dev/null || fail "seedctl --help"
+
+# The example configuration starts a daemon (paths that need root overridden),
+# and every setting it shows, uncommented, is accepted.
+example="$prefix/share/doc/seedd/examples/seedd.toml"
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/token"
+chmod 600 "$tmp/token"
+"$prefix/bin/seedd" --config "$example" --listen 127.0.0.1:0 --token-file "$tmp/token" \
+  --cache-dir "$tmp/cache" > "$tmp/seedd.out" 2> "$tmp/seedd.err" &
+pid=$!
+for _ in $(seq 1 300); do
+  grep -q "serving on" "$tmp/seedd.out" 2> /dev/null && break
+  kill -0 "$pid" 2> /dev/null || break
+  sleep 0.1
+done
+grep -q "^seedd: serving on 127.0.0.1:" "$tmp/seedd.out" || { cat "$tmp/seedd.err"; fail "seedd --config example"; }
+addr="$(sed -n 's/^seedd: serving on //p' "$tmp/seedd.out")"
+"$prefix/bin/seedctl" ls --source "$addr" --token-file "$tmp/token" > /dev/null || fail "seedctl ls against the installed seedd"
+kill -TERM "$pid"
+wait "$pid" || fail "seedd did not stop cleanly on SIGTERM"
+pid=""
+sed -E 's/^# ([a-z][a-z-]* = )/\1/' "$example" > "$tmp/all.toml"
+for flag in $("$prefix/bin/seedd" --help | sed -nE 's/^  --([a-z][a-z-]*).*/\1/p'); do
+  case "$flag" in help | version | config | check-config) continue ;; esac
+  grep -qE "^$flag = " "$tmp/all.toml" || fail "the example does not show --$flag"
+done
+"$prefix/bin/seedd" --config "$tmp/all.toml" --token-file "$tmp/token" --check-config \
+  | grep -q "configuration OK" || fail "a setting of the example is refused"
+
+# A program built against the installed library with pkg-config.
+cat > "$tmp/tiny.cc" << 'CC'
+#include <seedd/daemon.h>
+#include <seedd/tokens.h>
+#include <cstdio>
+int main() {
+  auto where = seedd::ParseHostPort("127.0.0.1:7420");
+  seedd::TokenRing ring({"first", "second"});
+  if (!where.ok() || ring.Sent() != "first" || !ring.Accepts("second")) return 1;
+  std::printf("tiny: %s\n", where->ToString().c_str());
+  return 0;
+}
+CC
+export PKG_CONFIG_PATH="$pcdir"
+# shellcheck disable=SC2046
+g++ -std=c++20 "$tmp/tiny.cc" -o "$tmp/tiny" $(pkg-config --cflags --libs seedd) || fail "building against seedd.pc"
+[ "$("$tmp/tiny")" = "tiny: 127.0.0.1:7420" ] || fail "the program built against libseedd"
+
+# The unit: systemd-analyze verify prints nothing for a unit without fault
+# (it exits 0 on unknown keys and bad values, so its output is what counts).
+unit="$prefix/lib/systemd/system/seedd.service"
+grep -q "^ExecStart=$prefix/bin/seedd --config /etc/seedd/seedd.toml$" "$unit" || fail "ExecStart names $prefix"
+for hardening in "ProtectSystem=strict" "ReadWritePaths=/var/cache/seedd" "NoNewPrivileges=yes" \
+                 "CapabilityBoundingSet=$"; do
+  grep -q "^$hardening" "$unit" || fail "the unit lacks $hardening"
+done
+systemd-analyze verify "$unit" > "$tmp/verify.out" 2>&1 || { cat "$tmp/verify.out"; fail "systemd-analyze verify"; }
+[ ! -s "$tmp/verify.out" ] || { cat "$tmp/verify.out"; fail "systemd-analyze verify warned"; }
+
+# docs/operations.md shows the example exactly as installed.
+awk '/^<!-- seedd.toml -->/ {on = 1; next} on && /^```toml/ {next} on && /^```/ {exit} on' \
+  "$src/docs/operations.md" > "$tmp/doc.toml"
+diff -u "$src/packaging/seedd.toml" "$tmp/doc.toml" > /dev/null || { diff -u "$src/packaging/seedd.toml" "$tmp/doc.toml"; fail "docs/operations.md's example differs from packaging/seedd.toml"; }
+echo "install_test: all checks passed"
