@@ -8,7 +8,7 @@ PACKAGES=(
   nlohmann-json3-dev libasio-dev libssl-dev libxxhash-dev libspdlog-dev libfmt-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   pkg-config libhiredis-dev libcurl4-openssl-dev redis-server redis-tools
-  libtomlplusplus-dev systemd
+  libtomlplusplus-dev systemd prometheus-cpp-dev libcpp-httplib-dev prometheus
 )
 command -v node >/dev/null && command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 

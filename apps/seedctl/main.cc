@@ -142,6 +142,20 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"xxh3", "sha256"}));
 
+  std::string status_admin;
+  bool status_json = false;
+  double status_timeout = 10;
+  CLI::App* status_cmd = app.add_subcommand(
+      "status",
+      "print what a daemon is doing, from its admin endpoint (seedd --admin-listen): models "
+      "served, pulls with their progress and rate, warmups, stores");
+  status_cmd->add_option("--admin", status_admin, "HOST:PORT of the daemon's --admin-listen")
+      ->required();
+  status_cmd->add_flag("--json", status_json, "print the JSON as served (for scripts)");
+  status_cmd->add_option("--timeout", status_timeout, "seconds to wait for the answer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
+
   std::string gc_cache_dir;
   int gc_keep = 2;
   bool gc_dry_run = false;
@@ -208,6 +222,7 @@ int main(int argc, char** argv) {
     return seedctl::RunManifest(manifest_dir, manifest_model, chunk_mib, manifest_digest);
   if (pull->parsed()) return seedctl::RunPull(pull_args);
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);
+  if (status_cmd->parsed()) return seedctl::RunStatus(status_admin, status_json, status_timeout);
   for (const auto& [op, sub] : store_ops) {
     if (sub->parsed()) {
       const StoreArgs& a = store_args[op];

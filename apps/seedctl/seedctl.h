@@ -49,6 +49,8 @@ int RunRequest(const Connection& c, const std::string& kind, const std::vector<s
 int RunFetch(const Connection& c, const std::string& ns, const std::string& hash,
              const std::string& filename, const std::string& cache_dir);
 int RunList(const Connection& c, const std::string& prefix);
+// GET /status from a daemon's admin endpoint: a table, or the JSON with `json`.
+int RunStatus(const std::string& admin, bool json, double timeout_s);
 
 struct PullArgs {
   std::string token_file;

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
   std::string token_file;
   std::string cache_dir;
   std::string log_level = "info";
+  std::string log_format = "text";
+  std::string admin_listen;
   size_t max_connections = 1024;
   seedd::TransportOptions limits;  // the per-host bounds set by flags
   size_t resolver_threads = 64;
@@ -225,6 +227,15 @@ int main(int argc, char** argv) {
                "from the runner's environment)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  app.add_option("--log-format", log_format,
+                 "text (one line per event) or json (one object per line: time, level, event, "
+                 "fields) for log pipelines")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--admin-listen", admin_listen,
+                 "HOST:PORT to serve /metrics (Prometheus), /healthz, /readyz (503 until every "
+                 "warmup and pull at start is done) and /status (JSON) over HTTP; no token: "
+                 "bind it to loopback or a management network (default: off)");
   app.add_option("--max-connections", max_connections,
                  "open peer connections beyond this are closed at once")
       ->capture_default_str()
@@ -261,7 +272,8 @@ int main(int argc, char** argv) {
     if (int failed = ApplyConfig(app, config_file, argc, argv); failed != 0) return failed;
   }
 
-  if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
+  if (!seedd::SetLogLevel(log_level)) return Fail("--log-level: unknown level '" + log_level + "'");
+  seedd::SetLogFormat(log_format);
   seedd::DaemonOptions options;
   auto parsed_listen = seedd::ParseHostPort(listen);
   if (!parsed_listen.ok()) return Fail("--listen: " + parsed_listen.status().message());
@@ -298,6 +310,11 @@ int main(int argc, char** argv) {
   options.weight_chunk_bytes = chunk_mib << 20;
   options.weight_chunk_digest = chunk_digest;
   options.verify_pulled_files = verify == "sha256";
+  if (!admin_listen.empty()) {
+    auto parsed = seedd::ParseHostPort(admin_listen);
+    if (!parsed.ok()) return Fail("--admin-listen: " + parsed.status().message());
+    options.admin_listen = *parsed;
+  }
   if (!advertise.empty()) {
     auto parsed = seedd::ParseHostPort(advertise);
     if (!parsed.ok()) return Fail("--advertise: " + parsed.status().message());

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,7 +21,9 @@
 
 namespace seedd {
 
+class AdminServer;
 class FlashInferWarmupCache;
+class PullBoard;
 class WeightServer;
 
 // The flashinfer_autotune warmup cache (SPEC §5).
@@ -79,6 +82,10 @@ struct DaemonOptions {
   // The address peers reach this daemon at, announced while pulling; default: the
   // bound listen address unless it is a wildcard (then no relaying).
   std::optional<HostPort> advertise;
+  // Where to serve /metrics, /healthz, /readyz and /status over HTTP; none: off.
+  // Started first in Start, so that /readyz answers 503 while warmups and pulls
+  // at start run.
+  std::optional<HostPort> admin_listen;
   TransportOptions transport;
 };
 
@@ -122,6 +129,14 @@ class Daemon {
   SeedTransport& transport() { return *transport_; }
   const DaemonOptions& options() const { return options_; }
 
+  // True once Start has finished every warmup and pull at start.
+  bool ready() const { return ready_.load(); }
+  // What /status shows: {"ready", "listen", "models": [...], "pulls": [...],
+  // "warmups": [...], "stores": [...]} (docs/operations.md). Thread-safe.
+  Json StatusJson() const;
+  // The admin endpoint's bound address, once Start has begun; nullopt without one.
+  std::optional<HostPort> admin_address() const;
+
  private:
   Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
          std::shared_ptr<FlashInferWarmupCache> autotune, std::shared_ptr<WeightServer> weights,
@@ -135,6 +150,17 @@ class Daemon {
   std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
   std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
   std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
+  std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
+  struct WarmupRecord {
+    std::string kind, state, source, error;  // state: "running", "done", "failed"
+    double seconds = 0;
+  };
+  void RecordWarmup(WarmupRecord record);
+  mutable std::mutex warmups_mu_;
+  std::vector<WarmupRecord> warmups_;  // GUARDED_BY(warmups_mu_)
+  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
+  std::unique_ptr<AdminServer> admin_;
+  std::atomic<bool> ready_{false};
   bool stopped_ = false;
 };
 

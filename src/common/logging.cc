@@ -1,11 +1,57 @@
 #include "common/logging.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
 
 namespace seedd {
 
 namespace {
+
+std::mutex program_mu;
+std::string program = "seedd";  // GUARDED_BY(program_mu)
+
+// One JSON object per line; the message is escaped (invalid UTF-8 replaced).
+class JsonFormatter final : public spdlog::formatter {
+ public:
+  explicit JsonFormatter(std::string program) : program_(std::move(program)) {}
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    using namespace std::chrono;
+    const auto since = msg.time.time_since_epoch();
+    const std::time_t secs = duration_cast<seconds>(since).count();
+    const auto millis = duration_cast<milliseconds>(since).count() % 1000;
+    std::tm utc{};
+    ::gmtime_r(&secs, &utc);
+    char when[40];
+    const size_t n = std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &utc);
+    std::snprintf(when + n, sizeof(when) - n, ".%03dZ", static_cast<int>(millis));
+    const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
+    nlohmann::json line = {
+        {"time", when},
+        {"level", std::string(level.data(), level.size())},
+        {"event", std::string(msg.payload.data(), msg.payload.size())},
+        {"fields", {{"program", program_}, {"pid", ::getpid()}, {"thread", msg.thread_id}}}};
+    const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(text.data(), text.data() + text.size());
+    dest.push_back('\n');
+  }
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<JsonFormatter>(program_);
+  }
+
+ private:
+  const std::string program_;
+};
+
+std::string TextPattern(const std::string& name) {
+  return "%Y-%m-%dT%H:%M:%S.%e %^%L%$ " + name + "[%P]: %v";
+}
+
+bool json_format = false;  // GUARDED_BY(program_mu)
 
 // Extra sinks live behind one dist_sink, whose add/remove lock against logging.
 spdlog::sinks::dist_sink_mt& ExtraSinks() {
@@ -30,7 +76,25 @@ spdlog::logger& Logger() {
 }
 
 void SetLogProgram(std::string_view name) {
-  Logger().set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ " + std::string(name) + "[%P]: %v");
+  std::lock_guard<std::mutex> lock(program_mu);
+  program = std::string(name);
+  if (json_format) {
+    Logger().set_formatter(std::make_unique<JsonFormatter>(program));
+  } else {
+    Logger().set_pattern(TextPattern(program));
+  }
+}
+
+bool SetLogFormat(std::string_view format) {
+  if (format != "text" && format != "json") return false;
+  std::lock_guard<std::mutex> lock(program_mu);
+  json_format = format == "json";
+  if (json_format) {
+    Logger().set_formatter(std::make_unique<JsonFormatter>(program));
+  } else {
+    Logger().set_pattern(TextPattern(program));
+  }
+  return true;
 }
 
 void AddLogSink(std::shared_ptr<spdlog::sinks::sink> sink) {

@@ -23,4 +23,9 @@ void SetLogProgram(std::string_view name);
 // Parses "trace|debug|info|warn|warning|error|critical|off"; false when unknown.
 bool SetLogLevel(std::string_view level);
 
+// "text" (the default: "TIME L seedd[PID]: message") or "json": one object per
+// line, {"time": UTC with ms, "level", "event": the message, "fields":
+// {"program", "pid", "thread"}}, for log pipelines. False when unknown.
+bool SetLogFormat(std::string_view format);
+
 }  // namespace seedd

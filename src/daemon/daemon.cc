@@ -10,6 +10,8 @@
 
 #include "common/backoff.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "daemon/admin_server.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/catalog/catalog.h"
 #include "kinds/weights/data_plane.h"
@@ -303,6 +305,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   }
   std::shared_ptr<WeightServer> weights;
   SeedablePtr weight_shards;
+  auto board = std::make_shared<PullBoard>();
   if (!options.models.empty() || !options.pulls.empty()) {
     std::vector<ServedModel> served;
     BuildOptions build;
@@ -330,6 +333,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.max_neighbours = options.max_neighbours;
     install.registry = registry;
     install.verify_sha256 = options.verify_pulled_files;
+    install.board = board;
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());
@@ -350,6 +354,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
                                                    std::move(weight_shards), std::move(cancel)));
   daemon->registry_ = std::move(registry);
   daemon->tokens_ = std::move(tokens);
+  daemon->pulls_ = std::move(board);
   return daemon;
 }
 
@@ -375,7 +380,97 @@ Status Daemon::ReplaceTokens(std::vector<std::string> tokens) {
 
 Daemon::~Daemon() { Stop(); }
 
+void Daemon::RecordWarmup(WarmupRecord record) {
+  std::lock_guard<std::mutex> lock(warmups_mu_);
+  for (WarmupRecord& w : warmups_) {
+    if (w.kind == record.kind) {
+      w = std::move(record);
+      return;
+    }
+  }
+  warmups_.push_back(std::move(record));
+}
+
+namespace {
+
+// The autotune report's source as a metric label.
+std::string SourceLabel(const std::string& source) {
+  if (source.rfind("peer", 0) == 0) return "peer";
+  if (source.rfind("shared store", 0) == 0) return "store";
+  if (source.rfind("local", 0) == 0) return "local";
+  return "computed";
+}
+
+}  // namespace
+
+std::optional<HostPort> Daemon::admin_address() const {
+  if (admin_ == nullptr) return std::nullopt;
+  return admin_->address();
+}
+
+Json Daemon::StatusJson() const {
+  Json models = Json::array();
+  if (weights_ != nullptr) {
+    for (const auto& m : weights_->Models()) {
+      const uint64_t chunks = m->manifest.chunks.size();
+      const uint64_t have = m->available == nullptr ? chunks : m->available->Count();
+      models.push_back({{"name", m->manifest.model},
+                        {"root_digest", m->manifest.root_digest},
+                        {"files", m->manifest.files.size()},
+                        {"bytes", m->manifest.total_size},
+                        {"chunks", chunks},
+                        {"chunks_served", have},
+                        {"complete", m->available == nullptr},
+                        {"pulled", m->pulled},
+                        {"chunk_digest", std::string(ChunkDigestName(m->manifest.chunk_digest))}});
+    }
+  }
+  Json pulls = Json::array();
+  for (const PullBoard::Entry& p : pulls_->Snapshot()) {
+    const double fetched = static_cast<double>(p.verified_bytes - p.resumed_bytes);
+    Json entry = {{"model", p.model},
+                  {"root_digest", p.root_digest},
+                  {"state", p.state},
+                  {"bytes_total", p.total_bytes},
+                  {"bytes_verified", p.verified_bytes},
+                  {"bytes_resumed", p.resumed_bytes},
+                  {"seconds", p.seconds},
+                  {"rate_bytes_per_second", p.seconds > 0 ? fetched / p.seconds : 0.0},
+                  {"sources", p.seeds},
+                  {"relays", p.relays}};
+    if (!p.error.empty()) entry["error"] = p.error;
+    pulls.push_back(std::move(entry));
+  }
+  Json warmups = Json::array();
+  {
+    std::lock_guard<std::mutex> lock(warmups_mu_);
+    for (const WarmupRecord& w : warmups_) {
+      Json entry = {{"kind", w.kind}, {"state", w.state}, {"seconds", w.seconds}};
+      if (!w.source.empty()) entry["source"] = w.source;
+      if (!w.error.empty()) entry["error"] = w.error;
+      warmups.push_back(std::move(entry));
+    }
+  }
+  Json stores = Json::array({{{"backend", "disk"}, {"location", options_.cache_dir.string()}}});
+  for (const std::string& url : options_.store_urls) {
+    stores.push_back(
+        {{"backend", url.substr(0, url.find("://"))}, {"location", RedactStoreUrl(url)}});
+  }
+  return Json{{"ready", ready()},
+              {"listen", bound_.has_value() ? bound_->ToString() : ""},
+              {"models", std::move(models)},
+              {"pulls", std::move(pulls)},
+              {"warmups", std::move(warmups)},
+              {"stores", std::move(stores)}};
+}
+
 Result<std::optional<HostPort>> Daemon::Start() {
+  if (options_.admin_listen.has_value() && admin_ == nullptr) {
+    Result<std::unique_ptr<AdminServer>> admin = AdminServer::Start(
+        *options_.admin_listen, {[this] { return ready(); }, [this] { return StatusJson(); }});
+    if (!admin.ok()) return admin.status();
+    admin_ = std::move(*admin);
+  }
   std::error_code ec;
   std::filesystem::create_directories(options_.cache_dir, ec);
   if (ec) {
@@ -384,11 +479,22 @@ Result<std::optional<HostPort>> Daemon::Start() {
   }
   if (options_.autotune.warmup) {
     // Before the daemon reports ready: a replica is warm when seedd says so.
+    RecordWarmup({"flashinfer_autotune", "running", "", "", 0});
+    const auto began = std::chrono::steady_clock::now();
     Result<WarmupCache::Report> report = autotune_->Warmup(*transport_);
-    if (!report.ok()) return report.status().WithContext("flashinfer_autotune warmup");
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (!report.ok()) {
+      metrics::Warmup("flashinfer_autotune", "failed", took);
+      RecordWarmup({"flashinfer_autotune", "failed", "", report.status().message(), took});
+      return report.status().WithContext("flashinfer_autotune warmup");
+    }
+    metrics::Warmup("flashinfer_autotune", SourceLabel(report->source), report->seconds);
+    RecordWarmup({"flashinfer_autotune", "done", report->source, "", report->seconds});
   }
   Result<std::optional<HostPort>> bound = transport_->StartListener();
   if (!bound.ok()) return bound.status();
+  bound_ = *bound;
   if (bound->has_value()) {
     Logger().info("Serving {} on {} from {}", kArtifactKind, (*bound)->ToString(),
                   options_.cache_dir.string());
@@ -414,8 +520,24 @@ Result<std::optional<HostPort>> Daemon::Start() {
     for (const std::string& pull : options_.pulls) {
       const std::string name = SplitPin(pull).first;
       if (cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
+      const std::string kind = "weight_shards " + name;
+      RecordWarmup({kind, "running", "", "", 0});
+      const auto began = std::chrono::steady_clock::now();
       Status pulled = PullAtStart(options_, pull, relay, *weight_shards_, *weights_, *cancel_);
-      if (!pulled.ok()) return pulled.WithContext("--pull " + pull);
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      if (!pulled.ok()) {
+        metrics::Warmup("weight_shards", "failed", took);
+        RecordWarmup({kind, "failed", "", pulled.message(), took});
+        return pulled.WithContext("--pull " + pull);
+      }
+      // Fetched when its pull is on the board as done; else a local copy was served.
+      bool fetched = false;
+      for (const PullBoard::Entry& p : pulls_->Snapshot()) {
+        fetched = fetched || (p.model == name && p.state == "done");
+      }
+      metrics::Warmup("weight_shards", fetched ? "peer" : "local", took);
+      RecordWarmup({kind, "done", fetched ? "peers" : "local copy", "", took});
       GcOptions gc;
       gc.keep_versions = options_.keep_versions;
       gc.only_model = name;
@@ -428,10 +550,13 @@ Result<std::optional<HostPort>> Daemon::Start() {
       }
     }
   }
+  ready_ = true;
   return bound;
 }
 
 void Daemon::Stop() {
+  ready_ = false;
+  admin_.reset();
   announcer_.reset();
   transport_->Close();
   if (weights_ != nullptr && !stopped_) {

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "seedd/store_registry.h"
 #include "stores/backends.h"
 #include "stores/store_url.h"
@@ -31,6 +32,36 @@ std::string JoinSchemes() {
   for (const auto& s : KnownStoreSchemes()) out += (out.empty() ? "" : ", ") + s + "://";
   return out;
 }
+
+class CountingStore final : public ArtifactStoreWrapper {
+ public:
+  CountingStore(ArtifactStorePtr inner, std::string backend)
+      : ArtifactStoreWrapper(std::move(inner)), backend_(std::move(backend)) {}
+
+  Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
+    auto r = inner().Get(key);
+    metrics::StoreOperation(backend_, "get", !r.ok() ? "error" : r->has_value() ? "ok" : "miss");
+    return r;
+  }
+  Status Put(const ArtifactKey& key, std::string_view value) override {
+    Status s = inner().Put(key, value);
+    metrics::StoreOperation(backend_, "put", s.ok() ? "ok" : "error");
+    return s;
+  }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    auto r = inner().List(prefix);
+    metrics::StoreOperation(backend_, "list", r.ok() ? "ok" : "error");
+    return r;
+  }
+  Status Delete(const ArtifactKey& key) override {
+    Status s = inner().Delete(key);
+    metrics::StoreOperation(backend_, "delete", s.ok() ? "ok" : "error");
+    return s;
+  }
+
+ private:
+  const std::string backend_;
+};
 
 class TolerantStore final : public ArtifactStoreWrapper {
  public:
@@ -124,7 +155,11 @@ Result<ArtifactStorePtr> OpenArtifactStore(std::string_view url) {
   }
   Result<ArtifactStorePtr> store = factory(url);
   if (!store.ok()) return store.status().WithContext("store " + shown);
-  return store;
+  return NewCountingStore(std::move(*store), parsed->scheme);
+}
+
+ArtifactStorePtr NewCountingStore(ArtifactStorePtr inner, std::string backend) {
+  return std::make_unique<CountingStore>(std::move(inner), std::move(backend));
 }
 
 ArtifactStorePtr NewTolerantStore(ArtifactStorePtr inner) {

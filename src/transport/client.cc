@@ -13,6 +13,7 @@
 #include <cerrno>
 
 #include "common/errno_status.h"
+#include "common/metrics.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
 
@@ -113,6 +114,7 @@ Status WriteAll(int fd, std::string_view data, Clock::time_point deadline) {
   while (!data.empty()) {
     ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n > 0) {
+      metrics::BytesSent(metrics::Plane::kControl, static_cast<uint64_t>(n));
       data.remove_prefix(static_cast<size_t>(n));
       continue;
     }
@@ -158,6 +160,7 @@ Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point 
   while (!reader.done()) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n > 0) {
+      metrics::BytesReceived(metrics::Plane::kControl, static_cast<uint64_t>(n));
       if (first.size() < 64) {
         first.append(buf.data(), std::min<size_t>(static_cast<size_t>(n), 64 - first.size()));
       }

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
 #include "wire/frame.h"
@@ -130,8 +131,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
         reader_(kMaxRemoteRequestBytes),
         peer_(std::move(peer)) {
     server_->Register(this);
+    metrics::ConnectionOpened(metrics::Plane::kControl);
   }
   ~Connection() {
+    metrics::ConnectionClosed(metrics::Plane::kControl);
     if (!authenticated_ && !evicted_) server_->limits.Released(peer_);
     // The access log (debug): who asked for what, the outcome, never the token.
     if (Logger().should_log(spdlog::level::debug)) {
@@ -218,6 +221,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       RespondError(reader_.EndOfStreamError().message());
       return;
     }
+    metrics::BytesReceived(metrics::Plane::kControl, n);
     reader_.Feed(std::string_view(buf_.data(), n));
     if (reader_.failed()) {
       RespondError(reader_.error().message());
@@ -234,10 +238,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Result<Json> request = ParseJson(reader_.body());
     reader_ = FrameReader(0);  // free the body
     if (!request.ok()) {
+      metrics::Request("unknown", "invalid");
       RespondError("Invalid request: " + request.status().message());
       return;
     }
     if (!server_->handler.Authenticate(*request)) {
+      metrics::AuthFailure();
+      metrics::Request(KnownKind(*request), "unauthorized");
       const size_t failures = server_->limits.AuthFailed(peer_, AddressLimits::Clock::now());
       server_->failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer_,
                                 failures, Seconds(server_->limits.options().auth_failure_window));
@@ -249,6 +256,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (auto kind = request->find("kind"); kind != request->end() && kind->is_string()) {
       kind_ = kind->get<std::string>().substr(0, 64);
     }
+    metric_kind_ = KnownKind(*request);
     if (const StreamHandler* stream = FindStream(*request)) {
       HandOver(*stream, std::move(*request));
       return;
@@ -272,6 +280,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (size_t at = frame.rfind("\"status\":\""); at != std::string::npos) {
       outcome_ = frame.substr(at + 10, frame.find('"', at + 10) - (at + 10));
     }
+    metrics::Request(metric_kind_, outcome_ == "ok" || outcome_ == "miss" ? outcome_ : "error");
+    metrics::BytesSent(metrics::Plane::kControl, frame.size());
     size_t sent = 0;
     bool would_block = false;
     while (sent < frame.size()) {
@@ -299,6 +309,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  // The request's kind as a metric label: one served here, else "unknown" (a
+  // peer's free text never becomes a label).
+  std::string KnownKind(const Json& request) const {
+    auto kind = request.find("kind");
+    if (kind == request.end() || !kind->is_string()) return "unknown";
+    const std::string& name = kind->get_ref<const std::string&>();
+    if (server_->handler.Find(name) != nullptr || FindStream(request) != nullptr) return name;
+    return "unknown";
+  }
+
   const StreamHandler* FindStream(const Json& request) const {
     auto kind = request.find("kind");
     if (kind == request.end() || !kind->is_string()) return nullptr;
@@ -314,6 +334,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (server_->streams.queued() >= o.max_queued_streams) {
       server_->busy_streams.Warn("Refused a data connection from {}: {} waiting, the limit is {}",
                                  peer_, server_->streams.queued(), o.max_queued_streams);
+      metrics::ConnectionRefused("data_queue_full");
+      metrics::Request(metric_kind_, "busy");
       RespondBusy("the data plane is busy (" + std::to_string(o.max_queued_streams) +
                   " connections waiting); retry later");
       return;
@@ -321,6 +343,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!server_->limits.AdmitStream(peer_)) {
       server_->busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", peer_,
                                  o.max_streams_per_address);
+      metrics::ConnectionRefused("data_per_address");
+      metrics::Request(metric_kind_, "busy");
       RespondBusy("too many data connections from " + peer_ + " (at most " +
                   std::to_string(o.max_streams_per_address) + ")");
       return;
@@ -328,6 +352,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDone;
     outcome_ = "handed to the data plane";
+    metrics::Request(metric_kind_, "data");
     timer_.cancel();
     asio::error_code ec;
     int fd = socket_.release(ec);
@@ -341,8 +366,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
           struct Ended {
             SeedServer::Rep* rep;
             const std::string& peer;
-            ~Ended() { rep->limits.StreamEnded(peer); }
+            ~Ended() {
+              rep->limits.StreamEnded(peer);
+              metrics::ConnectionClosed(metrics::Plane::kData);
+            }
           } ended{rep, peer};
+          metrics::ConnectionOpened(metrics::Plane::kData);
           {
             std::lock_guard<std::mutex> lock(rep->streams_mu);
             if (rep->streams_closing) {
@@ -384,7 +413,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     outcome_ = "error: " + message.substr(0, 80);
     // Best effort: the peer may be gone or never read it.
     ArmDeadline(kErrorWriteTimeout);
-    Write(EncodeJsonFrame(response));
+    std::string frame = EncodeJsonFrame(response);
+    metrics::BytesSent(metrics::Plane::kControl, frame.size());
+    Write(std::move(frame));
   }
 
   // On the loop thread.
@@ -422,6 +453,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // For the access log.
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::string kind_ = "-";
+  std::string metric_kind_ = "unknown";
   std::string outcome_ = "closed";
   size_t bytes_out_ = 0;
 };
@@ -463,6 +495,7 @@ void SeedServer::Rep::DoAccept() {
     if (now_open >= options.max_connections) {
       asio::error_code ignored;
       socket.close(ignored);
+      metrics::ConnectionRefused("max_connections");
       ++refused_since_log;
       auto now = std::chrono::steady_clock::now();
       if (now - last_cap_log >= std::chrono::seconds(1)) {
@@ -498,23 +531,27 @@ void SeedServer::Rep::DoAccept() {
         const AddressLimitOptions& l = limits.options();
         switch (verdict) {
           case AddressLimits::Verdict::kAddressFull:
+            metrics::ConnectionRefused("address_unauthenticated");
             refused_address.Warn(
                 "Refused a D2D connection from {}: it holds {} unauthenticated, the limit per "
                 "address",
                 peer, l.max_unauthenticated_per_address);
             break;
           case AddressLimits::Verdict::kServerFull:
+            metrics::ConnectionRefused("unauthenticated");
             refused_address.Warn(
                 "Refused a D2D connection from {}: {} unauthenticated connections open, the "
                 "limit (the rest of --max-connections is kept for authenticated work)",
                 peer, l.max_unauthenticated);
             break;
           case AddressLimits::Verdict::kThrottled:
+            metrics::ConnectionRefused("auth_failures");
             refused_address.Warn(
                 "Refused a D2D connection from {}: more than {} failed authentications in {} s",
                 peer, l.max_auth_failures, Seconds(l.auth_failure_window));
             break;
           default:
+            metrics::ConnectionRefused("addresses");
             refused_address.Warn("Refused a D2D connection from {}: too many peer addresses", peer);
         }
       }

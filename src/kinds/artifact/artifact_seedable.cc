@@ -1,6 +1,7 @@
 
 #include "common/crypto.h"
 #include "seedd/artifact_kind.h"
+#include "stores/backends.h"
 
 namespace seedd {
 namespace {
@@ -147,7 +148,8 @@ SeedablePtr NewArtifactSeedable(const std::filesystem::path& cache_dir,
                                 std::vector<std::shared_ptr<ArtifactStore>> shared) {
   DiskStoreOptions options;
   options.max_value_bytes = kMaxArtifactBytes;
-  return NewArtifactSeedable(NewDiskArtifactStore("", cache_dir, options), std::move(shared));
+  return NewArtifactSeedable(NewCountingStore(NewDiskArtifactStore("", cache_dir, options), "disk"),
+                             std::move(shared));
 }
 
 SeedablePtr NewArtifactSeedable(ArtifactStorePtr store,

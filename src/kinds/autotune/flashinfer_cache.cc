@@ -5,6 +5,7 @@
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "kinds/autotune/table.h"
+#include "stores/backends.h"
 #include "wire/json_text.h"
 
 namespace seedd {
@@ -59,7 +60,8 @@ FlashInferWarmupCache::FlashInferWarmupCache(FlashInferOptions options, Autotune
   if (config_hash_.empty() && runner_ != nullptr) {
     config_hash_ = Sha256Hex(DumpJson(runner_->Configuration()));
   }
-  disk_ = NewDiskArtifactStore(std::string(kFlashInferKind), options_.autotune_root);
+  disk_ = NewCountingStore(
+      NewDiskArtifactStore(std::string(kFlashInferKind), options_.autotune_root), "disk");
 }
 
 Json FlashInferWarmupCache::RankContext() const {

@@ -16,6 +16,11 @@ void ChunkSet::Set(size_t i) {
   added_.notify_all();
 }
 
+size_t ChunkSet::Count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_.size();
+}
+
 bool ChunkSet::Test(size_t i) const {
   return i < size_ && (words_[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
 }

@@ -24,6 +24,8 @@ class ChunkSet {
   // Adds chunk i (once: a second Set of it changes nothing) and wakes Since.
   void Set(size_t i);
   bool Test(size_t i) const;
+  // How many chunks were added.
+  size_t Count() const;
   // The data-plane bitmap: ceil(size/8) bytes, chunk i is bit 0x80 >> (i % 8).
   // `*cursor` (when given) is set to how many chunks were added before the bitmap
   // was taken: every one of them is in it.

@@ -81,6 +81,9 @@ struct ServedModel {
     std::string tail;  // ] ...
   };
   std::shared_ptr<const Text> text;
+  // Fetched from peers (a --pull), not served from a directory of this host's:
+  // what is sent from it is relayed (metrics).
+  bool pulled = false;
 };
 
 // A model as indexed, ready to serve.
@@ -193,6 +196,37 @@ class WeightServer {
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.
+// The pulls of a daemon, running and done, for /status and the
+// seedd_pull_progress_ratio metric. Thread-safe.
+class PullBoard {
+ public:
+  struct Entry {
+    std::string model;
+    std::string root_digest;
+    std::string state;  // "pulling", "done" or "failed"
+    uint64_t total_bytes = 0;
+    uint64_t verified_bytes = 0;  // resumed ones included
+    uint64_t resumed_bytes = 0;   // verified by an earlier run
+    size_t seeds = 0;             // sources that sent a verified chunk
+    size_t relays = 0;            // relays that did
+    double seconds = 0;           // since the pull started (to its end, once ended)
+    std::string error;            // why it failed
+  };
+  void Started(const Manifest& m);
+  void Progress(const std::string& model, uint64_t verified, uint64_t resumed, size_t seeds,
+                size_t relays);
+  void Finished(const std::string& model, const Status& status);
+  std::vector<Entry> Snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  struct Running {
+    Entry entry;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::vector<Running> pulls_;  // GUARDED_BY(mu_): the latest pull of each model
+};
+
 struct WeightInstallOptions {
   std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<root digest>
   std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
@@ -202,6 +236,7 @@ struct WeightInstallOptions {
   size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
   std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
   bool verify_sha256 = false;                       // see FetchOptions::verify_sha256
+  std::shared_ptr<PullBoard> board;                 // where pulls report; may be null
 };
 
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),

@@ -6,6 +6,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "kinds/weights/registry.h"
 #include "transport/client.h"
 
@@ -309,6 +310,7 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
     return journaled;
   }
   sched_.Arrived(source->id, index);  // endgame copies still on the wire are drained
+  metrics::ChunkVerified();
   stats_->chunks_holes += hole;
   verified_bytes_ += c.length;
   auto use = std::find_if(stats_->used.begin(), stats_->used.end(),
@@ -324,6 +326,7 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
 }
 
 void Fetch::Reject(uint32_t index, Source* source) {
+  metrics::ChunkVerificationFailed();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_->chunks_rejected;
   FailLocked(source, index);

@@ -10,6 +10,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "kinds/weights/fetch.h"
 #include "transport/client.h"
 #include "wire/frame.h"
@@ -370,6 +371,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
     for (uint64_t done = 0; done < c.length;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
       SEEDD_RETURN_IF_ERROR(RecvAllBy(sock, buf->data(), n, deadline));
+      metrics::BytesReceived(metrics::Plane::kData, n);
       done += n;
       at(done);
     }
@@ -386,6 +388,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
     st = RecvAllBy(sock, buf->data(), n, deadline);
     if (!st.ok()) break;
+    metrics::BytesReceived(metrics::Plane::kData, n);
     hash.Update(std::string_view(buf->data(), n));
     st = staging_.Write(**file, c, done, buf->data(), n);
     *local = !st.ok();

@@ -12,6 +12,7 @@
 #include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/records.h"
@@ -278,6 +279,8 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
       }
       left -= static_cast<uint64_t>(w);
       bytes_served_.fetch_add(static_cast<uint64_t>(w), std::memory_order_relaxed);
+      metrics::BytesSent(metrics::Plane::kData, static_cast<uint64_t>(w));
+      if (model->pulled) metrics::RelayBytesSent(static_cast<uint64_t>(w));
     }
     EndSend(root, peer, index, sent);
     if (!sent) return;

@@ -1,13 +1,70 @@
 // The weight_shards kind: manifests on the control channel; Install pulls the
 // bytes on the data plane into the cache, keyed by root digest.
+#include <algorithm>
+
 #include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/local_copy.h"
 #include "wire/json_text.h"
 
 namespace seedd {
+
+void PullBoard::Started(const Manifest& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find_if(pulls_.begin(), pulls_.end(),
+                         [&](const Running& r) { return r.entry.model == m.model; });
+  if (it == pulls_.end()) it = pulls_.insert(pulls_.end(), Running{});
+  it->entry = Entry{m.model, m.root_digest, "pulling", m.total_size, 0, 0, 0, 0, 0, ""};
+  it->start = std::chrono::steady_clock::now();
+  metrics::PullProgress(m.model, 0);
+}
+
+void PullBoard::Progress(const std::string& model, uint64_t verified, uint64_t resumed,
+                         size_t seeds, size_t relays) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Running& r : pulls_) {
+    if (r.entry.model != model) continue;
+    r.entry.verified_bytes = verified;
+    r.entry.resumed_bytes = resumed;
+    r.entry.seeds = seeds;
+    r.entry.relays = relays;
+    metrics::PullProgress(
+        model, r.entry.total_bytes == 0
+                   ? 1.0
+                   : static_cast<double>(verified) / static_cast<double>(r.entry.total_bytes));
+  }
+}
+
+void PullBoard::Finished(const std::string& model, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Running& r : pulls_) {
+    if (r.entry.model != model) continue;
+    r.entry.state = status.ok() ? "done" : "failed";
+    r.entry.error = status.ok() ? "" : status.message();
+    r.entry.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+    if (status.ok()) {
+      r.entry.verified_bytes = r.entry.total_bytes;
+      metrics::PullProgress(model, 1.0);
+    }
+  }
+}
+
+std::vector<PullBoard::Entry> PullBoard::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Entry> out;
+  const auto now = std::chrono::steady_clock::now();
+  for (const Running& r : pulls_) {
+    out.push_back(r.entry);
+    if (r.entry.state == "pulling") {
+      out.back().seconds = std::chrono::duration<double>(now - r.start).count();
+    }
+  }
+  return out;
+}
 namespace {
 
 class WeightShardsSeedable final : public Seedable {
@@ -101,6 +158,7 @@ class WeightShardsSeedable final : public Seedable {
     Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
                   dir.string(), served->manifest.files.size(), served->manifest.total_size,
                   served->manifest.root_digest);
+    served->pulled = true;
     server_->Publish(std::move(*served));
     return Status::Ok();
   }
@@ -122,12 +180,25 @@ class WeightShardsSeedable final : public Seedable {
       // Other fetchers may take what is verified already from here.
       Manifest partial = manifest;
       partial.sources.clear();
-      server_->Publish(
-          ServedModel{std::move(partial), staging, fetch.verified, {}, nullptr, nullptr});
+      ServedModel staged{std::move(partial), staging, fetch.verified, {}, nullptr, nullptr};
+      staged.pulled = true;
+      server_->Publish(std::move(staged));
     };
     FetchStats stats;
+    if (install_.board != nullptr) {
+      install_.board->Started(manifest);
+      // Called with the fetch's lock held: stats are stable.
+      fetch.progress = [&](uint64_t verified) {
+        size_t seeds = 0;
+        for (const SourceUse& u : stats.used) seeds += u.seed;
+        install_.board->Progress(manifest.model, verified, stats.bytes_resumed, seeds,
+                                 stats.used.size() - seeds);
+      };
+    }
     const auto start = std::chrono::steady_clock::now();
-    SEEDD_RETURN_IF_ERROR(FetchModel(manifest, install_.sources, dir, fetch, &stats));
+    Status fetched = FetchModel(manifest, install_.sources, dir, fetch, &stats);
+    if (install_.board != nullptr) install_.board->Finished(manifest.model, fetched);
+    SEEDD_RETURN_IF_ERROR(fetched);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Logger().info(
