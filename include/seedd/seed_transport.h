@@ -30,9 +30,12 @@ inline constexpr std::chrono::milliseconds kRemoteRequestTimeout{5000};
 inline constexpr std::chrono::milliseconds kAuthenticatedTimeout{300000};
 
 // Takes over an authenticated connection whose request names its kind (a data
-// plane): it gets the connected socket (blocking; closed after it returns) and
+// plane): it gets the connection (a blocking socket, plain or TLS; closed after
+// it returns) and
 // the request, and runs on a stream thread of its own.
-using StreamHandler = std::function<void(int fd, const Json& request)>;
+class Conn;        // a connection, plain or TLS (transport/tls.h)
+class TlsContext;  // seedd/tls.h
+using StreamHandler = std::function<void(Conn& conn, const Json& request)>;
 
 struct TransportOptions {
   // Server: the request frame must arrive whole within this time.

@@ -340,7 +340,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     weight_shards = NewWeightShardsSeedable(weights, std::move(install));
     seedables.push_back(weight_shards);
     options.transport.stream_handlers[std::string(kWeightDataKind)] =
-        [weights](int fd, const Json& request) { weights->Serve(fd, request); };
+        [weights](Conn& conn, const Json& request) { weights->Serve(conn, request); };
   }
   seedables.push_back(NewCatalogSeedable(
       [cache_dir = options.cache_dir, shared, weights](const std::string& prefix) {

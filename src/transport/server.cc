@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
+#include "transport/tls.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
 
@@ -389,7 +390,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
           pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
           int flags = ::fcntl(fd, F_GETFL);
           ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-          handler(fd, request);
+          Conn conn(fd);
+          handler(conn, request);
           {
             std::lock_guard<std::mutex> lock(rep->streams_mu);
             rep->stream_fds.erase(fd);

@@ -162,7 +162,7 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
   TransportOptions options;
   options.max_streams = 2;
   options.max_queued_streams = 1;
-  options.stream_handlers["weight_data"] = [&](int, const Json&) {
+  options.stream_handlers["weight_data"] = [&](Conn&, const Json&) {
     ++running;
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return release; });

@@ -95,7 +95,7 @@ TEST_F(LateSourcesTest, AnOriginThatGoesAwayMidPullIsUsedAgainWhenItIsBack) {
   config.listen = HostPort{"127.0.0.1", port};
   config.token = kToken;
   TransportOptions options;
-  options.stream_handlers["weight_data"] = [&](int, const Json&) {
+  options.stream_handlers["weight_data"] = [&](Conn&, const Json&) {
     ++held;
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return die; });

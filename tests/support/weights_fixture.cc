@@ -149,7 +149,9 @@ HostPort WeightsFixture::ServeWeights(std::shared_ptr<WeightServer> server,
   SeedConfig config;
   config.listen = HostPort{"127.0.0.1", 0};
   config.token = kToken;
-  topts.stream_handlers["weight_data"] = [server](int fd, const Json& r) { server->Serve(fd, r); };
+  topts.stream_handlers["weight_data"] = [server](Conn& conn, const Json& r) {
+    server->Serve(conn, r);
+  };
   auto t = SeedTransport::Create({NewWeightShardsSeedable(server)}, config, topts);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   HostPort addr = **(*t)->StartListener();
@@ -185,7 +187,7 @@ StalledOrigin::StalledOrigin(const std::filesystem::path& model) {
   config.listen = HostPort{"127.0.0.1", 0};
   config.token = kToken;
   TransportOptions options;
-  options.stream_handlers["weight_data"] = [this](int, const Json&) {
+  options.stream_handlers["weight_data"] = [this](Conn&, const Json&) {
     ++entered_;
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return released_; });

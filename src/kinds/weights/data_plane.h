@@ -51,6 +51,7 @@
 #include "seedd/seedable.h"
 #include "seedd/status.h"
 #include "seedd/tokens.h"
+#include "transport/tls.h"
 
 namespace seedd {
 
@@ -121,7 +122,7 @@ class WeightServer {
  public:
   explicit WeightServer(std::vector<ServedModel> models, WeightServerOptions options = {});
   // The stream handler of kind weight_data. REQUIRES: `request` authenticated.
-  void Serve(int fd, const Json& request);
+  void Serve(Conn& conn, const Json& request);
   // Serves `model` from now on, in place of any model of the same name.
   void Publish(ServedModel model);
   std::shared_ptr<const ServedModel> FindModel(std::string_view name) const;
@@ -166,11 +167,11 @@ class WeightServer {
   // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
   uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
-  void ServeRequests(int fd, const std::string& root, std::shared_ptr<const ServedModel> model,
+  void ServeRequests(Conn& conn, const std::string& root, std::shared_ptr<const ServedModel> model,
                      int peer, const std::string& relay, const std::string& session);
   // Answers "SDST" (state) or "SDWT" (watch from `cursor`); false when the
   // connection is to close.
-  bool ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
+  bool ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
                   const std::string& relay);
   // An upload slot for a chunk to `relay`: false when every slot is taken, or
   // `relay` holds one still after own_slot_wait (a relay that stops reading

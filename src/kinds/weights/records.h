@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "seedd/status.h"
+#include "transport/socket_io.h"
 
 namespace seedd {
 
@@ -58,18 +59,5 @@ struct TransferDeadline {
   uint64_t min_rate = 256 * 1024;  // bytes per second
   std::chrono::steady_clock::time_point For(uint64_t bytes) const;
 };
-
-// Blocking socket I/O for the data plane: all of it or an error. Sends never
-// raise SIGPIPE.
-bool SendAll(int fd, const char* p, size_t n);
-Status RecvAll(int fd, char* p, size_t n);
-
-// The same, all of it before `deadline` (DeadlineExceeded / false after it).
-bool SendAllBy(int fd, const char* p, size_t n, std::chrono::steady_clock::time_point deadline);
-Status RecvAllBy(int fd, char* p, size_t n, std::chrono::steady_clock::time_point deadline);
-// Sets the socket's send (receive) timeout to the time left until `deadline`, so
-// a blocking call on it returns by then; false when it has passed.
-bool ArmSendTimeout(int fd, std::chrono::steady_clock::time_point deadline);
-bool ArmRecvTimeout(int fd, std::chrono::steady_clock::time_point deadline);
 
 }  // namespace seedd

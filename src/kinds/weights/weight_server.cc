@@ -92,7 +92,7 @@ std::shared_ptr<const ServedModel> WeightServer::FindRoot(const std::string& roo
   return it == by_root_.end() ? nullptr : it->second;
 }
 
-void WeightServer::Serve(int fd, const Json& request) {
+void WeightServer::Serve(Conn& conn, const Json& request) {
   connections_.fetch_add(1, std::memory_order_relaxed);
   struct Leave {
     std::atomic<int>& n;
@@ -103,9 +103,9 @@ void WeightServer::Serve(int fd, const Json& request) {
                                ? root_field->get<std::string>()
                                : std::string();
   std::shared_ptr<const ServedModel> model = root.empty() ? nullptr : FindRoot(root);
-  auto error = [this, fd](const std::string& message) {
+  auto error = [this, &conn](const std::string& message) {
     std::string frame = EncodeJsonFrame(Json{{"status", "error"}, {"message", message}});
-    SendAllBy(fd, frame.data(), frame.size(), options_.send.For(frame.size()));
+    conn.SendAllBy(frame.data(), frame.size(), options_.send.For(frame.size()));
   };
   if (model == nullptr) return error("no model with that root_digest");
   std::string relay;
@@ -126,8 +126,8 @@ void WeightServer::Serve(int fd, const Json& request) {
   const size_t chunk_count = model->manifest.chunks.size();
   const int peer = relay.empty() ? -1 : Announce(root, relay, session, chunk_count);
   std::string ok = EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}});
-  if (!SendAllBy(fd, ok.data(), ok.size(), options_.send.For(ok.size()))) return;
-  ServeRequests(fd, root, std::move(model), peer, relay, session);
+  if (!conn.SendAllBy(ok.data(), ok.size(), options_.send.For(ok.size()))) return;
+  ServeRequests(conn, root, std::move(model), peer, relay, session);
 }
 
 void WeightServer::WarnChanged(const ServedModel& model, const std::string& file,
@@ -142,25 +142,22 @@ void WeightServer::WarnChanged(const ServedModel& model, const std::string& file
       (model.dir / file).string(), model.manifest.model, why);
 }
 
-void WeightServer::ServeRequests(int fd, const std::string& root,
+void WeightServer::ServeRequests(Conn& conn, const std::string& root,
                                  std::shared_ptr<const ServedModel> model, int peer,
                                  const std::string& relay, const std::string& session) {
   const size_t chunk_count = model->manifest.chunks.size();
   auto send_header = [&](std::string_view magic, uint32_t index, uint32_t status, uint32_t aux,
                          uint64_t length, std::chrono::steady_clock::time_point deadline) {
     const HeaderRecord h = EncodeHeader(magic, index, status, aux, length);
-    return SendAllBy(fd, h.data(), h.size(), deadline);
+    return conn.SendAllBy(h.data(), h.size(), deadline);
   };
   auto deadline_for = [&](uint64_t n) { return options_.send.For(n); };
   std::map<std::string, UniqueFd, std::less<>> files;
   RequestRecord req;
   size_t have = 0;
   for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(options_.idle_timeout.count())) <= 0) return;
-    ssize_t r = ::recv(fd, req.data() + have, req.size() - have, MSG_DONTWAIT);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r <= 0) return;  // the fetcher is done
+    const long r = conn.RecvSome(req.data() + have, req.size() - have, options_.idle_timeout);
+    if (r <= 0) return;  // the fetcher is done, or idle too long
     have += static_cast<size_t>(r);
     if (have < req.size()) continue;
     have = 0;
@@ -180,7 +177,7 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     const auto& chunks = model->manifest.chunks;
     if (state || watch) {
       if (peer >= 0) Announce(root, relay, session, chunk_count);
-      if (!ServeState(fd, *model, watch, index, relay)) return;
+      if (!ServeState(conn, *model, watch, index, relay)) return;
       continue;
     }
     const auto small = deadline_for(kHeaderBytes);
@@ -264,30 +261,18 @@ void WeightServer::ServeRequests(int fd, const std::string& root,
     // a trickle) does not hold this thread.
     const auto deadline = deadline_for(kHeaderBytes + c.length);
     bool sent = send_header(kChunkMagic, index, kChunkOk, 0, c.length, deadline);
-    off_t offset = static_cast<off_t>(c.offset);
-    uint64_t left = c.length;
-    while (sent && left > 0) {  // straight from the page cache to the socket
-      if (!ArmSendTimeout(fd, deadline)) {
-        sent = false;
-        break;
-      }
-      ssize_t w = ::sendfile(fd, file, &offset, std::min<uint64_t>(left, 1ull << 30));
-      if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (w <= 0) {
-        sent = false;
-        break;
-      }
-      left -= static_cast<uint64_t>(w);
-      bytes_served_.fetch_add(static_cast<uint64_t>(w), std::memory_order_relaxed);
-      metrics::BytesSent(metrics::Plane::kData, static_cast<uint64_t>(w));
-      if (model->pulled) metrics::RelayBytesSent(static_cast<uint64_t>(w));
-    }
+    sent = sent &&
+           conn.SendFileBy(file, static_cast<off_t>(c.offset), c.length, deadline, [&](uint64_t w) {
+             bytes_served_.fetch_add(w, std::memory_order_relaxed);
+             metrics::BytesSent(metrics::Plane::kData, w);
+             if (model->pulled) metrics::RelayBytesSent(w);
+           });
     EndSend(root, peer, index, sent);
     if (!sent) return;
   }
 }
 
-bool WeightServer::ServeState(int fd, const ServedModel& model, bool watch, uint32_t cursor,
+bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
                               const std::string& relay) {
   const size_t chunks = model.manifest.chunks.size();
   std::string body;
@@ -318,8 +303,8 @@ bool WeightServer::ServeState(int fd, const ServedModel& model, bool watch, uint
   const auto deadline = options_.send.For(kHeaderBytes + body.size());
   const HeaderRecord h = EncodeHeader(watch ? kHaveMagic : kStateMagic, static_cast<uint32_t>(next),
                                       kChunkOk, aux, body.size());
-  return SendAllBy(fd, h.data(), h.size(), deadline) &&
-         SendAllBy(fd, body.data(), body.size(), deadline);
+  return conn.SendAllBy(h.data(), h.size(), deadline) &&
+         conn.SendAllBy(body.data(), body.size(), deadline);
 }
 
 ServedModel ServeIndexed(IndexedModel index) {

@@ -1,0 +1,391 @@
+#include "transport/tls.h"
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/errno_status.h"
+#include "transport/socket_io.h"
+#include "wire/frame.h"
+
+namespace seedd {
+namespace {
+
+// OpenSSL's queued errors as one line, the queue emptied.
+std::string SslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    // "error:0A000086:SSL routines::certificate verify failed" → the reason.
+    std::string text = buf;
+    const size_t colon = text.rfind(':');
+    if (colon != std::string::npos) text = text.substr(colon + 1);
+    if (!out.empty()) out += "; ";
+    out += text;
+  }
+  return out.empty() ? "no detail" : out;
+}
+
+std::string Describe(const std::filesystem::path& p) { return p.string(); }
+
+Status LoadCertAndKey(SSL_CTX* ctx, const TlsOptions& o) {
+  ERR_clear_error();
+  if (SSL_CTX_use_certificate_chain_file(ctx, o.cert.c_str()) != 1) {
+    return Status::InvalidArgument("--tls-cert " + Describe(o.cert) +
+                                   ": not a readable PEM certificate (" + SslErrors() + ")");
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, o.key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    return Status::InvalidArgument("--tls-key " + Describe(o.key) +
+                                   ": not a readable PEM private key (" + SslErrors() + ")");
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) {
+    return Status::InvalidArgument("--tls-key " + Describe(o.key) + " does not match --tls-cert " +
+                                   Describe(o.cert));
+  }
+  X509* cert = SSL_CTX_get0_certificate(ctx);
+  if (cert != nullptr && X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+    return Status::InvalidArgument("--tls-cert " + Describe(o.cert) + " has expired");
+  }
+  return Status::Ok();
+}
+
+Status LoadCa(SSL_CTX* ctx, const TlsOptions& o) {
+  ERR_clear_error();
+  if (SSL_CTX_load_verify_locations(ctx, o.ca.c_str(), nullptr) != 1) {
+    return Status::InvalidArgument("--tls-ca " + Describe(o.ca) +
+                                   ": not a readable PEM CA bundle (" + SslErrors() + ")");
+  }
+  return Status::Ok();
+}
+
+SSL_CTX* NewContext(const SSL_METHOD* method) {
+  SSL_CTX* ctx = SSL_CTX_new(method);
+  if (ctx == nullptr) return nullptr;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  // Kernel TLS where the kernel offers it; no session tickets (nothing resumes,
+  // and a ticket arriving after the handshake would be data for nobody).
+  SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS | SSL_OP_NO_TICKET);
+  SSL_CTX_set_num_tickets(ctx, 0);
+  SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+  return ctx;
+}
+
+Result<std::shared_ptr<TlsContext::Rep>> Build(const TlsOptions& o) {
+  auto rep = std::make_shared<TlsContext::Rep>();
+  if (!o.cert.empty() || !o.key.empty()) {
+    if (o.cert.empty() || o.key.empty()) {
+      return Status::InvalidArgument("--tls-cert and --tls-key go together");
+    }
+    rep->server = NewContext(TLS_server_method());
+    if (rep->server == nullptr) return Status::Internal("SSL_CTX_new: " + SslErrors());
+    SEEDD_RETURN_IF_ERROR(LoadCertAndKey(rep->server, o));
+    if (o.client_auth) {
+      if (o.ca.empty()) {
+        return Status::InvalidArgument("--tls-client-auth needs --tls-ca (the CA of the clients)");
+      }
+      SEEDD_RETURN_IF_ERROR(LoadCa(rep->server, o));
+      SSL_CTX_set_verify(rep->server, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    }
+  }
+  if (!o.ca.empty()) {
+    rep->client = NewContext(TLS_client_method());
+    if (rep->client == nullptr) return Status::Internal("SSL_CTX_new: " + SslErrors());
+    SEEDD_RETURN_IF_ERROR(LoadCa(rep->client, o));
+    SSL_CTX_set_verify(rep->client, SSL_VERIFY_PEER, nullptr);
+    if (!o.cert.empty()) SEEDD_RETURN_IF_ERROR(LoadCertAndKey(rep->client, o));
+  }
+  if (rep->server == nullptr && rep->client == nullptr) {
+    return Status::InvalidArgument("TLS needs --tls-cert and --tls-key, or --tls-ca");
+  }
+  return rep;
+}
+
+// Waits out one WANT_READ / WANT_WRITE by arming the socket's timeout; false
+// once the deadline has passed.
+bool Rearm(SSL* ssl, int ret, int fd, Conn::Clock::time_point deadline, int* error) {
+  *error = SSL_get_error(ssl, ret);
+  if (*error == SSL_ERROR_WANT_READ) return ArmRecvTimeout(fd, deadline);
+  if (*error == SSL_ERROR_WANT_WRITE) return ArmSendTimeout(fd, deadline);
+  if (*error == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EINTR)) {
+    return Conn::Clock::now() < deadline;
+  }
+  return false;
+}
+
+// Why a handshake failed, for people: the certificate check's verdict when there
+// is one, a peer that does not speak TLS, or OpenSSL's reasons.
+std::string HandshakeError(SSL* ssl, int error, bool client) {
+  std::string errors = SslErrors();
+  const long verify = SSL_get_verify_result(ssl);
+  if (client && verify != X509_V_OK) {
+    return std::string("the peer's certificate was refused: ") +
+           X509_verify_cert_error_string(verify) +
+           " (check --tls-ca, the certificate's names "
+           "and dates, or --tls-server-name)";
+  }
+  if (errors.find("wrong version number") != std::string::npos ||
+      errors.find("packet length too long") != std::string::npos ||
+      errors.find("record layer failure") != std::string::npos) {
+    return client ? "the peer does not speak TLS (a plain seedd? use its TLS port, or no "
+                    "--tls-ca for a plain one)"
+                  : "the peer did not start TLS";
+  }
+  if (errors.find("certificate required") != std::string::npos) {
+    return "the peer requires a client certificate (--tls-cert and --tls-key)";
+  }
+  if (errors.find("peer did not return a certificate") != std::string::npos) {
+    return "the client sent no certificate, and this daemon requires one (--tls-client-auth)";
+  }
+  if (error == SSL_ERROR_SYSCALL || error == SSL_ERROR_ZERO_RETURN) {
+    return errno == EAGAIN ? "timed out" : "the peer closed the connection (" + errors + ")";
+  }
+  return errors;
+}
+
+}  // namespace
+
+TlsContext::Rep::~Rep() {
+  if (server != nullptr) SSL_CTX_free(server);
+  if (client != nullptr) SSL_CTX_free(client);
+}
+
+struct TlsContext::Holder {
+  mutable std::mutex mu;
+  std::shared_ptr<Rep> rep;  // GUARDED_BY(mu)
+};
+
+TlsContext::TlsContext(TlsOptions options)
+    : options_(std::move(options)), holder_(std::make_unique<Holder>()) {}
+
+TlsContext::~TlsContext() = default;
+
+Result<std::shared_ptr<TlsContext>> TlsContext::Create(TlsOptions options) {
+  auto ctx = std::shared_ptr<TlsContext>(new TlsContext(std::move(options)));
+  SEEDD_RETURN_IF_ERROR(ctx->Reload());
+  return ctx;
+}
+
+Status TlsContext::Reload() {
+  Result<std::shared_ptr<Rep>> built = Build(options_);
+  if (!built.ok()) return built.status();
+  std::lock_guard<std::mutex> lock(holder_->mu);
+  holder_->rep = std::move(*built);
+  return Status::Ok();
+}
+
+std::shared_ptr<TlsContext::Rep> TlsContext::rep() const {
+  std::lock_guard<std::mutex> lock(holder_->mu);
+  return holder_->rep;
+}
+
+Conn::Conn(int fd) : fd_(fd) {}
+
+Conn::Conn(int fd, SSL* ssl, std::shared_ptr<TlsContext::Rep> ctx)
+    : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)) {}
+
+Conn::~Conn() {
+  if (ssl_ != nullptr) SSL_free(ssl_);
+}
+
+Result<std::unique_ptr<Conn>> Conn::Accept(int fd, const TlsContext& tls,
+                                           Clock::time_point deadline) {
+  std::shared_ptr<TlsContext::Rep> rep = tls.rep();
+  if (rep == nullptr || rep->server == nullptr) {
+    return Status::FailedPrecondition("no server certificate");
+  }
+  ERR_clear_error();
+  SSL* ssl = SSL_new(rep->server);
+  if (ssl == nullptr) return Status::Internal("SSL_new: " + SslErrors());
+  auto conn = std::unique_ptr<Conn>(new Conn(fd, ssl, rep));
+  SSL_set_fd(ssl, fd);
+  if (!ArmRecvTimeout(fd, deadline) || !ArmSendTimeout(fd, deadline)) {
+    return Status::DeadlineExceeded("TLS handshake: timed out");
+  }
+  for (;;) {
+    const int r = SSL_accept(ssl);
+    if (r == 1) break;
+    int error = 0;
+    if (Rearm(ssl, r, fd, deadline, &error)) continue;
+    return Status::Unavailable("TLS handshake: " + HandshakeError(ssl, error, false));
+  }
+  return conn;
+}
+
+Result<std::unique_ptr<Conn>> Conn::Connect(int fd, const TlsContext& tls, const std::string& host,
+                                            Clock::time_point deadline) {
+  std::shared_ptr<TlsContext::Rep> rep = tls.rep();
+  if (rep == nullptr || rep->client == nullptr) {
+    return Status::FailedPrecondition("no CA to verify peers with (--tls-ca)");
+  }
+  ERR_clear_error();
+  SSL* ssl = SSL_new(rep->client);
+  if (ssl == nullptr) return Status::Internal("SSL_new: " + SslErrors());
+  auto conn = std::unique_ptr<Conn>(new Conn(fd, ssl, rep));
+  SSL_set_fd(ssl, fd);
+  const std::string& name = tls.options().server_name.empty() ? host : tls.options().server_name;
+  // An IP address is checked against the certificate's IP names, a host name
+  // against its DNS names; SNI only for host names.
+  ASN1_OCTET_STRING* ip = a2i_IPADDRESS(name.c_str());
+  if (ip != nullptr) {
+    ASN1_OCTET_STRING_free(ip);
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, name.c_str());
+    SSL_set1_host(ssl, name.c_str());
+  }
+  if (!ArmRecvTimeout(fd, deadline) || !ArmSendTimeout(fd, deadline)) {
+    return Status::DeadlineExceeded("TLS handshake: timed out");
+  }
+  for (;;) {
+    const int r = SSL_connect(ssl);
+    if (r == 1) break;
+    int error = 0;
+    if (Rearm(ssl, r, fd, deadline, &error)) continue;
+    return Status::Unavailable("TLS handshake: " + HandshakeError(ssl, error, true));
+  }
+  return conn;
+}
+
+bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
+  if (ssl_ == nullptr) return seedd::SendAllBy(fd_, p, n, deadline);
+  while (n > 0) {
+    if (!ArmSendTimeout(fd_, deadline)) return false;
+    size_t wrote = 0;
+    const int r = SSL_write_ex(ssl_, p, n, &wrote);
+    if (r == 1) {
+      p += wrote;
+      n -= wrote;
+      continue;
+    }
+    int error = 0;
+    if (!Rearm(ssl_, r, fd_, deadline, &error)) return false;
+  }
+  return true;
+}
+
+Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
+  if (ssl_ == nullptr) return seedd::RecvAllBy(fd_, p, n, deadline);
+  while (n > 0) {
+    if (!ArmRecvTimeout(fd_, deadline)) {
+      return Status::DeadlineExceeded("the source sent too slowly (" + std::to_string(n) +
+                                      " bytes still missing at the deadline)");
+    }
+    size_t got = 0;
+    const int r = SSL_read_ex(ssl_, p, n, &got);
+    if (r == 1) {
+      p += got;
+      n -= got;
+      continue;
+    }
+    const int error = SSL_get_error(ssl_, r);
+    if (error == SSL_ERROR_ZERO_RETURN) {
+      return Status::Unavailable("the source closed the data connection");
+    }
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ||
+        (error == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EINTR))) {
+      continue;  // the loop re-arms, and ends at the deadline
+    }
+    return Status::Unavailable("TLS: " + SslErrors());
+  }
+  return Status::Ok();
+}
+
+long Conn::RecvSome(char* p, size_t n, std::chrono::milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  if (ssl_ == nullptr || SSL_pending(ssl_) == 0) {
+    pollfd pfd{fd_, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, static_cast<int>(wait.count()));
+    if (ready == 0) return 0;
+    if (ready < 0) return errno == EINTR ? 0 : -1;
+  }
+  if (ssl_ == nullptr) {
+    const ssize_t r = ::recv(fd_, p, n, MSG_DONTWAIT);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
+    return r <= 0 ? -1 : r;
+  }
+  // A whole record is read by the deadline, or the peer is too slow.
+  if (!ArmRecvTimeout(fd_, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)))) {
+    return -1;
+  }
+  size_t got = 0;
+  const int r = SSL_read_ex(ssl_, p, n, &got);
+  if (r == 1) return static_cast<long>(got);
+  const int error = SSL_get_error(ssl_, r);
+  if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return 0;
+  return -1;
+}
+
+bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point deadline,
+                      const std::function<void(uint64_t)>& sent) {
+  if (ssl_ == nullptr) {
+    while (n > 0) {  // straight from the page cache to the socket
+      if (!ArmSendTimeout(fd_, deadline)) return false;
+      ssize_t w = ::sendfile(fd_, file, &offset, std::min<uint64_t>(n, 1ull << 30));
+      if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (w <= 0) return false;
+      n -= static_cast<uint64_t>(w);
+      sent(static_cast<uint64_t>(w));
+    }
+    return true;
+  }
+  if (BIO_get_ktls_send(SSL_get_wbio(ssl_))) {
+    while (n > 0) {  // kernel TLS: encrypted by the kernel from the page cache
+      if (!ArmSendTimeout(fd_, deadline)) return false;
+      ossl_ssize_t w = SSL_sendfile(ssl_, file, offset, std::min<uint64_t>(n, 1ull << 30), 0);
+      if (w <= 0) {
+        int error = 0;
+        if (Rearm(ssl_, static_cast<int>(w), fd_, deadline, &error)) continue;
+        return false;
+      }
+      offset += w;
+      n -= static_cast<uint64_t>(w);
+      sent(static_cast<uint64_t>(w));
+    }
+    return true;
+  }
+  thread_local std::vector<char> buf(256 * 1024);
+  while (n > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+    ssize_t r = ::pread(file, buf.data(), want, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    if (!SendAllBy(buf.data(), static_cast<size_t>(r), deadline)) return false;
+    offset += r;
+    n -= static_cast<uint64_t>(r);
+    sent(static_cast<uint64_t>(r));
+  }
+  return true;
+}
+
+void Conn::Shutdown() {
+  if (ssl_ == nullptr) return;
+  ArmSendTimeout(fd_, Clock::now() + std::chrono::milliseconds(200));
+  SSL_shutdown(ssl_);
+}
+
+Result<std::string> ReadFrameBody(Conn& conn, uint64_t max_bytes,
+                                  std::chrono::steady_clock::time_point deadline) {
+  FrameReader reader(max_bytes);
+  std::array<char, 16 * 1024> buf;
+  while (!reader.done()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Status::DeadlineExceeded("no whole response in time");
+    const long n = conn.RecvSome(buf.data(), buf.size(), left);
+    if (n < 0) return reader.EndOfStreamError();
+    if (n == 0) continue;
+    reader.Feed(std::string_view(buf.data(), static_cast<size_t>(n)));
+    if (reader.failed()) return reader.error();
+  }
+  return std::move(reader.body());
+}
+
+}  // namespace seedd
