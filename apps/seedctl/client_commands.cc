@@ -56,10 +56,18 @@ seedd::Result<std::string> ReadToken(const std::string& token_file) {
   return token;
 }
 
+namespace {
+std::shared_ptr<seedd::TlsContext> g_tls;
+}  // namespace
+
+void SetTls(std::shared_ptr<seedd::TlsContext> tls) { g_tls = std::move(tls); }
+const std::shared_ptr<seedd::TlsContext>& Tls() { return g_tls; }
+
 seedd::Result<seedd::Json> Exchange(const seedd::HostPort& source, const std::string& token,
                                     seedd::Json request, std::chrono::milliseconds first_byte) {
   request["token"] = token;
   seedd::ExchangeOptions options;
+  options.tls = g_tls;
   options.response_timeout = std::max(kResponseTimeout, first_byte);
   options.first_byte_timeout = first_byte;
   options.max_response_bytes = seedd::kMaxResponseBytes;

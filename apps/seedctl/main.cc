@@ -39,6 +39,16 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  seedd::TlsOptions tls;
+  app.add_option("--tls-ca", tls.ca,
+                 "PEM CA bundle: talk to the daemon over TLS 1.3, its certificate verified "
+                 "against this CA and the host name (or --tls-server-name)");
+  app.add_option("--tls-cert", tls.cert,
+                 "PEM client certificate, for daemons that require one (seedd "
+                 "--tls-client-auth); with --tls-key and --tls-ca");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-server-name", tls.server_name,
+                 "the name the daemon's certificate must carry (default: the --source host)");
 
   seedctl::Connection req_conn;
   std::string kind;
@@ -215,6 +225,12 @@ int main(int argc, char** argv) {
   }
   seedd::SetLogProgram("seedctl");
   if (!seedd::SetLogLevel(log_level)) return Fail("unknown --log-level '" + log_level + "'");
+  if (!tls.cert.empty() || !tls.key.empty() || !tls.ca.empty() || !tls.server_name.empty()) {
+    if (tls.ca.empty()) return Fail("--tls-cert, --tls-key and --tls-server-name need --tls-ca");
+    auto ctx = seedd::TlsContext::Create(tls);
+    if (!ctx.ok()) return Fail(ctx.status().message());
+    seedctl::SetTls(std::move(*ctx));
+  }
   if (request->parsed()) return seedctl::RunRequest(req_conn, kind, params, json_params);
   if (fetch->parsed()) return seedctl::RunFetch(fetch_conn, ns, hash, filename, cache_dir);
   if (ls->parsed()) return seedctl::RunList(ls_conn, ls_prefix);

@@ -197,6 +197,7 @@ int RunPull(const PullArgs& args) {
       if (!pinned.ok()) return Fail(pinned.message(), kExitError);
       seedd::FetchOptions options;
       options.token = *token;
+      options.tls = Tls();
       options.connections_per_source = args.connections;
       options.max_neighbours = args.max_neighbours;
       options.verify_sha256 = args.verify == "sha256";

@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
+#include "seedd/tls.h"
 #include "wire/json_text.h"
 
 namespace seedctl {
@@ -20,6 +22,10 @@ constexpr int kExitUsage = 2;  // bad flags, or no response (transport failure)
 constexpr int kExitMiss = 3;
 constexpr int kExitError = 4;          // an error response, or a rejected payload
 constexpr int kExitInterrupted = 130;  // stopped by a signal, as shells report Ctrl-C
+
+// TLS for every connection to a daemon (--tls-ca and friends); null: plain TCP.
+void SetTls(std::shared_ptr<seedd::TlsContext> tls);
+const std::shared_ptr<seedd::TlsContext>& Tls();
 
 // Prints "seedctl: MESSAGE" on stderr and returns `code`.
 int Fail(const std::string& message, int code = kExitUsage);

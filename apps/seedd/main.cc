@@ -96,10 +96,11 @@ int main(int argc, char** argv) {
                  "the command line override it. An unknown key or a bad value is an error "
                  "naming the file, line and key (docs/operations.md has a complete example)")
       ->check(CLI::ExistingFile);
-  app.add_flag("--check-config", check_config,
-               "check the flags and --config file (syntax, keys, values, addresses, the token "
-               "file), print 'seedd: configuration OK' and exit 0 without starting; models, "
-               "stores and sources are not opened");
+  app.add_flag(
+      "--check-config", check_config,
+      "check the flags and --config file (syntax, keys, values, addresses, the token "
+      "file), print 'seedd: configuration OK' and exit 0 without starting; models, TLS files, "
+      "stores and sources are not opened");
   std::string listen = "127.0.0.1:7420";
   std::vector<std::string> sources;
   std::string token_file;
@@ -107,6 +108,8 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string log_format = "text";
   std::string admin_listen;
+  std::string listen_plain;
+  seedd::TlsOptions tls;
   size_t max_connections = 1024;
   seedd::TransportOptions limits;  // the per-host bounds set by flags
   size_t resolver_threads = 64;
@@ -232,6 +235,20 @@ int main(int argc, char** argv) {
                  "fields) for log pipelines")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--tls-cert", tls.cert,
+                 "PEM certificate (chain) of this daemon: --listen speaks TLS 1.3 only, on the "
+                 "control and the data plane; re-read on SIGHUP");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert (re-read on SIGHUP)");
+  app.add_option("--tls-ca", tls.ca,
+                 "PEM CA bundle: this daemon's own connections (--source, --pull, relays) use "
+                 "TLS and verify their peers against it; with --tls-client-auth, clients too");
+  app.add_flag("--tls-client-auth", tls.client_auth,
+               "mTLS: require every client to present a certificate chained to --tls-ca");
+  app.add_option("--tls-server-name", tls.server_name,
+                 "the name peers' certificates must carry (default: the host connected to)");
+  app.add_option("--listen-plain", listen_plain,
+                 "with TLS, also serve plain TCP here: the compatibility path for peers that "
+                 "cannot speak TLS (the reference implementation); keep it on a trusted network");
   app.add_option("--admin-listen", admin_listen,
                  "HOST:PORT to serve /metrics (Prometheus), /healthz, /readyz (503 until every "
                  "warmup and pull at start is done) and /status (JSON) over HTTP; no token: "
@@ -310,6 +327,12 @@ int main(int argc, char** argv) {
   options.weight_chunk_bytes = chunk_mib << 20;
   options.weight_chunk_digest = chunk_digest;
   options.verify_pulled_files = verify == "sha256";
+  options.tls = tls;
+  if (!listen_plain.empty()) {
+    auto parsed = seedd::ParseHostPort(listen_plain);
+    if (!parsed.ok()) return Fail("--listen-plain: " + parsed.status().message());
+    options.listen_plain = *parsed;
+  }
   if (!admin_listen.empty()) {
     auto parsed = seedd::ParseHostPort(admin_listen);
     if (!parsed.ok()) return Fail("--admin-listen: " + parsed.status().message());
@@ -365,6 +388,12 @@ int main(int argc, char** argv) {
     for (;;) {
       sigwait(&stop_signals, &sig);
       if (sig != SIGHUP) break;
+      if (seedd::Status tls_reloaded = (*daemon)->ReloadTls(); !tls_reloaded.ok()) {
+        seedd::Logger().error("Received SIGHUP; keeping the TLS files in use: {}",
+                              tls_reloaded.message());
+      } else if (!tls.cert.empty() || !tls.ca.empty()) {
+        seedd::Logger().info("Received SIGHUP; TLS certificate, key and CA read again");
+      }
       auto reread = seedd::LoadTokens(token_path);
       seedd::Status replaced = reread.ok() ? (*daemon)->ReplaceTokens(*reread) : reread.status();
       if (replaced.ok()) {

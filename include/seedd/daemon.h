@@ -18,6 +18,7 @@
 #include "seedd/seed_transport.h"
 #include "seedd/seedable.h"
 #include "seedd/status.h"
+#include "seedd/tls.h"
 
 namespace seedd {
 
@@ -86,6 +87,12 @@ struct DaemonOptions {
   // Started first in Start, so that /readyz answers 503 while warmups and pulls
   // at start run.
   std::optional<HostPort> admin_listen;
+  // TLS 1.3 (seedd/tls.h): with tls.cert and tls.key the listener speaks TLS;
+  // with tls.ca the daemon's own connections (adopts, pulls) do, verifying their
+  // peers. Neither: plain TCP.
+  TlsOptions tls;
+  // With TLS, a second listener in plain TCP for peers that cannot speak TLS.
+  std::optional<HostPort> listen_plain;
   TransportOptions transport;
 };
 
@@ -125,6 +132,10 @@ class Daemon {
   // connections from now on (a rotation); an empty list is refused.
   // Callable from any thread (a signal-waiting one).
   Status ReplaceTokens(std::vector<std::string> tokens);
+  // Reads the TLS certificate, key and CA files again (renewed ones): new
+  // connections use them, open ones keep theirs; on error the files in use
+  // stay. OK without TLS. Callable from any thread.
+  Status ReloadTls();
 
   SeedTransport& transport() { return *transport_; }
   const DaemonOptions& options() const { return options_; }

@@ -56,6 +56,10 @@ struct TransportOptions {
   // Server: data connections waiting for a stream thread beyond this are refused
   // with an error ("the data plane is busy").
   size_t max_queued_streams = 64;
+  // TLS 1.3. With a server certificate the listener speaks TLS only (a plain
+  // client is answered, in plain, that it must use TLS); with a CA the requests
+  // this transport sends use TLS, the source verified against it. Null: plain.
+  std::shared_ptr<TlsContext> tls;
   // Server: what one peer host (an IPv4 address, an IPv6 /64) may hold:
   // connections that have not authenticated yet, and data connections. 0 for
   // max_unauthenticated: three quarters of max_connections, the rest kept for
@@ -104,6 +108,9 @@ class SeedTransport {
   // port 0 picks a free port. Returns the bound address, or nullopt when no
   // listener is configured.
   Result<std::optional<HostPort>> StartListener();
+  // With TLS: also serves on `listen` in plain TCP, for peers that cannot speak
+  // TLS (the reference implementation); its limits are counted apart.
+  Result<HostPort> StartPlainListener(const HostPort& listen);
 
   // Sends {...payload, "token": token} to the source and reads one response.
   // Returns nullopt (with a warning) when there is no source, on any transport

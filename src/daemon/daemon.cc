@@ -109,6 +109,7 @@ AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>
     client.token = options.seed.token;
     TransportOptions sends;
     sends.tokens = options.transport.tokens;  // the current token, after a rotation too
+    sends.tls = options.transport.tls;
     Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client, sends);
     if (!transport.ok()) return AdoptOutcome::kNoResponse;
     std::string said;
@@ -250,6 +251,13 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   accepted.insert(accepted.end(), options.accepted_tokens.begin(), options.accepted_tokens.end());
   auto tokens = std::make_shared<TokenRing>(std::move(accepted));
   options.transport.tokens = tokens;
+  if (!options.tls.cert.empty() || !options.tls.key.empty() || !options.tls.ca.empty()) {
+    Result<std::shared_ptr<TlsContext>> tls = TlsContext::Create(options.tls);
+    if (!tls.ok()) return tls.status();
+    options.transport.tls = std::move(*tls);
+  } else if (options.listen_plain.has_value()) {
+    return Status::InvalidArgument("--listen-plain is for a daemon whose --listen speaks TLS");
+  }
   std::vector<std::shared_ptr<ArtifactStore>> shared;
   for (const std::string& url : options.store_urls) {
     Result<ArtifactStorePtr> store = OpenArtifactStore(url);
@@ -334,6 +342,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.registry = registry;
     install.verify_sha256 = options.verify_pulled_files;
     install.board = board;
+    if (options.transport.tls != nullptr && !options.tls.ca.empty()) {
+      install.tls = options.transport.tls;
+    }
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());
@@ -370,6 +381,11 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
       cancel_(std::move(cancel)) {}
 
 void Daemon::Cancel() { cancel_->store(true, std::memory_order_relaxed); }
+
+Status Daemon::ReloadTls() {
+  if (options_.transport.tls == nullptr) return Status::Ok();
+  return options_.transport.tls->Reload();
+}
 
 Status Daemon::ReplaceTokens(std::vector<std::string> tokens) {
   tokens.erase(std::remove(tokens.begin(), tokens.end(), std::string()), tokens.end());
@@ -495,6 +511,11 @@ Result<std::optional<HostPort>> Daemon::Start() {
   Result<std::optional<HostPort>> bound = transport_->StartListener();
   if (!bound.ok()) return bound.status();
   bound_ = *bound;
+  if (options_.listen_plain.has_value()) {
+    Result<HostPort> plain = transport_->StartPlainListener(*options_.listen_plain);
+    if (!plain.ok()) return plain.status().WithContext("--listen-plain");
+    Logger().info("Serving plain TCP on {} too, for peers without TLS", plain->ToString());
+  }
   if (bound->has_value()) {
     Logger().info("Serving {} on {} from {}", kArtifactKind, (*bound)->ToString(),
                   options_.cache_dir.string());

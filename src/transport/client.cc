@@ -14,6 +14,7 @@
 
 #include "common/errno_status.h"
 #include "common/metrics.h"
+#include "transport/tls.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
 
@@ -194,9 +195,25 @@ Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
   Result<UniqueFd> fd = ConnectTcp(peer, options.connect_timeout);
   if (!fd.ok()) return fd.status();
   const Clock::time_point deadline = Clock::now() + options.response_timeout;
-  SEEDD_RETURN_IF_ERROR(WriteAll(fd->get(), EncodeJsonFrame(request), deadline));
-  Result<std::string> body = ReadFrameBody(fd->get(), options.max_response_bytes, deadline,
-                                           Clock::now() + options.first_byte_timeout);
+  Result<std::string> body = Status::Unavailable("no response");
+  if (options.tls != nullptr && !options.tls->options().ca.empty()) {
+    // Blocking, every step bounded by the deadline (the socket's timeouts).
+    ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL) & ~O_NONBLOCK);
+    Result<std::unique_ptr<Conn>> conn =
+        Conn::Connect(fd->get(), *options.tls, peer.host,
+                      std::min(deadline, Clock::now() + options.connect_timeout));
+    if (!conn.ok()) return conn.status();
+    const std::string frame = EncodeJsonFrame(request);
+    if (!(*conn)->SendAllBy(frame.data(), frame.size(), deadline)) {
+      return Status::Unavailable("cannot send the request over TLS");
+    }
+    body = ReadFrameBody(**conn, options.max_response_bytes, deadline);
+    (*conn)->Shutdown();
+  } else {
+    SEEDD_RETURN_IF_ERROR(WriteAll(fd->get(), EncodeJsonFrame(request), deadline));
+    body = ReadFrameBody(fd->get(), options.max_response_bytes, deadline,
+                         Clock::now() + options.first_byte_timeout);
+  }
   if (!body.ok()) return body.status();
   Result<Json> response = ParseJson(*body);
   if (!response.ok()) return response.status().WithContext("response");

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "seedd/json.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
+#include "seedd/tls.h"
 
 namespace seedd {
 
@@ -42,6 +44,9 @@ struct ExchangeOptions {
   // then says nothing (a wrong port) is named within this time.
   std::chrono::milliseconds first_byte_timeout = response_timeout;
   uint64_t max_response_bytes = 64 * 1024 * 1024;
+  // TLS when it has a CA, the peer verified against it (and its name); else
+  // plain TCP.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 // Sends `request` as one frame and returns the parsed response (any JSON value).

@@ -23,7 +23,9 @@ struct SeedTransport::Rep {
   const std::shared_ptr<const TokenRing> tokens;
   const RequestHandler handler;
   std::mutex mu;
-  std::unique_ptr<SeedServer> server;  // GUARDED_BY(mu)
+  std::unique_ptr<SeedServer> server;        // GUARDED_BY(mu)
+  std::unique_ptr<SeedServer> plain_server;  // GUARDED_BY(mu)
+  TransportOptions plain_options;            // options without TLS, for plain_server
 };
 
 Result<std::unique_ptr<SeedTransport>> SeedTransport::Create(std::vector<SeedablePtr> seedables,
@@ -68,6 +70,20 @@ Result<std::optional<HostPort>> SeedTransport::StartListener() {
   return std::optional<HostPort>(*bound);
 }
 
+Result<HostPort> SeedTransport::StartPlainListener(const HostPort& listen) {
+  std::lock_guard<std::mutex> lock(rep_->mu);
+  if (rep_->plain_server != nullptr) {
+    return Status::FailedPrecondition("the plain listener was already started");
+  }
+  rep_->plain_options = rep_->options;
+  rep_->plain_options.tls = nullptr;
+  auto server = std::make_unique<SeedServer>(rep_->handler, rep_->plain_options);
+  Result<HostPort> bound = server->Start(listen);
+  if (!bound.ok()) return bound.status();
+  rep_->plain_server = std::move(server);
+  return *bound;
+}
+
 std::optional<Json> SeedTransport::Request(const Json& payload) const {
   const auto& source = rep_->config.source;
   if (!source.has_value()) {
@@ -83,6 +99,7 @@ std::optional<Json> SeedTransport::Request(const Json& payload) const {
   options.connect_timeout = rep_->options.connect_timeout;
   options.response_timeout = rep_->options.response_timeout;
   options.max_response_bytes = kMaxResponseBytes;
+  options.tls = rep_->options.tls;
   Result<Json> response = ExchangeJson(*source, request, options);
   if (!response.ok()) {
     Logger().warn("Cannot fetch {} from {} over D2D; falling back locally: {}", label,
@@ -170,13 +187,14 @@ Json SeedTransport::HandleRequest(const Json& request) const {
 
 void SeedTransport::Close() {
   std::unique_ptr<SeedServer> server;
+  std::unique_ptr<SeedServer> plain;
   {
     std::lock_guard<std::mutex> lock(rep_->mu);
     server = std::move(rep_->server);
+    plain = std::move(rep_->plain_server);
   }
-  if (server != nullptr) {
-    server->Close();
-  }
+  if (server != nullptr) server->Close();
+  if (plain != nullptr) plain->Close();
 }
 
 size_t SeedTransport::open_connections() const {

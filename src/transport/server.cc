@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
+#include "transport/socket_io.h"
 #include "transport/tls.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
@@ -77,6 +78,25 @@ std::string Seconds(milliseconds d) {
 
 class Connection;
 
+// The request's kind as a metric label: one served here, else "unknown" (a
+// peer's free text never becomes a label).
+std::string KnownKind(const RequestHandler& handler, const TransportOptions& options,
+                      const Json& request) {
+  auto kind = request.find("kind");
+  if (kind == request.end() || !kind->is_string()) return "unknown";
+  const std::string& name = kind->get_ref<const std::string&>();
+  if (handler.Find(name) != nullptr || options.stream_handlers.count(name) > 0) return name;
+  return "unknown";
+}
+
+// A response frame's status ("ok", "miss"; anything else "error"), for metrics.
+std::string Outcome(const std::string& frame) {
+  const size_t at = frame.rfind("\"status\":\"");
+  if (at == std::string::npos) return "error";
+  const std::string status = frame.substr(at + 10, frame.find('"', at + 10) - (at + 10));
+  return status == "ok" || status == "miss" ? status : "error";
+}
+
 struct SeedServer::Rep {
   Rep(const RequestHandler& h, const TransportOptions& o)
       : handler(h),
@@ -118,6 +138,17 @@ struct SeedServer::Rep {
   ThrottledWarning refused_address;  // per-address limits
   ThrottledWarning failed_auth;
   ThrottledWarning busy_streams;
+  ThrottledWarning tls_failures;
+  std::atomic<size_t> tls_open{0};  // TLS sessions on stream threads (count in max_connections)
+
+  bool Tls() const {
+    return options.tls != nullptr && options.tls->rep() != nullptr &&
+           options.tls->rep()->server != nullptr;
+  }
+  // An admitted connection on a TLS listener: handshake, request and answer
+  // (or the data plane) on a stream thread.
+  void ServeTls(tcp::socket socket, const std::string& peer);
+  void TlsSession(int fd, const std::string& peer);
 };
 
 // One peer's exchange: read one frame, authenticate, resolve off the loop, write
@@ -223,6 +254,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     metrics::BytesReceived(metrics::Plane::kControl, n);
+    if (!reader_.started() && LooksLikeTls(buf_.data(), n)) {
+      server_->tls_failures.Warn(
+          "A TLS client connected from {} to a plain port: give this daemon --tls-cert and "
+          "--tls-key, or point the client at the TLS port",
+          peer_);
+      metrics::ConnectionRefused("tls_on_plain_port");
+      RespondError("this port speaks plain TCP, not TLS");
+      return;
+    }
     reader_.Feed(std::string_view(buf_.data(), n));
     if (reader_.failed()) {
       RespondError(reader_.error().message());
@@ -313,11 +353,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The request's kind as a metric label: one served here, else "unknown" (a
   // peer's free text never becomes a label).
   std::string KnownKind(const Json& request) const {
-    auto kind = request.find("kind");
-    if (kind == request.end() || !kind->is_string()) return "unknown";
-    const std::string& name = kind->get_ref<const std::string&>();
-    if (server_->handler.Find(name) != nullptr || FindStream(request) != nullptr) return name;
-    return "unknown";
+    return seedd::KnownKind(server_->handler, server_->options, request);
   }
 
   const StreamHandler* FindStream(const Json& request) const {
@@ -492,7 +528,7 @@ void SeedServer::Rep::DoAccept() {
     size_t now_open;
     {
       std::lock_guard<std::mutex> lock(mu);
-      now_open = open;
+      now_open = open + tls_open.load();
     }
     if (now_open >= options.max_connections) {
       asio::error_code ignored;
@@ -524,7 +560,9 @@ void SeedServer::Rep::DoAccept() {
           }
         }
       }
-      if (verdict == AddressLimits::Verdict::kAccept) {
+      if (verdict == AddressLimits::Verdict::kAccept && Tls()) {
+        ServeTls(std::move(socket), peer);
+      } else if (verdict == AddressLimits::Verdict::kAccept) {
         // No TCP_NODELAY: each side writes one whole frame, so Nagle never holds data back.
         std::make_shared<Connection>(this, std::move(socket), peer)->Start();
       } else {
@@ -560,6 +598,155 @@ void SeedServer::Rep::DoAccept() {
     }
     DoAccept();
   });
+}
+
+void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
+  asio::error_code ec;
+  if (streams.queued() >= options.max_queued_streams) {
+    socket.close(ec);
+    limits.Released(peer);
+    metrics::ConnectionRefused("data_queue_full");
+    busy_streams.Warn("Refused a TLS connection from {}: {} waiting, the limit is {}", peer,
+                      streams.queued(), options.max_queued_streams);
+    return;
+  }
+  const int fd = socket.release(ec);
+  if (ec) {
+    limits.Released(peer);
+    return;
+  }
+  ++tls_open;
+  streams.Submit([this, fd, peer] { TlsSession(fd, peer); });
+}
+
+void SeedServer::Rep::TlsSession(int fd, const std::string& peer) {
+  metrics::ConnectionOpened(metrics::Plane::kControl);
+  bool authenticated = false;
+  bool streaming = false;
+  struct Ended {
+    Rep* rep;
+    int fd;
+    const std::string& peer;
+    bool& authenticated;
+    bool& streaming;
+    ~Ended() {
+      if (!authenticated) rep->limits.Released(peer);
+      if (streaming) rep->limits.StreamEnded(peer);
+      {
+        std::lock_guard<std::mutex> lock(rep->streams_mu);
+        rep->stream_fds.erase(fd);
+      }
+      ::close(fd);
+      --rep->tls_open;
+      metrics::ConnectionClosed(metrics::Plane::kControl);
+    }
+  } ended{this, fd, peer, authenticated, streaming};
+  {
+    std::lock_guard<std::mutex> lock(streams_mu);
+    if (streams_closing) return;
+    stream_fds.insert(fd);
+  }
+  // OpenSSL writes with write(): a peer that has gone raises SIGPIPE, blocked
+  // on this thread and drained (see HandOver).
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  struct Drain {
+    sigset_t* set;
+    ~Drain() {
+      timespec zero{0, 0};
+      while (sigtimedwait(set, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+  } drain{&pipe};
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const auto deadline = std::chrono::steady_clock::now() + options.request_timeout;
+  // A plain client (its frame starts with a zero byte) is told, in plain words.
+  char first[2] = {0, 0};
+  ArmRecvTimeout(fd, deadline);
+  const ssize_t peeked = ::recv(fd, first, sizeof(first), MSG_PEEK | MSG_WAITALL);
+  if (peeked <= 0) return;
+  if (!LooksLikeTls(first, static_cast<size_t>(peeked))) {
+    tls_failures.Warn(
+        "A plain client connected from {} to this TLS port: it needs --tls-ca (seedctl, seedd), "
+        "or a plain listener (--listen-plain)",
+        peer);
+    metrics::ConnectionRefused("plain_on_tls_port");
+    const std::string frame = EncodeJsonFrame(ErrorResponse(
+        "this port speaks TLS: connect with TLS (--tls-ca), or to the daemon's plain port"));
+    SendAllBy(fd, frame.data(), frame.size(), deadline);
+    return;
+  }
+  Result<std::unique_ptr<Conn>> conn = Conn::Accept(fd, *options.tls, deadline);
+  if (!conn.ok()) {
+    tls_failures.Warn("TLS handshake with {} failed: {}", peer, conn.status().message());
+    metrics::ConnectionRefused("tls_handshake");
+    return;
+  }
+  auto respond = [&](const Json& response, std::chrono::steady_clock::time_point by) {
+    const std::string frame = EncodeJsonFrame(response);
+    metrics::BytesSent(metrics::Plane::kControl, frame.size());
+    (*conn)->SendAllBy(frame.data(), frame.size(), by);
+    (*conn)->Shutdown();
+  };
+  Result<std::string> body = ReadFrameBody(**conn, kMaxRemoteRequestBytes, deadline);
+  if (!body.ok()) {
+    if (body.status().code() == StatusCode::kDeadlineExceeded) {
+      respond(ErrorResponse("Timed out after " + Seconds(options.request_timeout) +
+                            " s reading the request"),
+              std::chrono::steady_clock::now() + kErrorWriteTimeout);
+    }
+    return;
+  }
+  metrics::BytesReceived(metrics::Plane::kControl, body->size() + 8);
+  Result<Json> request = ParseJson(*body);
+  if (!request.ok()) {
+    metrics::Request("unknown", "invalid");
+    respond(ErrorResponse("Invalid request: " + request.status().message()),
+            std::chrono::steady_clock::now() + kErrorWriteTimeout);
+    return;
+  }
+  const std::string kind = KnownKind(handler, options, *request);
+  if (!handler.Authenticate(*request)) {
+    const size_t failures = limits.AuthFailed(peer, AddressLimits::Clock::now());
+    failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer, failures,
+                     Seconds(limits.options().auth_failure_window));
+    metrics::AuthFailure();
+    metrics::Request(kind, "unauthorized");
+    respond(ErrorResponse("Unauthorized request"),
+            std::chrono::steady_clock::now() + kErrorWriteTimeout);
+    return;
+  }
+  authenticated = true;
+  limits.Authenticated(peer);
+  auto stream = options.stream_handlers.find(kind);
+  if (stream != options.stream_handlers.end()) {
+    if (!limits.AdmitStream(peer)) {
+      busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", peer,
+                        options.max_streams_per_address);
+      metrics::ConnectionRefused("data_per_address");
+      metrics::Request(kind, "busy");
+      Json busy = ErrorResponse("too many data connections from " + peer + " (at most " +
+                                std::to_string(options.max_streams_per_address) + ")");
+      busy["retry_ms"] = kBusyRetryMs;
+      respond(busy, std::chrono::steady_clock::now() + kErrorWriteTimeout);
+      return;
+    }
+    streaming = true;
+    metrics::Request(kind, "data");
+    metrics::ConnectionOpened(metrics::Plane::kData);
+    stream->second(**conn, *request);
+    metrics::ConnectionClosed(metrics::Plane::kData);
+    (*conn)->Shutdown();
+    return;
+  }
+  const std::string frame = handler.HandleToFrame(*request);
+  metrics::Request(kind, Outcome(frame));
+  metrics::BytesSent(metrics::Plane::kControl, frame.size());
+  (*conn)->SendAllBy(frame.data(), frame.size(),
+                     std::chrono::steady_clock::now() + options.authenticated_timeout);
+  (*conn)->Shutdown();
 }
 
 SeedServer::SeedServer(const RequestHandler& handler, const TransportOptions& options)

@@ -237,6 +237,7 @@ struct WeightInstallOptions {
   size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
   std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
   bool verify_sha256 = false;                       // see FetchOptions::verify_sha256
+  std::shared_ptr<const TlsContext> tls;            // see FetchOptions::tls
   std::shared_ptr<PullBoard> board;                 // where pulls report; may be null
 };
 
@@ -254,6 +255,9 @@ SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
 
 struct FetchOptions {
   std::string token;
+  // Connect with TLS, verifying the sources and relays against its CA; null:
+  // plain TCP.
+  std::shared_ptr<const TlsContext> tls;
   // When set, the token sent is its first, read at each new connection (a
   // rotation reaches a pull that is running); else `token`.
   std::shared_ptr<const TokenRing> tokens;

@@ -55,6 +55,13 @@ struct Taken {
   bool claim;  // asked with "SDRN" (a seed, unless forced)
 };
 
+// A data connection: its socket and, over TLS, its session.
+struct DataConn {
+  UniqueFd fd;
+  std::unique_ptr<Conn> conn;
+  bool valid() const { return fd.valid(); }
+};
+
 class Fetch {
  public:
   Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchStats* s);
@@ -137,24 +144,24 @@ class Fetch {
   void Watch(Source* source);
   // A source refused for capacity (its data plane full) is ResourceExhausted,
   // with when to try again in *retry.
-  Result<UniqueFd> Open(const Source& source, std::chrono::milliseconds* retry);
+  Result<DataConn> Open(const Source& source, std::chrono::milliseconds* retry);
   // Open, or a failure of `source` logged and counted (then a short pause
   // unless it is dropped); false when there is no connection. A refusal for
   // capacity is not a failure: the connection is tried again when the source
   // said, the neighbours serving meanwhile (a fleet at its origin's door),
   // until the source has refused for FetchOptions::capacity_patience.
-  bool OpenOrFail(Source* source, UniqueFd* conn);
-  void Close(UniqueFd* fd);
-  Result<UniqueFd> Handshake(UniqueFd fd, std::chrono::milliseconds* retry);
-  Status Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle);
+  bool OpenOrFail(Source* source, DataConn* conn);
+  void Close(DataConn* conn);
+  Result<DataConn> Handshake(UniqueFd fd, const Source& source, std::chrono::milliseconds* retry);
+  Status Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool* idle);
   // Receives chunk `index` (see fetch_connections.cc); `halfway` is called once
   // half of it has arrived.
-  Status Receive(int sock, uint32_t index, std::string* buf, bool* verified,
+  Status Receive(Conn& conn, uint32_t index, std::string* buf, bool* verified,
                  std::chrono::steady_clock::time_point deadline, bool* local,
                  const std::function<void()>& halfway);
-  Status AskState(int fd, Source* source);
+  Status AskState(Conn& conn, Source* source);
   // Returns false in *more when the source has every chunk.
-  Status AskWatch(int fd, Source* source, uint32_t* cursor, bool* more);
+  Status AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more);
   std::string ZeroDigest(uint64_t length);
 
   const Manifest& m_;

@@ -33,9 +33,9 @@ const TransferDeadline& Fetch::DeadlineOf(const Source& s) const {
   return s.seed ? options_.seed_deadline : options_.chunk_deadline;
 }
 
-bool Fetch::OpenOrFail(Source* source, UniqueFd* conn) {
+bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
   std::chrono::milliseconds retry{0};
-  Result<UniqueFd> fd = Open(*source, &retry);
+  Result<DataConn> fd = Open(*source, &retry);
   const auto now = std::chrono::steady_clock::now();
   if (fd.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -62,11 +62,11 @@ bool Fetch::OpenOrFail(Source* source, UniqueFd* conn) {
 
 void Fetch::Work(Source* source) {
   while (!Finished() && !Dropped(source)) {
-    UniqueFd conn;
+    DataConn conn;
     if (!OpenOrFail(source, &conn)) continue;
     std::deque<Taken> inflight;
     bool idle = false;
-    Status st = Pump(conn.get(), source, &inflight, &idle);
+    Status st = Pump(*conn.conn, source, &inflight, &idle);
     Close(&conn);
     Returned(&inflight, source);
     if (Finished()) return;
@@ -78,7 +78,7 @@ void Fetch::Work(Source* source) {
 }
 
 void Fetch::Watch(Source* source) {
-  UniqueFd conn;
+  DataConn conn;
   uint32_t cursor = 0;
   bool synced = false;  // the state was read: watch from `cursor`
   bool more = true;     // the source may verify more chunks
@@ -88,7 +88,7 @@ void Fetch::Watch(Source* source) {
     if (!conn.valid() && !OpenOrFail(source, &conn)) continue;
     Status st;
     if (!synced || (source->seed && WantRelays())) {
-      st = AskState(conn.get(), source);
+      st = AskState(*conn.conn, source);
       synced = st.ok();
       cursor = 0;
       more = true;
@@ -96,7 +96,7 @@ void Fetch::Watch(Source* source) {
       // Once the source has everything a watch is answered at once: it is sent
       // only as often as the source must hear that this relay is alive (it keeps
       // the relay's claims on chunks it sent only while it does).
-      st = AskWatch(conn.get(), source, &cursor, &more);
+      st = AskWatch(*conn.conn, source, &cursor, &more);
     } else {
       std::unique_lock<std::mutex> lock(mu_);
       changed_.wait_for(
@@ -114,45 +114,45 @@ void Fetch::Watch(Source* source) {
   Close(&conn);
 }
 
-Status Fetch::AskState(int fd, Source* source) {
+Status Fetch::AskState(Conn& conn, Source* source) {
   const size_t bitmap = (m_.chunks.size() + 7) / 8;
   // The whole answer within the deadline of its largest size.
   const auto deadline = DeadlineOf(*source).For(kRecordBytes + bitmap + kMaxPeerListBytes);
   const RequestRecord req = EncodeRequest(kStateMagic, 0);
-  if (!SendAllBy(fd, req.data(), req.size(), deadline)) {
+  if (!conn.SendAllBy(req.data(), req.size(), deadline)) {
     return Status::Unavailable("cannot send a state request");
   }
   HeaderRecord record;
-  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
+  SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(record.data(), record.size(), deadline));
   const Header h = DecodeHeader(record);
   if (h.magic != kStateMagic || h.status != kChunkOk || h.length < bitmap ||
       h.length > bitmap + kMaxPeerListBytes) {
     return Status::DataLoss("malformed state response");
   }
   std::string body(h.length, '\0');
-  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, body.data(), body.size(), deadline));
+  SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(body.data(), body.size(), deadline));
   ApplyState(source, body);
   return Status::Ok();
 }
 
-Status Fetch::AskWatch(int fd, Source* source, uint32_t* cursor, bool* more) {
+Status Fetch::AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more) {
   const size_t chunks = m_.chunks.size();
   // The server answers within kWatchWait, then the largest answer at the floor rate.
   const auto deadline =
       DeadlineOf(*source).For(kRecordBytes + 4 * chunks) + std::chrono::milliseconds(kWatchWait);
   const RequestRecord req = EncodeRequest(kWatchMagic, *cursor);
-  if (!SendAllBy(fd, req.data(), req.size(), deadline)) {
+  if (!conn.SendAllBy(req.data(), req.size(), deadline)) {
     return Status::Unavailable("cannot send a watch request");
   }
   HeaderRecord record;
-  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
+  SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(record.data(), record.size(), deadline));
   const Header h = DecodeHeader(record);
   if (h.magic != kHaveMagic || h.status != kChunkOk || h.length % 4 != 0 || h.length > 4 * chunks ||
       h.index > chunks) {
     return Status::DataLoss("malformed watch response");
   }
   std::string body(h.length, '\0');
-  SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, body.data(), body.size(), deadline));
+  SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(body.data(), body.size(), deadline));
   std::vector<uint32_t> have(h.length / 4);
   for (size_t i = 0; i < have.size(); ++i) {
     uint32_t be;
@@ -166,20 +166,23 @@ Status Fetch::AskWatch(int fd, Source* source, uint32_t* cursor, bool* more) {
   return Status::Ok();
 }
 
-Result<UniqueFd> Fetch::Open(const Source& source, std::chrono::milliseconds* retry) {
+Result<DataConn> Fetch::Open(const Source& source, std::chrono::milliseconds* retry) {
   Result<UniqueFd> fd = ConnectTcp(source.addr, std::chrono::seconds(5));
   if (!fd.ok()) return fd.status();
   if (!Track(fd->get())) return Status::Unavailable("the fetch is over");
-  return Handshake(std::move(*fd), retry);
+  return Handshake(std::move(*fd), source, retry);
 }
 
-void Fetch::Close(UniqueFd* fd) {
-  if (!fd->valid()) return;
-  Untrack(fd->get());
-  fd->Reset();
+void Fetch::Close(DataConn* conn) {
+  if (!conn->valid()) return;
+  if (conn->conn != nullptr) conn->conn->Shutdown();
+  conn->conn.reset();
+  Untrack(conn->fd.get());
+  conn->fd.Reset();
 }
 
-Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned, std::chrono::milliseconds* retry) {
+Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
+                                  std::chrono::milliseconds* retry) {
   struct Guard {
     Fetch* f;
     UniqueFd fd;
@@ -201,11 +204,21 @@ Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned, std::chrono::milliseconds* 
     request["relay"] = options_.relay;
     request["session"] = session_;
   }
+  const auto deadline = Clock::now() + options_.timeout;
+  std::unique_ptr<Conn> conn;
+  if (options_.tls != nullptr) {
+    Result<std::unique_ptr<Conn>> secured =
+        Conn::Connect(fd->get(), *options_.tls, source.addr.host, deadline);
+    if (!secured.ok()) return secured.status();
+    conn = std::move(*secured);
+  } else {
+    conn = std::make_unique<Conn>(fd->get());
+  }
   std::string frame = EncodeJsonFrame(request);
-  if (!SendAll(fd->get(), frame.data(), frame.size())) {
+  if (!conn->SendAllBy(frame.data(), frame.size(), deadline)) {
     return Status::Unavailable("cannot send the data request");
   }
-  Result<std::string> body = ReadFrameBody(fd->get(), 64 * 1024, Clock::now() + options_.timeout);
+  Result<std::string> body = ReadFrameBody(*conn, 64 * 1024, deadline);
   if (!body.ok()) return body.status();
   Result<Json> response = ParseJson(*body);
   if (response.ok() && response->is_object() && (*response)["status"] == "error" &&
@@ -221,10 +234,10 @@ Result<UniqueFd> Fetch::Handshake(UniqueFd fd_owned, std::chrono::milliseconds* 
     return Status::PermissionDenied("the source refused the data connection: " +
                                     body->substr(0, 300));
   }
-  return std::move(*fd);
+  return DataConn{std::move(*fd), std::move(conn)};
 }
 
-Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* idle) {
+Status Fetch::Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool* idle) {
   const int depth = Depth(*source);
   std::string buf;  // one piece of a chunk
   auto last_used = std::chrono::steady_clock::now();
@@ -234,7 +247,7 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
       if (!next) break;
       const RequestRecord req = EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
       inflight->push_back(*next);
-      if (!SendAllBy(fd, req.data(), req.size(), DeadlineOf(*source).For(req.size()))) {
+      if (!conn.SendAllBy(req.data(), req.size(), DeadlineOf(*source).For(req.size()))) {
         return Status::Unavailable("cannot send a chunk request");
       }
     }
@@ -252,7 +265,7 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
     const ManifestChunk& c = m_.chunks[index];
     const auto deadline = DeadlineOf(*source).For(kRecordBytes + c.length);
     HeaderRecord record;
-    SEEDD_RETURN_IF_ERROR(RecvAllBy(fd, record.data(), record.size(), deadline));
+    SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(record.data(), record.size(), deadline));
     const Header h = DecodeHeader(record);
     if (h.magic != kChunkMagic || h.index != index) {
       return Status::DataLoss("malformed chunk response");
@@ -309,11 +322,11 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
       if (!next) return;
       const RequestRecord req = EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
       inflight->push_back(*next);
-      ahead_unsent = !SendAllBy(fd, req.data(), req.size(), DeadlineOf(*source).For(req.size()));
+      ahead_unsent = !conn.SendAllBy(req.data(), req.size(), DeadlineOf(*source).For(req.size()));
     };
     if (!BeginWrite(index)) {
       // Another copy is landing or landed (an endgame duplicate): read it past.
-      Status st = Receive(fd, index, &buf, nullptr, deadline, nullptr, ahead);
+      Status st = Receive(conn, index, &buf, nullptr, deadline, nullptr, ahead);
       Returned(index, source);
       if (!st.ok()) return st;
       if (ahead_unsent) return Status::Unavailable("cannot send a chunk request");
@@ -322,7 +335,7 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
     }
     bool verified = false;
     bool local = false;
-    Status got = Receive(fd, index, &buf, &verified, deadline, &local, ahead);
+    Status got = Receive(conn, index, &buf, &verified, deadline, &local, ahead);
     if (got.ok() && ahead_unsent) got = Status::Unavailable("cannot send a chunk request");
     if (!got.ok()) {
       EndWrite(index);
@@ -355,7 +368,7 @@ Status Fetch::Pump(int fd, Source* source, std::deque<Taken>* inflight, bool* id
 // twice (socket buffer, page cache) instead of five times. The bytes of a chunk
 // that fails verification are never journaled nor served, and are overwritten
 // when it is fetched again. With no `verified`, the bytes are read and dropped.
-Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified,
+Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verified,
                       std::chrono::steady_clock::time_point deadline, bool* local,
                       const std::function<void()>& halfway) {
   const ManifestChunk& c = m_.chunks[index];
@@ -370,7 +383,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
   if (verified == nullptr) {
     for (uint64_t done = 0; done < c.length;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
-      SEEDD_RETURN_IF_ERROR(RecvAllBy(sock, buf->data(), n, deadline));
+      SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(buf->data(), n, deadline));
       metrics::BytesReceived(metrics::Plane::kData, n);
       done += n;
       at(done);
@@ -386,7 +399,7 @@ Status Fetch::Receive(int sock, uint32_t index, std::string* buf, bool* verified
   Status st;
   for (uint64_t done = 0; done < c.length && st.ok();) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
-    st = RecvAllBy(sock, buf->data(), n, deadline);
+    st = conn.RecvAllBy(buf->data(), n, deadline);
     if (!st.ok()) break;
     metrics::BytesReceived(metrics::Plane::kData, n);
     hash.Update(std::string_view(buf->data(), n));

@@ -174,6 +174,7 @@ class WeightShardsSeedable final : public Seedable {
     fetch.max_neighbours = install_.max_neighbours;
     fetch.registry = install_.registry;
     fetch.verify_sha256 = install_.verify_sha256;
+    fetch.tls = install_.tls;
     if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
     fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
     fetch.staged = [&](const std::filesystem::path& staging) {
