@@ -205,7 +205,8 @@ Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
     if (!conn.ok()) return conn.status();
     const std::string frame = EncodeJsonFrame(request);
     if (!(*conn)->SendAllBy(frame.data(), frame.size(), deadline)) {
-      return Status::Unavailable("cannot send the request over TLS");
+      return Status::Unavailable("cannot send the request over TLS" +
+                                 ((*conn)->error().empty() ? "" : ": " + (*conn)->error()));
     }
     body = ReadFrameBody(**conn, options.max_response_bytes, deadline);
     (*conn)->Shutdown();

@@ -600,6 +600,21 @@ void SeedServer::Rep::DoAccept() {
   });
 }
 
+namespace {
+
+// Ends a connection whose peer may still be sending (a request we did not read)
+// without a reset: a reset would discard what we sent last (an alert, an error
+// frame) before the peer reads it. Reads and drops for at most 200 ms.
+void LingeringClose(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  char sink[4096];
+  while (ArmRecvTimeout(fd, until) && ::recv(fd, sink, sizeof(sink), 0) > 0) {
+  }
+}
+
+}  // namespace
+
 void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
   asio::error_code ec;
   if (streams.queued() >= options.max_queued_streams) {
@@ -676,12 +691,14 @@ void SeedServer::Rep::TlsSession(int fd, const std::string& peer) {
     const std::string frame = EncodeJsonFrame(ErrorResponse(
         "this port speaks TLS: connect with TLS (--tls-ca), or to the daemon's plain port"));
     SendAllBy(fd, frame.data(), frame.size(), deadline);
+    LingeringClose(fd);
     return;
   }
   Result<std::unique_ptr<Conn>> conn = Conn::Accept(fd, *options.tls, deadline);
   if (!conn.ok()) {
     tls_failures.Warn("TLS handshake with {} failed: {}", peer, conn.status().message());
     metrics::ConnectionRefused("tls_handshake");
+    LingeringClose(fd);
     return;
   }
   auto respond = [&](const Json& response, std::chrono::steady_clock::time_point by) {

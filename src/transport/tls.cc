@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/errno_status.h"
+#include "common/logging.h"
 #include "transport/socket_io.h"
 #include "wire/frame.h"
 
@@ -52,7 +53,9 @@ Status LoadCertAndKey(SSL_CTX* ctx, const TlsOptions& o) {
   }
   X509* cert = SSL_CTX_get0_certificate(ctx);
   if (cert != nullptr && X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
-    return Status::InvalidArgument("--tls-cert " + Describe(o.cert) + " has expired");
+    // Loaded anyway: peers refuse it, and say so; a renewal is a SIGHUP away.
+    Logger().error("--tls-cert {} has expired: peers will refuse it until it is renewed",
+                   Describe(o.cert));
   }
   return Status::Ok();
 }
@@ -188,6 +191,11 @@ std::shared_ptr<TlsContext::Rep> TlsContext::rep() const {
 
 Conn::Conn(int fd) : fd_(fd) {}
 
+void Conn::NoteError(int ret) {
+  const int error = SSL_get_error(ssl_, ret);
+  if (error == SSL_ERROR_SSL || ERR_peek_error() != 0) error_ = HandshakeError(ssl_, error, false);
+}
+
 Conn::Conn(int fd, SSL* ssl, std::shared_ptr<TlsContext::Rep> ctx)
     : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)) {}
 
@@ -266,7 +274,10 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
       continue;
     }
     int error = 0;
-    if (!Rearm(ssl_, r, fd_, deadline, &error)) return false;
+    if (!Rearm(ssl_, r, fd_, deadline, &error)) {
+      NoteError(r);
+      return false;
+    }
   }
   return true;
 }
@@ -293,7 +304,9 @@ Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
         (error == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EINTR))) {
       continue;  // the loop re-arms, and ends at the deadline
     }
-    return Status::Unavailable("TLS: " + SslErrors());
+    NoteError(r);
+    return Status::Unavailable("TLS: " +
+                               (error_.empty() ? std::string("connection lost") : error_));
   }
   return Status::Ok();
 }
@@ -320,6 +333,7 @@ long Conn::RecvSome(char* p, size_t n, std::chrono::milliseconds wait) {
   if (r == 1) return static_cast<long>(got);
   const int error = SSL_get_error(ssl_, r);
   if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return 0;
+  NoteError(r);
   return -1;
 }
 
@@ -380,6 +394,7 @@ Result<std::string> ReadFrameBody(Conn& conn, uint64_t max_bytes,
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Status::DeadlineExceeded("no whole response in time");
     const long n = conn.RecvSome(buf.data(), buf.size(), left);
+    if (n < 0 && !conn.error().empty()) return Status::Unavailable(conn.error());
     if (n < 0) return reader.EndOfStreamError();
     if (n == 0) continue;
     reader.Feed(std::string_view(buf.data(), static_cast<size_t>(n)));

@@ -58,12 +58,17 @@ class Conn {
                   const std::function<void(uint64_t)>& sent);
   // TLS: tells the peer the connection ends (close_notify), best effort.
   void Shutdown();
+  // Why the last call failed, when TLS said (an alert from the peer: "the peer
+  // requires a client certificate"); empty otherwise.
+  const std::string& error() const { return error_; }
 
  private:
   Conn(int fd, SSL* ssl, std::shared_ptr<TlsContext::Rep> ctx);
   int fd_;
   SSL* ssl_ = nullptr;
   std::shared_ptr<TlsContext::Rep> ctx_;  // keeps the context of this session alive
+  std::string error_;
+  void NoteError(int ret);
 };
 
 // The first bytes of a TLS ClientHello: a record of type handshake (0x16), version 3.x.
