@@ -4,6 +4,8 @@
 # baseline: iperf3 -P 4 on loopback in the same run. Peak RSS of both sides.
 # Then the same model served with SHA-256 chunk digests (--chunk-digest sha256)
 # against XXH3-128 in the same run: indexing time, pull time and the fetcher's CPU.
+# Last, the same model over TLS 1.3 against plain TCP in the same run (a CA and
+# a certificate made with the openssl CLI): pull time and CPU per GiB of both sides.
 # Usage: bench/weights.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
@@ -95,12 +97,42 @@ start_seedd S --model "bench=$shm/model" --chunk-digest sha256 --log-level warn
 t3="$(date +%s.%N)"
 src="$addr"
 read -r sha_chunks_s _ sha_cpu <<< "$(median_pull "$shm/dest")"
+# TLS 1.3: the same model from a daemon with a certificate, pulled with --tls-ca.
+echo "weights: the same model over TLS 1.3"
+pki="$work/pki"
+mkdir -p "$pki"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/ca.key" 2> /dev/null
+openssl req -x509 -new -key "$pki/ca.key" -out "$pki/ca.crt" -days 2 -subj /CN=bench-ca 2> /dev/null
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/s.key" 2> /dev/null
+openssl req -new -key "$pki/s.key" -out "$pki/s.csr" -subj /CN=bench 2> /dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' > "$pki/ext"
+openssl x509 -req -in "$pki/s.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+  -out "$pki/s.crt" -days 2 -extfile "$pki/ext" 2> /dev/null
+start_seedd T --model "bench=$shm/model" --tls-cert "$pki/s.crt" --tls-key "$pki/s.key" --log-level warn
+t_pid="${pids[-1]}"
+cpu_of() { awk '{print ($14 + $15) / 100}' "/proc/$1/stat"; }  # seconds, at 100 ticks/s
+src="$addr"
+tls_cpu0="$(cpu_of "$t_pid")"
+read -r tls_s _ tls_cpu <<< "$(median_pull "$shm/dest" --tls-ca "$pki/ca.crt")"
+tls_server_cpu="$(python3 -c "print(($(cpu_of "$t_pid") - $tls_cpu0) / $reps)")"
+start_seedd P --model "bench=$shm/model" --log-level warn
+p_pid="${pids[-1]}"
+src="$addr"
+plain_cpu0="$(cpu_of "$p_pid")"
+read -r plain_s _ plain_cpu <<< "$(median_pull "$shm/dest")"
+plain_server_cpu="$(python3 -c "print(($(cpu_of "$p_pid") - $plain_cpu0) / $reps)")"
 index_xxh3="$(python3 -c "print($t1 - $t0)")"
+if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2> /dev/null; then
+  export KTLS="offered by the kernel (OpenSSL uses it where it can)"
+else
+  export KTLS="not offered by this kernel: OpenSSL encrypts in user space"
+fi
 index_sha="$(python3 -c "print($t3 - $t2)")"
-python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" <<'PY'
+python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" <<'PY'
 import sys
 (gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss, sha_s, first_s, huge_first, huge_s, reps,
- xxh3_cpu, sha_chunks_s, sha_cpu, index_xxh3, index_sha) = map(float, sys.argv[1:])
+ xxh3_cpu, sha_chunks_s, sha_cpu, index_xxh3, index_sha, tls_s, tls_cpu, tls_server_cpu,
+ plain_s, plain_cpu, plain_server_cpu) = map(float, sys.argv[1:])
 bits = gib * (1 << 30) * 8
 t = bits / tmpfs_s / 1e9
 d = bits / disk_s / 1e9
@@ -129,4 +161,12 @@ print("    fetcher CPU %5.2f s/GiB vs %5.2f s/GiB: %.2fx"
       % (sha_cpu / gib, xxh3_cpu / gib, sha_cpu / max(xxh3_cpu, 1e-9)))
 print("    indexing the model at start: %.2f s vs %.2f s: %.2fx"
       % (index_sha, index_xxh3, index_sha / max(index_xxh3, 1e-9)))
+tg = bits / tls_s / 1e9
+pg = bits / plain_s / 1e9
+import os
+print("  TLS 1.3 vs plain TCP (baseline), tmpfs; kernel TLS: %s" % os.environ["KTLS"])
+print("    pull       %6.2f Gbit/s vs %6.2f Gbit/s: %.2fx the throughput (%.2f s vs %.2f s; target >= 0.6x)"
+      % (tg, pg, plain_s / tls_s, tls_s, plain_s))
+print("    fetcher CPU %5.2f s/GiB vs %5.2f s/GiB; serving daemon CPU %5.2f s/GiB vs %5.2f s/GiB"
+      % (tls_cpu / gib, plain_cpu / gib, tls_server_cpu / gib, plain_server_cpu / gib))
 PY
