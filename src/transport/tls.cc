@@ -3,6 +3,8 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -111,6 +113,37 @@ Result<std::shared_ptr<TlsContext::Rep>> Build(const TlsOptions& o) {
   return rep;
 }
 
+// OpenSSL writes to the socket with write(), which raises SIGPIPE when the peer
+// has gone (send() with MSG_NOSIGNAL, as the plain paths use, cannot be asked
+// for). While one lives, SIGPIPE is blocked on this thread; one raised
+// meanwhile is drained, and the call sees EPIPE.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    if (!was_pending_) {
+      timespec zero{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
 // Waits out one WANT_READ / WANT_WRITE by arming the socket's timeout; false
 // once the deadline has passed.
 bool Rearm(SSL* ssl, int ret, int fd, Conn::Clock::time_point deadline, int* error) {
@@ -217,6 +250,7 @@ Result<std::unique_ptr<Conn>> Conn::Accept(int fd, const TlsContext& tls,
   if (!ArmRecvTimeout(fd, deadline) || !ArmSendTimeout(fd, deadline)) {
     return Status::DeadlineExceeded("TLS handshake: timed out");
   }
+  NoSigpipe guard;
   for (;;) {
     const int r = SSL_accept(ssl);
     if (r == 1) break;
@@ -252,6 +286,7 @@ Result<std::unique_ptr<Conn>> Conn::Connect(int fd, const TlsContext& tls, const
   if (!ArmRecvTimeout(fd, deadline) || !ArmSendTimeout(fd, deadline)) {
     return Status::DeadlineExceeded("TLS handshake: timed out");
   }
+  NoSigpipe guard;
   for (;;) {
     const int r = SSL_connect(ssl);
     if (r == 1) break;
@@ -264,6 +299,7 @@ Result<std::unique_ptr<Conn>> Conn::Connect(int fd, const TlsContext& tls, const
 
 bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
   if (ssl_ == nullptr) return seedd::SendAllBy(fd_, p, n, deadline);
+  NoSigpipe guard;
   while (n > 0) {
     if (!ArmSendTimeout(fd_, deadline)) return false;
     size_t wrote = 0;
@@ -284,6 +320,7 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
 
 Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
   if (ssl_ == nullptr) return seedd::RecvAllBy(fd_, p, n, deadline);
+  NoSigpipe guard;
   while (n > 0) {
     if (!ArmRecvTimeout(fd_, deadline)) {
       return Status::DeadlineExceeded("the source sent too slowly (" + std::to_string(n) +
@@ -328,6 +365,7 @@ long Conn::RecvSome(char* p, size_t n, std::chrono::milliseconds wait) {
   if (!ArmRecvTimeout(fd_, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)))) {
     return -1;
   }
+  NoSigpipe guard;
   size_t got = 0;
   const int r = SSL_read_ex(ssl_, p, n, &got);
   if (r == 1) return static_cast<long>(got);
@@ -351,6 +389,7 @@ bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point dead
     return true;
   }
   if (BIO_get_ktls_send(SSL_get_wbio(ssl_))) {
+    NoSigpipe guard;
     while (n > 0) {  // kernel TLS: encrypted by the kernel from the page cache
       if (!ArmSendTimeout(fd_, deadline)) return false;
       ossl_ssize_t w = SSL_sendfile(ssl_, file, offset, std::min<uint64_t>(n, 1ull << 30), 0);
@@ -381,6 +420,7 @@ bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point dead
 
 void Conn::Shutdown() {
   if (ssl_ == nullptr) return;
+  NoSigpipe guard;
   ArmSendTimeout(fd_, Clock::now() + std::chrono::milliseconds(200));
   SSL_shutdown(ssl_);
 }
