@@ -80,6 +80,10 @@ SSL_CTX* NewContext(const SSL_METHOD* method) {
   SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS | SSL_OP_NO_TICKET);
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+  // Read what the socket has, up to 256 KiB, at once rather than a record (16 KiB)
+  // per read: a 2 MiB chunk takes 8 reads instead of 128.
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, 256 * 1024);
   return ctx;
 }
 
@@ -321,11 +325,17 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
 Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
   if (ssl_ == nullptr) return seedd::RecvAllBy(fd_, p, n, deadline);
   NoSigpipe guard;
+  // The socket's timeout is set again only every 20 ms: a record per read would
+  // otherwise cost a setsockopt each (the deadline holds to within that).
+  Clock::time_point armed{};
   while (n > 0) {
-    if (!ArmRecvTimeout(fd_, deadline)) {
+    const auto now = Clock::now();
+    if (now >= deadline ||
+        (now - armed > std::chrono::milliseconds(20) && !ArmRecvTimeout(fd_, deadline))) {
       return Status::DeadlineExceeded("the source sent too slowly (" + std::to_string(n) +
                                       " bytes still missing at the deadline)");
     }
+    if (now - armed > std::chrono::milliseconds(20)) armed = now;
     size_t got = 0;
     const int r = SSL_read_ex(ssl_, p, n, &got);
     if (r == 1) {
