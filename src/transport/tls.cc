@@ -360,7 +360,7 @@ Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
 
 long Conn::RecvSome(char* p, size_t n, std::chrono::milliseconds wait) {
   const auto deadline = Clock::now() + wait;
-  if (ssl_ == nullptr || SSL_pending(ssl_) == 0) {
+  if (ssl_ == nullptr || SSL_has_pending(ssl_) == 0) {
     pollfd pfd{fd_, POLLIN, 0};
     const int ready = ::poll(&pfd, 1, static_cast<int>(wait.count()));
     if (ready == 0) return 0;
