@@ -80,7 +80,7 @@ huge_first=0 huge_s=0
 if [ "$(id -u)" -eq 0 ]; then
   huge="$(mktemp -d)"
   if mount -t tmpfs -o "size=$((size_gib + 1))g,huge=always" tmpfs "$huge"; then
-    trap 'umount "$huge" 2> /dev/null; cleanup; rm -rf "$shm"' EXIT
+    trap 'umount "$huge" 2> /dev/null || true; cleanup; rm -rf "$shm"' EXIT
     read -r huge_first _ <<< "$(pull "$huge/dest")"
     rm -rf "$huge/dest"
     read -r huge_s _ <<< "$(median_pull "$huge/dest")"
