@@ -9,6 +9,7 @@
 #include <regex>
 #include <thread>
 
+#include "support/daemon_process.h"
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -35,33 +36,15 @@ double Sample(const std::string& exposition, const std::string& series) {
   return -1;
 }
 
-class AdminTest : public ::testing::Test {
+class AdminTest : public testing::DaemonProcessTest {
  protected:
-  void SetUp() override {
-    std::ofstream(token_file()) << testing::kToken << "\n";
-    fs::permissions(token_file(), fs::perms::owner_read | fs::perms::owner_write);
-    testing::WriteRandom(model() / "w.bin", 3 << 20, 1);
-    testing::WriteRandom(model() / "sub" / "config.json", 300, 2);
-  }
-  fs::path token_file() const { return dir_.path() / "token"; }
-  fs::path model() const { return dir_.path() / "model"; }
-
   // A daemon with an admin endpoint on a free port; its admin address in *admin
   // (from its log), its D2D address in *addr once it reported ready ("" when
   // `wait_ready` is false).
   std::unique_ptr<Process> Daemon(const std::string& name, std::vector<std::string> extra,
                                   std::string* admin, std::string* addr, bool wait_ready = true) {
-    std::vector<std::string> argv = {SEEDD_BIN,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--token-file",
-                                     token_file(),
-                                     "--cache-dir",
-                                     (dir_.path() / name).string(),
-                                     "--admin-listen",
-                                     "127.0.0.1:0"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<Process>(argv);
+    extra.insert(extra.begin(), {"--admin-listen", "127.0.0.1:0"});
+    auto p = StartDaemon(std::move(extra), addr, dir_.path() / name, "127.0.0.1:0", false);
     const std::regex at("Admin endpoint on http://([0-9.]+:[0-9]+)/");
     std::smatch m;
     EXPECT_TRUE(testing::WaitUntil([&] {
@@ -69,12 +52,7 @@ class AdminTest : public ::testing::Test {
       return std::regex_search(err, m, at);
     })) << p->Stderr();
     *admin = m.size() > 1 ? m[1].str() : "";
-    if (wait_ready) {
-      auto line = p->ReadLine(seconds(60));
-      EXPECT_TRUE(line.has_value()) << p->Stderr();
-      const std::string prefix = "seedd: serving on ";
-      *addr = line.value_or("").substr(std::min(prefix.size(), line.value_or("").size()));
-    }
+    if (wait_ready) *addr = ReadyAddress(*p);
     return p;
   }
   // GET `path` from `admin`: {status, body}; status -1 when there was no answer.
@@ -94,7 +72,6 @@ class AdminTest : public ::testing::Test {
     auto r = RunCommand({"/bin/sh", "-c", "promtool check metrics < '" + file.string() + "'"});
     return r.status == 0 ? "" : "promtool exit " + std::to_string(r.status) + ": " + r.out + r.err;
   }
-  testing::TempDir dir_;
 };
 
 TEST_F(AdminTest, MetricsMoveWithRequestsPullsRelayingAndStoreOperations) {

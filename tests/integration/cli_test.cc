@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "support/daemon_process.h"
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -25,46 +26,18 @@ bool Has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class CliTest : public ::testing::Test {
+class CliTest : public testing::DaemonProcessTest {
  protected:
-  void SetUp() override {
-    std::ofstream(token_file()) << testing::kToken << "\n";
-    fs::permissions(token_file(), fs::perms::owner_read | fs::perms::owner_write);
-    testing::WriteRandom(model() / "w.bin", 3 << 20, 1);
-    testing::WriteRandom(model() / "sub" / "config.json", 300, 2);
-  }
-  fs::path token_file() const { return dir_.path() / "token"; }
-  fs::path model() const { return dir_.path() / "model"; }
-
   // A daemon on `listen`; returns once it is ready, its address in *addr.
   std::unique_ptr<Process> Daemon(const std::string& listen, std::vector<std::string> extra,
                                   std::string* addr, const fs::path& cache = {}) {
-    std::vector<std::string> argv = {
-        SEEDD_BIN,
-        "--listen",
-        listen,
-        "--token-file",
-        token_file(),
-        "--cache-dir",
-        cache.empty() ? (dir_.path() / "cache").string() : cache.string()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<Process>(argv);
-    auto line = p->ReadLine(seconds(30));
-    EXPECT_TRUE(line.has_value()) << p->Stderr();
-    const std::string prefix = "seedd: serving on ";
-    *addr = line.value_or("").substr(std::min(prefix.size(), line.value_or("").size()));
-    return p;
+    return StartDaemon(std::move(extra), addr, cache, listen);
   }
   std::vector<std::string> Pull(const std::string& source, const fs::path& into,
                                 std::vector<std::string> extra = {},
                                 const std::string& name = "m") {
-    std::vector<std::string> argv = {
-        SEEDCTL_BIN, "pull",   "--source",    source,         "--model",
-        name,        "--into", into.string(), "--token-file", token_file().string()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
+    return PullArgs(source, into, std::move(extra), name);
   }
-  testing::TempDir dir_;
 };
 
 TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "support/daemon_process.h"
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -33,13 +34,10 @@ bool Has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class TlsTest : public ::testing::Test {
+class TlsTest : public testing::DaemonProcessTest {
  protected:
   void SetUp() override {
-    std::ofstream(token_file()) << testing::kToken << "\n";
-    fs::permissions(token_file(), fs::perms::owner_read | fs::perms::owner_write);
-    testing::WriteRandom(model() / "w.bin", 5 << 20, 1);
-    testing::WriteRandom(model() / "sub" / "config.json", 300, 2);
+    DaemonProcessTest::SetUp();
     // Two CAs; certificates for 127.0.0.1 from the first (one expired), one
     // from the second, and a client certificate.
     const std::string script = R"(set -e
@@ -63,30 +61,14 @@ cert client ca 30 clientAuth
     auto made = RunCommand({"/bin/sh", "-c", script});
     ASSERT_EQ(made.status, 0) << made.err;
   }
-  fs::path token_file() const { return dir_.path() / "token"; }
-  fs::path model() const { return dir_.path() / "model"; }
   fs::path pki() const { return dir_.path() / "pki"; }
   std::string Pem(const std::string& name) const { return (pki() / name).string(); }
 
   // A daemon; its address in *addr once it reported ready.
   std::unique_ptr<Process> Daemon(const std::string& name, std::vector<std::string> extra,
                                   std::string* addr) {
-    std::vector<std::string> argv = {SEEDD_BIN,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--token-file",
-                                     token_file(),
-                                     "--cache-dir",
-                                     (dir_.path() / name).string(),
-                                     "--log-level",
-                                     "info"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<Process>(argv);
-    auto line = p->ReadLine(seconds(60));
-    EXPECT_TRUE(line.has_value()) << p->Stderr();
-    const std::string prefix = "seedd: serving on ";
-    *addr = line.value_or("").substr(std::min(prefix.size(), line.value_or("").size()));
-    return p;
+    extra.insert(extra.end(), {"--log-level", "info"});
+    return StartDaemon(std::move(extra), addr, dir_.path() / name);
   }
   std::vector<std::string> Tls(const std::string& cert) const {
     return {"--tls-cert", Pem(cert + ".crt"), "--tls-key", Pem(cert + ".key")};
@@ -110,7 +92,6 @@ cert client ca 30 clientAuth
   bool Logged(Process& p, const std::string& text) {
     return testing::WaitUntil([&] { return Has(p.Stderr(), text); });
   }
-  testing::TempDir dir_;
 };
 
 TEST_F(TlsTest, BothPlanesAreServedOverVerifiedTlsAndRelayed) {

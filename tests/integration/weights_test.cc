@@ -66,6 +66,18 @@ bool SameSparseFile(const std::filesystem::path& a, const std::filesystem::path&
 
 class WeightsTest : public testing::WeightsFixture {};
 
+// Flips the middle byte of every chunk of `m` in the copy under `dir`.
+void FlipAByteOfEveryChunk(const Manifest& m, const std::filesystem::path& dir) {
+  for (const ManifestChunk& c : m.chunks) {
+    std::fstream f(dir / c.file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(c.offset + c.length / 2));
+    char b = 0;
+    f.get(b);
+    f.seekp(static_cast<std::streamoff>(c.offset + c.length / 2));
+    f.put(static_cast<char>(b ^ 0x5a));
+  }
+}
+
 TEST_F(WeightsTest, TheModelHasAShardAndOtherFiles) {
   EXPECT_GT(std::filesystem::file_size(model_ / "model.safetensors"), 3000000u);
   EXPECT_EQ(std::filesystem::file_size(model_ / "blob.bin"), 2500000u);
@@ -96,14 +108,7 @@ TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
   HostPort bad = ServeWeights(std::make_shared<WeightServer>(
       std::vector<ServedModel>{{m, dir_.path() / "bad", nullptr, {}, nullptr, nullptr}}));
   // Every chunk of the bad copy has a flipped byte: whatever it serves is bad.
-  for (const ManifestChunk& c : m.chunks) {
-    std::fstream f(dir_.path() / "bad" / c.file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(c.offset + c.length / 2));
-    char b = 0;
-    f.get(b);
-    f.seekp(static_cast<std::streamoff>(c.offset + c.length / 2));
-    f.put(static_cast<char>(b ^ 0x5a));
-  }
+  FlipAByteOfEveryChunk(m, dir_.path() / "bad");
   testing::LogCapture logs;
   FetchStats stats;
   Status s = FetchModel(m, {bad, good}, dir_.path() / "dest", Options(), &stats);
@@ -132,14 +137,7 @@ TEST_F(WeightsTest, Sha256ChunksAreVerifiedAsTheManifestSays) {
   ASSERT_EQ(m.chunk_digest, ChunkDigest::kSha256);
   for (const ManifestChunk& c : m.chunks) ASSERT_EQ(c.digest.size(), 64u);
   std::filesystem::copy(model_, dir_.path() / "bad", std::filesystem::copy_options::recursive);
-  for (const ManifestChunk& c : m.chunks) {
-    std::fstream f(dir_.path() / "bad" / c.file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(c.offset + c.length / 2));
-    char b = 0;
-    f.get(b);
-    f.seekp(static_cast<std::streamoff>(c.offset + c.length / 2));
-    f.put(static_cast<char>(b ^ 0x5a));
-  }
+  FlipAByteOfEveryChunk(m, dir_.path() / "bad");
   HostPort bad = ServeWeights(std::make_shared<WeightServer>(
       std::vector<ServedModel>{{m, dir_.path() / "bad", nullptr, {}, nullptr, nullptr}}));
   FetchStats stats;
