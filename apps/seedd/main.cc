@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   bool no_autotune = false;
   app.add_option("--listen", listen,
                  "HOST:PORT or [V6ADDR]:PORT to serve peers on; port 0 picks a free port. "
-                 "The channel is not encrypted: keep it on a trusted network")
+                 "Plain TCP unless --tls-cert is given (then TLS 1.3 only): without TLS keep it on "
+                 "a trusted network")
       ->capture_default_str();
   app.add_option("--source", sources,
                  "HOST:PORT of a warm peer daemon (repeatable): kinds adopting at start seed "
