@@ -9,6 +9,7 @@
 #include <asio.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -139,7 +140,23 @@ struct SeedServer::Rep {
   ThrottledWarning failed_auth;
   ThrottledWarning busy_streams;
   ThrottledWarning tls_failures;
+  ThrottledWarning tls_evictions;
   std::atomic<size_t> tls_open{0};  // TLS sessions on stream threads (count in max_connections)
+  // TLS sessions not yet authenticated: each holds a stream thread (the
+  // handshake blocks), so at most a quarter of them; a newcomer past that takes
+  // the place of one from the host holding the most (as the plain listener's
+  // eviction does), so that hosts holding idle handshakes cannot starve others.
+  struct PendingTls {
+    std::string peer;
+    int fd;
+  };
+  std::mutex tls_mu;
+  std::map<uint64_t, PendingTls> tls_pending;  // GUARDED_BY(tls_mu): by session id
+  uint64_t tls_next_id = 0;                    // GUARDED_BY(tls_mu)
+  size_t MaxPendingTls() const { return std::max<size_t>(4, options.max_streams / 4); }
+  // Admits a session for `peer` on `fd`; 0 when it is refused.
+  uint64_t AdmitTls(const std::string& peer, int fd);
+  void EndPendingTls(uint64_t id);
 
   bool Tls() const {
     return options.tls != nullptr && options.tls->rep() != nullptr &&
@@ -148,7 +165,7 @@ struct SeedServer::Rep {
   // An admitted connection on a TLS listener: handshake, request and answer
   // (or the data plane) on a stream thread.
   void ServeTls(tcp::socket socket, const std::string& peer);
-  void TlsSession(int fd, const std::string& peer);
+  void TlsSession(int fd, const std::string& peer, uint64_t id);
 };
 
 // One peer's exchange: read one frame, authenticate, resolve off the loop, write
@@ -615,6 +632,37 @@ void LingeringClose(int fd) {
 
 }  // namespace
 
+uint64_t SeedServer::Rep::AdmitTls(const std::string& peer, int fd) {
+  std::lock_guard<std::mutex> lock(tls_mu);
+  if (tls_pending.size() >= MaxPendingTls()) {
+    std::map<std::string, size_t> per_peer;
+    for (const auto& [id, p] : tls_pending) ++per_peer[p.peer];
+    auto heaviest =
+        std::max_element(per_peer.begin(), per_peer.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (heaviest->second <= per_peer[peer] + 1) return 0;  // the newcomer's host is the heaviest
+    for (auto it = tls_pending.begin(); it != tls_pending.end(); ++it) {
+      if (it->second.peer != heaviest->first) continue;
+      ::shutdown(it->second.fd, SHUT_RDWR);  // its thread sees the end and returns
+      tls_evictions.Warn(
+          "Closed a TLS handshake from {} to make room for {}: {} connections were in TLS "
+          "handshakes, the limit",
+          it->second.peer, peer, MaxPendingTls());
+      metrics::ConnectionRefused("tls_handshakes_evicted");
+      tls_pending.erase(it);
+      break;
+    }
+  }
+  const uint64_t id = ++tls_next_id;
+  tls_pending.emplace(id, PendingTls{peer, fd});
+  return id;
+}
+
+void SeedServer::Rep::EndPendingTls(uint64_t id) {
+  std::lock_guard<std::mutex> lock(tls_mu);
+  tls_pending.erase(id);
+}
+
 void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
   asio::error_code ec;
   if (streams.queued() >= options.max_queued_streams) {
@@ -630,21 +678,34 @@ void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
     limits.Released(peer);
     return;
   }
+  const uint64_t id = AdmitTls(peer, fd);
+  if (id == 0) {
+    ::close(fd);
+    limits.Released(peer);
+    metrics::ConnectionRefused("tls_handshakes");
+    tls_evictions.Warn(
+        "Refused a TLS connection from {}: {} connections are in TLS handshakes, "
+        "the most from it",
+        peer, MaxPendingTls());
+    return;
+  }
   ++tls_open;
-  streams.Submit([this, fd, peer] { TlsSession(fd, peer); });
+  streams.Submit([this, fd, peer, id] { TlsSession(fd, peer, id); });
 }
 
-void SeedServer::Rep::TlsSession(int fd, const std::string& peer) {
+void SeedServer::Rep::TlsSession(int fd, const std::string& peer, uint64_t id) {
   metrics::ConnectionOpened(metrics::Plane::kControl);
   bool authenticated = false;
   bool streaming = false;
   struct Ended {
     Rep* rep;
     int fd;
+    uint64_t id;
     const std::string& peer;
     bool& authenticated;
     bool& streaming;
     ~Ended() {
+      rep->EndPendingTls(id);  // before the close: an eviction never meets a reused fd
       if (!authenticated) rep->limits.Released(peer);
       if (streaming) rep->limits.StreamEnded(peer);
       {
@@ -655,7 +716,7 @@ void SeedServer::Rep::TlsSession(int fd, const std::string& peer) {
       --rep->tls_open;
       metrics::ConnectionClosed(metrics::Plane::kControl);
     }
-  } ended{this, fd, peer, authenticated, streaming};
+  } ended{this, fd, id, peer, authenticated, streaming};
   {
     std::lock_guard<std::mutex> lock(streams_mu);
     if (streams_closing) return;
@@ -737,6 +798,7 @@ void SeedServer::Rep::TlsSession(int fd, const std::string& peer) {
   }
   authenticated = true;
   limits.Authenticated(peer);
+  EndPendingTls(id);
   auto stream = options.stream_handlers.find(kind);
   if (stream != options.stream_handlers.end()) {
     if (!limits.AdmitStream(peer)) {

@@ -10,6 +10,8 @@
 #include "kinds/weights/data_plane.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/seed_transport.h"
+#include "seedd/tls.h"
+#include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 #include "wire/frame.h"
@@ -204,6 +206,77 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
   }
   cv.notify_all();
   EXPECT_TRUE(WaitUntil([&] { return running == 3; }));  // the queued one was served
+  server->Close();
+}
+
+// A TLS listener blocks a stream thread per handshake. Four hosts holding idle
+// connections (as many as each may) would take every thread and fill the
+// queue; past a quarter of the threads in handshakes, a newcomer takes the
+// place of one from the host holding the most, so another host's TLS requests
+// are all served.
+TEST_F(FloodTest, HostsHoldingTlsHandshakesLeaveAnotherHostsRequestsServed) {
+  const auto pki = dir_.path() / "pki";
+  std::filesystem::create_directories(pki);
+  const std::string script = "set -e; cd '" + pki.string() + R"(';
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
+key ca; openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=ca 2>/dev/null
+key s; openssl req -new -key s.key -out s.csr -subj /CN=s 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' > ext
+openssl x509 -req -in s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out s.crt -days 2 -extfile ext 2>/dev/null)";
+  auto made = testing::RunCommand({"/bin/sh", "-c", script});
+  ASSERT_EQ(made.status, 0) << made.err;
+  TlsOptions server_tls;
+  server_tls.cert = pki / "s.crt";
+  server_tls.key = pki / "s.key";
+  TransportOptions options;
+  options.tls = *TlsContext::Create(server_tls);
+  LogCapture logs;
+  HostPort addr;
+  auto server = Listen(options, &addr);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> flooders;
+  for (const char* from : {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}) {
+    flooders.emplace_back([&, from] {
+      std::vector<UniqueFd> held;
+      while (!stop) {
+        held.erase(std::remove_if(held.begin(), held.end(),
+                                  [](const UniqueFd& fd) {
+                                    char b;
+                                    return ::recv(fd.get(), &b, 1, MSG_DONTWAIT) == 0;
+                                  }),
+                   held.end());
+        while (held.size() < 80 && !stop) {
+          UniqueFd fd = ConnectFrom(from, addr);
+          if (!fd.valid()) break;
+          held.push_back(std::move(fd));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // every place taken
+  TlsOptions client_tls;
+  client_tls.ca = pki / "ca.crt";
+  SeedConfig config;
+  config.source = addr;
+  config.token = kToken;
+  TransportOptions client_options;
+  client_options.tls = *TlsContext::Create(client_tls);
+  client_options.response_timeout = std::chrono::seconds(3);
+  auto client = SeedTransport::Create({}, config, client_options);
+  ASSERT_OK(client);
+  Json request = Request();
+  request.erase("token");
+  int served = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto r = (*client)->Request(request);
+    served += r.has_value() && r->value("status", "") == "ok";
+  }
+  stop = true;
+  for (auto& t : flooders) t.join();
+  EXPECT_EQ(served, 20) << logs.Dump();
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "Closed a TLS handshake from 127.0.0."))
+      << logs.Dump();
   server->Close();
 }
 
