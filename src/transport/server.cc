@@ -141,6 +141,7 @@ struct SeedServer::Rep {
   ThrottledWarning busy_streams;
   ThrottledWarning tls_failures;
   ThrottledWarning tls_evictions;
+  ThrottledWarning tls_refusals;    // apart: a flood of refusals must not hide an eviction
   std::atomic<size_t> tls_open{0};  // TLS sessions on stream threads (count in max_connections)
   // TLS sessions not yet authenticated: each holds a stream thread (the
   // handshake blocks), so at most a quarter of them; a newcomer past that takes
@@ -683,7 +684,7 @@ void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
     ::close(fd);
     limits.Released(peer);
     metrics::ConnectionRefused("tls_handshakes");
-    tls_evictions.Warn(
+    tls_refusals.Warn(
         "Refused a TLS connection from {}: {} connections are in TLS handshakes, "
         "the most from it",
         peer, MaxPendingTls());
