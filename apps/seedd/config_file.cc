@@ -30,6 +30,13 @@ std::optional<std::string> Scalar(const toml::node& v) {
 
 Result<std::vector<ConfigEntry>> ReadConfigFile(const std::filesystem::path& file,
                                                 const CLI::App& app) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  if (ec) return Status::InvalidArgument(file.string() + ": " + ec.message());
+  if (size > kMaxConfigBytes) {
+    return Status::InvalidArgument(file.string() + ": " + std::to_string(size) +
+                                   " bytes; a configuration file holds at most 1 MiB");
+  }
   toml::table root;
   try {
     root = toml::parse_file(file.string());

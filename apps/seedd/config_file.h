@@ -14,6 +14,8 @@
 
 namespace seedd {
 
+inline constexpr uintmax_t kMaxConfigBytes = 1 << 20;
+
 struct ConfigEntry {
   std::string flag;               // "--listen"
   std::vector<std::string> args;  // the flag and its values, as on a command line

@@ -11,7 +11,6 @@
 #include "seedd/artifact_kind.h"
 #include "seedd/seed_transport.h"
 #include "seedd/tls.h"
-#include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 #include "wire/frame.h"
@@ -67,23 +66,7 @@ TEST_F(FloodTest, AHostHoldingIdleConnectionsLeavesEveryRequestFromAnotherServed
   // The flooder opens 1,100 connections and sends nothing, reopening any the
   // daemon closes, while the other host makes its requests.
   std::atomic<bool> stop{false};
-  std::thread flood([&] {
-    std::vector<UniqueFd> held;
-    while (!stop) {
-      held.erase(std::remove_if(held.begin(), held.end(),
-                                [](const UniqueFd& fd) {
-                                  char b;
-                                  return ::recv(fd.get(), &b, 1, MSG_DONTWAIT) == 0;
-                                }),
-                 held.end());
-      while (held.size() < 1100 && !stop) {
-        UniqueFd fd = ConnectFrom(kFlooder, addr);
-        if (!fd.valid()) break;
-        held.push_back(std::move(fd));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
+  std::thread flood([&] { testing::HoldIdleConnections(kFlooder, addr, 1100, stop); });
   ASSERT_TRUE(WaitUntil([&] { return logs.Contains(spdlog::level::warn, kFlooder); }))
       << logs.Dump();
   int served = 0;
@@ -216,18 +199,11 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
 // are all served.
 TEST_F(FloodTest, HostsHoldingTlsHandshakesLeaveAnotherHostsRequestsServed) {
   const auto pki = dir_.path() / "pki";
-  std::filesystem::create_directories(pki);
-  const std::string script = "set -e; cd '" + pki.string() + R"(';
-key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
-key ca; openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=ca 2>/dev/null
-key s; openssl req -new -key s.key -out s.csr -subj /CN=s 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' > ext
-openssl x509 -req -in s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out s.crt -days 2 -extfile ext 2>/dev/null)";
-  auto made = testing::RunCommand({"/bin/sh", "-c", script});
-  ASSERT_EQ(made.status, 0) << made.err;
+  std::string error;
+  ASSERT_TRUE(testing::MakeTestPki(pki, &error)) << error;
   TlsOptions server_tls;
-  server_tls.cert = pki / "s.crt";
-  server_tls.key = pki / "s.key";
+  server_tls.cert = pki / "server.crt";
+  server_tls.key = pki / "server.key";
   TransportOptions options;
   options.tls = *TlsContext::Create(server_tls);
   LogCapture logs;
@@ -236,23 +212,7 @@ openssl x509 -req -in s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out s.crt 
   std::atomic<bool> stop{false};
   std::vector<std::thread> flooders;
   for (const char* from : {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}) {
-    flooders.emplace_back([&, from] {
-      std::vector<UniqueFd> held;
-      while (!stop) {
-        held.erase(std::remove_if(held.begin(), held.end(),
-                                  [](const UniqueFd& fd) {
-                                    char b;
-                                    return ::recv(fd.get(), &b, 1, MSG_DONTWAIT) == 0;
-                                  }),
-                   held.end());
-        while (held.size() < 80 && !stop) {
-          UniqueFd fd = ConnectFrom(from, addr);
-          if (!fd.valid()) break;
-          held.push_back(std::move(fd));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    });
+    flooders.emplace_back([&, from] { testing::HoldIdleConnections(from, addr, 80, stop); });
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));  // every place taken
   TlsOptions client_tls;

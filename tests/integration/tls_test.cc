@@ -38,28 +38,8 @@ class TlsTest : public testing::DaemonProcessTest {
  protected:
   void SetUp() override {
     DaemonProcessTest::SetUp();
-    // Two CAs; certificates for 127.0.0.1 from the first (one expired), one
-    // from the second, and a client certificate.
-    const std::string script = R"(set -e
-cd ")" + pki().string() + R"("
-key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
-ca() { key "$1"; openssl req -x509 -new -key "$1.key" -out "$1.crt" -days 30 -subj "/CN=$1" 2>/dev/null; }
-cert() {  # cert NAME CA DAYS USAGE
-  key "$1"
-  openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=$1" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=%s\n' "$4" > "$1.ext"
-  openssl x509 -req -in "$1.csr" -CA "$2.crt" -CAkey "$2.key" -CAcreateserial -out "$1.crt" \
-    -days "$3" -extfile "$1.ext" 2>/dev/null
-}
-ca ca; ca other-ca
-cert server ca 30 serverAuth
-cert expired ca -1 serverAuth
-cert stranger other-ca 30 serverAuth
-cert client ca 30 clientAuth
-)";
-    fs::create_directories(pki());
-    auto made = RunCommand({"/bin/sh", "-c", script});
-    ASSERT_EQ(made.status, 0) << made.err;
+    std::string error;
+    ASSERT_TRUE(testing::MakeTestPki(pki(), &error)) << error;
   }
   fs::path pki() const { return dir_.path() / "pki"; }
   std::string Pem(const std::string& name) const { return (pki() / name).string(); }

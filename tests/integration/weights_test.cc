@@ -16,7 +16,6 @@
 #include "kinds/weights/data_plane.h"
 #include "seedd/daemon.h"
 #include "seedd/tls.h"
-#include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 #include "transport/client.h"
@@ -552,19 +551,11 @@ class TlsWeightsTest : public testing::WeightsFixture {};
 
 TEST_F(TlsWeightsTest, AModelArrivesByteIdenticalOverTls) {
   const auto pki = dir_.path() / "pki";
-  std::filesystem::create_directories(pki);
-  const std::string script = "set -e; cd '" + pki.string() + R"(';
-key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
-key ca; openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=ca 2>/dev/null
-key other; openssl req -x509 -new -key other.key -out other.crt -days 2 -subj /CN=other 2>/dev/null
-key s; openssl req -new -key s.key -out s.csr -subj /CN=s 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' > ext
-openssl x509 -req -in s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out s.crt -days 2 -extfile ext 2>/dev/null)";
-  auto made = testing::RunCommand({"/bin/sh", "-c", script});
-  ASSERT_EQ(made.status, 0) << made.err;
+  std::string error;
+  ASSERT_TRUE(testing::MakeTestPki(pki, &error)) << error;
   TlsOptions server_options;
-  server_options.cert = pki / "s.crt";
-  server_options.key = pki / "s.key";
+  server_options.cert = pki / "server.crt";
+  server_options.key = pki / "server.key";
   auto server_tls = TlsContext::Create(server_options);
   ASSERT_OK(server_tls);
   WriteRandom(model_ / "big.bin", 12 << 20, 5);
@@ -586,7 +577,7 @@ openssl x509 -req -in s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out s.crt 
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
   EXPECT_EQ(stats.bytes_received, m.total_size);
 
-  client_options.ca = pki / "other.crt";
+  client_options.ca = pki / "other-ca.crt";
   auto stranger = TlsContext::Create(client_options);
   ASSERT_OK(stranger);
   o.tls = *stranger;

@@ -11,6 +11,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "support/process.h"
 #include "transport/client.h"
 #include "wire/frame.h"
 #include "wire/json_text.h"
@@ -157,6 +158,48 @@ std::string Header(uint64_t n) {
     n >>= 8;
   }
   return h;
+}
+
+void HoldIdleConnections(const std::string& source, const HostPort& peer, size_t count,
+                         const std::atomic<bool>& stop) {
+  std::vector<UniqueFd> held;
+  while (!stop) {
+    held.erase(std::remove_if(held.begin(), held.end(),
+                              [](const UniqueFd& fd) {
+                                char b;
+                                return ::recv(fd.get(), &b, 1, MSG_DONTWAIT) == 0;
+                              }),
+               held.end());
+    while (held.size() < count && !stop) {
+      UniqueFd fd = ConnectFrom(source, peer);
+      if (!fd.valid()) break;
+      held.push_back(std::move(fd));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool MakeTestPki(const std::filesystem::path& dir, std::string* error) {
+  std::filesystem::create_directories(dir);
+  const std::string script = "set -e; cd '" + dir.string() + R"(';
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
+ca() { key "$1"; openssl req -x509 -new -key "$1.key" -out "$1.crt" -days 30 -subj "/CN=$1" 2>/dev/null; }
+cert() {  # cert NAME CA DAYS USAGE
+  key "$1"
+  openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=$1" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=%s\n' "$4" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA "$2.crt" -CAkey "$2.key" -CAcreateserial -out "$1.crt" \
+    -days "$3" -extfile "$1.ext" 2>/dev/null
+}
+ca ca; ca other-ca
+cert server ca 30 serverAuth
+cert expired ca -1 serverAuth
+cert stranger other-ca 30 serverAuth
+cert client ca 30 clientAuth
+)";
+  RunResult made = RunCommand({"/bin/sh", "-c", script});
+  if (made.status != 0) *error = made.err;
+  return made.status == 0;
 }
 
 }  // namespace seedd::testing

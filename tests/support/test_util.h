@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/base_sink.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -80,6 +81,15 @@ UniqueFd ConnectRaw(const HostPort& peer);
 // with SO_RCVBUF set first when receive_buffer > 0 (a peer that reads nothing
 // then fills its window at once).
 UniqueFd ConnectFrom(const std::string& source, const HostPort& peer, int receive_buffer = 0);
+// Opens connections from `source` to `peer` that send nothing, up to `count`
+// held at once, reopening any the peer closes, until `stop`.
+void HoldIdleConnections(const std::string& source, const HostPort& peer, size_t count,
+                         const std::atomic<bool>& stop);
+// With the openssl CLI, in `dir`: two CAs (ca, other-ca) and certificates for
+// 127.0.0.1 and localhost: server (from ca, 30 days), expired (from ca, ended a
+// day ago), stranger (from other-ca), client (from ca, for client auth); each
+// NAME.crt with NAME.key. False (and `*error`) when openssl failed.
+bool MakeTestPki(const std::filesystem::path& dir, std::string* error);
 void SendAll(int fd, const std::string& bytes);
 // Reads until EOF or error; returns everything received.
 std::string ReadToEof(int fd);
