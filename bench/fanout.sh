@@ -170,7 +170,7 @@ PY
 }
 
 results=()
-for chunk in ${CHUNKS:-8 2}; do
+for chunk in ${CHUNKS:-auto}; do
   start_in 0 "origin$chunk" --model "bench=$shm/model" --chunk-mib "$chunk"
   origin_pid="${pids[-1]}"
   for _ in $(seq 1 6000); do ready "origin$chunk" && break; sleep 0.01; done

@@ -43,7 +43,7 @@ std::string ExplainKeyError(const std::string& message) {
   return message;
 }
 
-int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib,
+int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes,
                 const std::string& chunk_digest) {
   auto dir = seedd::ResolveModelDir(spec);
   if (!dir.ok()) {
@@ -59,7 +59,7 @@ int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib,
     model = std::filesystem::weakly_canonical(*dir, ec).filename().string();
   }
   seedd::BuildOptions options;
-  options.chunk_size = chunk_mib << 20;
+  options.chunk_size = chunk_bytes;
   auto algo = seedd::ParseChunkDigest(chunk_digest, "--chunk-digest");
   if (!algo.ok()) return Fail(algo.status().message());
   options.chunk_digest = *algo;

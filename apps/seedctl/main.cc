@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "common/cli_chunk.h"
 #include "common/cli_suggest.h"
 #include "common/logging.h"
 #include "seedctl.h"
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
 
   std::string manifest_dir;
   std::string manifest_model;
-  uint64_t chunk_mib = 2;
+  std::string chunk_mib = "auto";
   std::string manifest_digest = "xxh3";
   CLI::App* manifest_cmd = app.add_subcommand(
       "manifest",
@@ -142,9 +143,12 @@ int main(int argc, char** argv) {
                    "Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)")
       ->required();
   manifest_cmd->add_option("--model", manifest_model, "model name (default: the directory's name)");
-  manifest_cmd->add_option("--chunk-mib", chunk_mib, "chunk size in MiB")
+  manifest_cmd
+      ->add_option("--chunk-mib", chunk_mib,
+                   "chunk size in MiB (fractions go by 64 KiB: 0.25 = 256 KiB), or auto: as "
+                   "seedd --chunk-mib, about 1,024 chunks per model")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1024}));
+      ->check(seedd::ChunkMibValidator());
   manifest_cmd
       ->add_option("--chunk-digest", manifest_digest,
                    "digest of each chunk: xxh3 or sha256 (as seedd --chunk-digest; the root "
@@ -235,7 +239,8 @@ int main(int argc, char** argv) {
   if (fetch->parsed()) return seedctl::RunFetch(fetch_conn, ns, hash, filename, cache_dir);
   if (ls->parsed()) return seedctl::RunList(ls_conn, ls_prefix);
   if (manifest_cmd->parsed())
-    return seedctl::RunManifest(manifest_dir, manifest_model, chunk_mib, manifest_digest);
+    return seedctl::RunManifest(manifest_dir, manifest_model, seedd::ChunkBytesOfFlag(chunk_mib),
+                                manifest_digest);
   if (pull->parsed()) return seedctl::RunPull(pull_args);
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);
   if (status_cmd->parsed()) return seedctl::RunStatus(status_admin, status_json, status_timeout);

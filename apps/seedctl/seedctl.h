@@ -72,7 +72,7 @@ struct PullArgs {
 };
 int RunPull(const PullArgs& args);
 
-int RunManifest(const std::string& spec, std::string model, uint64_t chunk_mib,
+int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes,
                 const std::string& chunk_digest);
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file);

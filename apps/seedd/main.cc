@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "common/cli_chunk.h"
 #include "common/cli_suggest.h"
 #include "common/logging.h"
 #include "config_file.h"
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::vector<std::string> pulls;
   std::string advertise;
-  uint64_t chunk_mib = 2;
+  std::string chunk_mib = "auto";
   std::string chunk_digest = "xxh3";
   std::string verify = "chunks";
   std::string warmup;
@@ -185,10 +186,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{7 * 24 * 3600}));
   app.add_option("--chunk-mib", chunk_mib,
-                 "chunk size of the manifests of --model, in MiB: the unit of verification, "
-                 "retry and relaying (smaller chunks reach relays sooner)")
+                 "chunk size of the manifests of --model, in MiB (fractions go by 64 KiB: "
+                 "0.25 = 256 KiB), or auto: about 1,024 chunks per model, a power of two from "
+                 "256 KiB to 64 MiB. The unit of verification, retry and relaying: a fleet "
+                 "pulling at once comes closer to one host's time with more chunks")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1024}));
+      ->check(seedd::ChunkMibValidator());
   app.add_option("--chunk-digest", chunk_digest,
                  "digest of each chunk in the manifests of --model: xxh3 (XXH3-128: catches "
                  "corruption, at memory speed) or sha256 (also holds against a relay forging "
@@ -325,7 +328,7 @@ int main(int argc, char** argv) {
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;
   options.registry_url = registry;
-  options.weight_chunk_bytes = chunk_mib << 20;
+  options.weight_chunk_bytes = seedd::ChunkBytesOfFlag(chunk_mib);
   options.weight_chunk_digest = chunk_digest;
   options.verify_pulled_files = verify == "sha256";
   options.tls = tls;

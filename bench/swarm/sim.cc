@@ -11,8 +11,10 @@ using seedd::Cancel;
 using seedd::SchedulerOptions;
 
 Sim::Sim(const Flags& f) : f_(f), rng_(f.seed) {
-  chunk_bytes_ = f.chunk_mib * 1048576.0;
-  chunks_ = static_cast<uint32_t>(std::ceil(f.model_gib * 1024 / f.chunk_mib));
+  chunk_bytes_ = f.chunk_mib > 0 ? f.chunk_mib * 1048576.0
+                                 : static_cast<double>(seedd::AutoChunkBytes(
+                                       static_cast<uint64_t>(f.model_gib * 1073741824.0)));
+  chunks_ = static_cast<uint32_t>(std::ceil(f.model_gib * 1073741824.0 / chunk_bytes_));
   const double link = f.link_gbit * 1e9 / 8;
   bound_ = chunks_ * chunk_bytes_ / link;
   sent_at_.assign(chunks_, -1);
@@ -66,7 +68,17 @@ void Sim::Report() const {
     return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
   };
   std::printf("chunks=%u chunk_mib=%g degree=%d failed=%zu unfinished=%zu events=%llu\n", chunks_,
-              f_.chunk_mib, f_.degree, failed, unfinished, static_cast<unsigned long long>(seq_));
+              chunk_bytes_ / 1048576, f_.degree, failed, unfinished,
+              static_cast<unsigned long long>(seq_));
+  {
+    double idle = 0, total = 0;
+    for (PeerId h = 1; h < hosts_.size(); ++h) {
+      if (hosts_[h].done < 0) continue;
+      idle += hosts_[h].idle;
+      total += hosts_[h].done - hosts_[h].join;
+    }
+    std::printf("downlinks idle (nothing arriving) %.3f of the time\n", idle / total);
+  }
   std::printf("the origin's last chunk ended at %.3f x the bound\n", origin_last_ / bound_);
   if (!late.empty()) {
     std::printf("late joiners: %zu p50=%.3f p99=%.3f max=%.3f\n", late.size(), pct(late, 0.5),
@@ -184,11 +196,13 @@ void Sim::StartUpload(PeerId u) {
       free_.pop_back();
     }
     Transfer& t = transfers_[id];
-    t = Transfer{u, d, c, chunk_bytes_, 0, now_, t.version + 1, true};
+    t = Transfer{u, d, c, chunk_bytes_, 0, now_, t.version + 1, true, t.serial + 1};
     up.ups.push_back(id);
+    if (down.downs.empty()) down.idle += now_ - down.idle_since;
     down.downs.push_back(id);
     Reflow(u);
     Reflow(d);
+    if (f_.ahead) Push(now_ + Latency() + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
   }
 }
 
@@ -196,10 +210,13 @@ void Sim::Reflow(PeerId h) {
   for (const auto* list : {&hosts_[h].ups, &hosts_[h].downs}) {
     for (uint32_t id : *list) {
       Transfer& t = transfers_[id];
+      const double rate =
+          std::min(hosts_[t.u].up / static_cast<double>(hosts_[t.u].ups.size()),
+                   hosts_[t.d].down / static_cast<double>(hosts_[t.d].downs.size()));
+      if (rate == t.rate) continue;  // its end stays as scheduled
       t.remaining = std::max(0.0, t.remaining - t.rate * (now_ - t.last));
       t.last = now_;
-      t.rate = std::min(hosts_[t.u].up / static_cast<double>(hosts_[t.u].ups.size()),
-                        hosts_[t.d].down / static_cast<double>(hosts_[t.d].downs.size()));
+      t.rate = rate;
       ++t.version;
       Push(now_ + t.remaining / t.rate, Ev::kUploadDone, id, 0, t.version);
     }
@@ -212,6 +229,7 @@ void Sim::EndTransfer(uint32_t id) {
   auto off = [id](std::vector<uint32_t>& v) { v.erase(std::find(v.begin(), v.end(), id)); };
   off(hosts_[t.u].ups);
   off(hosts_[t.d].downs);
+  if (hosts_[t.d].downs.empty()) hosts_[t.d].idle_since = now_;
   free_.push_back(id);
   Reflow(t.u);
   Reflow(t.d);
@@ -226,6 +244,7 @@ void Sim::Handle(const Event& e) {
       o.max_neighbours = static_cast<size_t>(f_.degree) + 1;
       o.pipeline = f_.pipeline;
       o.max_requests = f_.max_requests;
+      o.catch_up_requests = f_.catch_up;
       o.random_seed = f_.seed * 1000003 + e.a;
       host.sched = std::make_unique<SwarmScheduler>(chunks_, o);
       if (f_.origin_degree < 0 || origin_fetchers_ < f_.origin_degree) {
@@ -233,6 +252,7 @@ void Sim::Handle(const Event& e) {
         ++origin_fetchers_;
       }
       host.joined = true;
+      host.idle_since = now_;
       Connect(e.a);
       return;
     }
@@ -286,7 +306,7 @@ void Sim::Handle(const Event& e) {
         q.erase(std::remove(q.begin(), q.end(), std::make_pair(e.a, c.chunk)), q.end());
         Pump(e.a, c.peer);
       }
-      for (PeerId w : host.neighbours) Push(now_ + Latency(), Ev::kHave, w, e.a, e.chunk);
+      Push(now_ + Latency(), Ev::kHave, e.a, 0, e.chunk);  // to every neighbour
       if (host.sched->Complete()) {
         host.done = now_;
         return;
@@ -312,6 +332,16 @@ void Sim::Handle(const Event& e) {
       }
       return;
     }
+    case Ev::kHalf: {  // half the chunk is at the receiver: its next request goes out
+      const Transfer& t = transfers_[e.a];
+      if (!t.live || t.serial != e.chunk) return;
+      Host& host = hosts_[t.d];
+      if (host.failed || host.done >= 0 || host.sched->InFlight(t.u) != 1) return;
+      if (auto c = host.sched->Next(t.u, Now(), true)) {
+        Push(now_ + Latency(), Ev::kRequest, t.u, t.d, *c);
+      }
+      return;
+    }
     case Ev::kWake: {
       if (e.b == 0) hosts_[e.a].wake_pending = false;
       Pump(e.a, e.b);
@@ -334,11 +364,13 @@ void Sim::Handle(const Event& e) {
       Connect(e.a);
       return;
     }
-    case Ev::kHave: {
-      Host& host = hosts_[e.a];
-      if (host.failed || host.done >= 0) return;
-      host.sched->NeighbourHas(e.b, e.chunk);
-      Pump(e.a, e.b);  // a HAVE only ever takes work from the origin, never adds some
+    case Ev::kHave: {  // e.a tells its neighbours it has e.chunk (one event for all)
+      for (PeerId w : hosts_[e.a].neighbours) {
+        Host& host = hosts_[w];
+        if (host.failed || host.done >= 0) continue;
+        host.sched->NeighbourHas(e.a, e.chunk);
+        Pump(w, e.a);  // a HAVE only ever takes work from the origin, never adds some
+      }
       return;
     }
     case Ev::kFail: {

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "kinds/weights/manifest.h"
 #include "kinds/weights/swarm_scheduler.h"
 
 namespace swarm_sim {
@@ -38,7 +39,7 @@ using seedd::SwarmScheduler;
 struct Flags {
   int hosts = 100;
   double model_gib = 1;
-  double chunk_mib = 2;
+  double chunk_mib = 0;  // 0: as the daemon's default (seedd::AutoChunkBytes)
   double link_gbit = 10;
   // Defaults are the real daemon's: 16 neighbours (the origin and 15 relays), 4
   // upload slots, "busy" beyond them, a busy answer retried after 50 ms, one
@@ -48,6 +49,7 @@ struct Flags {
   int pipeline = 1;        // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
   int seed_pipeline = 1;   // requests in flight to the origin per fetcher
   int max_requests = 4;    // requests in flight per fetcher in all (FetchOptions::swarm_requests)
+  int catch_up = 2;        // requests beyond --max-requests for a host behind its neighbours
   int up_slots = 4;
   int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
   int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
@@ -60,6 +62,9 @@ struct Flags {
   double late_fraction = 0;       // of hosts, joining at a random time within the bound
   double slow_fraction = 0;       // of hosts, whose links are --slow-factor times slower
   double slow_factor = 4;
+  // Once half a chunk has arrived, the next request to its sender goes out (the
+  // real fetcher's requests sent ahead).
+  bool ahead = true;
   std::string origin_claim = "holder";  // or "window"
   double claim_chunks = 8;              // the origin's claim on a chunk it sent, in its chunk times
   double detect_ms = 1000;
@@ -77,6 +82,7 @@ enum class Ev : uint8_t {
   kBusy,
   kRetry,
   kHave,
+  kHalf,
   kFail,
   kGone
 };
@@ -103,6 +109,7 @@ struct Host {
   bool joined = false, failed = false, late = false;
   double failed_at = 0;
   bool wake_pending = false;
+  double idle = 0, idle_since = 0;  // the downlink's time with nothing arriving
 };
 
 class Sim {
@@ -162,6 +169,7 @@ class Sim {
     double remaining, rate, last;
     uint32_t version;
     bool live;
+    uint32_t serial;
   };
   std::vector<Transfer> transfers_;
   std::vector<uint32_t> free_;
@@ -171,7 +179,9 @@ class Sim {
   double now_ = 0;
   std::vector<double> sent_at_;  // per chunk: when the origin last sent it; -1 never
   std::vector<PeerId> holder_;   // per chunk: the fetcher the origin sent it to
+
   uint64_t origin_chunks_ = 0;
+
   int origin_fetchers_ = 0;
 };
 

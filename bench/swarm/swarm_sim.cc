@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   CLI::App app{"swarm_sim: a fleet pulling one model at once, simulated with the real scheduler"};
   app.add_option("--hosts", f.hosts, "fetchers (besides the origin)")->capture_default_str();
   app.add_option("--model-gib", f.model_gib, "model size in GiB")->capture_default_str();
-  app.add_option("--chunk-mib", f.chunk_mib, "chunk size in MiB")->capture_default_str();
+  app.add_option("--chunk-mib", f.chunk_mib,
+                 "chunk size in MiB (0: the daemon's default for the model's size)")
+      ->capture_default_str();
   app.add_option("--link-gbit", f.link_gbit, "every host's uplink and downlink, Gbit/s")
       ->capture_default_str();
   app.add_option("--degree", f.degree, "relay neighbours per host")->capture_default_str();
@@ -33,11 +35,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-requests", f.max_requests,
                  "requests in flight per fetcher in all (0: no bound)")
       ->capture_default_str();
+  app.add_option("--catch-up", f.catch_up,
+                 "requests beyond --max-requests while a host has fewer chunks than its "
+                 "neighbours on average")
+      ->capture_default_str();
   app.add_option("--up-slots", f.up_slots, "chunks a host sends at once")->capture_default_str();
   app.add_option("--origin-slots", f.origin_slots, "the origin's upload slots (0: --up-slots)")
       ->capture_default_str();
   app.add_option("--origin-busy", f.origin_busy,
                  "the origin answers busy beyond its slots (else it queues requests)")
+      ->capture_default_str();
+  app.add_option("--ahead", f.ahead,
+                 "once half a chunk has arrived, the next request to its sender goes out")
       ->capture_default_str();
   app.add_option("--busy-retry-ms", f.busy_retry_ms, "when a busy neighbour is asked again")
       ->capture_default_str();

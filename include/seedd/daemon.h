@@ -53,7 +53,9 @@ struct DaemonOptions {
   AutotuneOptions autotune;
   // Model directories served as weight_shards (name → directory).
   std::vector<std::pair<std::string, std::filesystem::path>> models;
-  uint64_t weight_chunk_bytes = 2ull << 20;
+  // Chunk size of their manifests; 0: chosen by each model's size (about 1,024
+  // chunks, a power of two from 256 KiB to 64 MiB).
+  uint64_t weight_chunk_bytes = 0;
   // How the chunks of served models are digested: "xxh3" (XXH3-128, catches
   // corruption) or "sha256" (also holds against a relay forging chunks).
   // Fetchers verify with whatever the manifest names.

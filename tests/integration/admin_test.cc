@@ -130,7 +130,8 @@ TEST_F(AdminTest, MetricsMoveWithRequestsPullsRelayingAndStoreOperations) {
   const std::string relay = Get(puller_admin, "/metrics").second;
   EXPECT_EQ(Promtool(relay), "");
   EXPECT_EQ(Sample(relay, "seedd_bytes_received_total{plane=\"data\"}"), model_bytes) << relay;
-  EXPECT_EQ(Sample(relay, "seedd_chunks_verified_total"), 3) << relay;  // 2 of w.bin, 1
+  // 256 KiB chunks (a small model's): 12 of w.bin, 1 of config.json.
+  EXPECT_EQ(Sample(relay, "seedd_chunks_verified_total"), 13) << relay;
   EXPECT_EQ(Sample(relay, "seedd_chunk_verification_failures_total"), 0);
   EXPECT_EQ(Sample(relay, "seedd_pull_progress_ratio{model=\"m\"}"), 1) << relay;
   EXPECT_EQ(Sample(relay, "seedd_warmup_seconds_count{kind=\"weight_shards\",source=\"peer\"}"), 1)

@@ -203,7 +203,7 @@ TEST_F(CliTest, AConfigFileSetsFlagsTheCommandLineOverridesAndErrorsNameTheLine)
                         << "token_file = \"" << token_file().string() << "\"\n"
                         << "cache-dir = \"" << (dir_.path() / "cache").string() << "\"\n"
                         << "model = [\"m=" << model().string() << "\"]\n"
-                        << "chunk-mib = 1\n"
+                        << "chunk-mib = 0.25\n"
                         << "chunk-digest = \"sha256\"\n"
                         << "no-autotune = true\n"
                         << "log-level = \"warn\"\n";
@@ -216,7 +216,7 @@ TEST_F(CliTest, AConfigFileSetsFlagsTheCommandLineOverridesAndErrorsNameTheLine)
   ASSERT_TRUE(line.has_value()) << daemon.Stderr();
   const std::string addr = line->substr(std::string("seedd: serving on ").size());
   auto printed = RunCommand({SEEDCTL_BIN, "manifest", model().string(), "--model", "m",
-                             "--chunk-mib", "1", "--chunk-digest", "sha256"});
+                             "--chunk-mib", "0.25", "--chunk-digest", "sha256"});
   const std::string key = "\"root_digest\": \"";
   ASSERT_NE(printed.out.find(key), std::string::npos) << printed.err;
   const std::string root = printed.out.substr(printed.out.find(key) + key.size(), 64);
@@ -236,7 +236,9 @@ TEST_F(CliTest, AConfigFileSetsFlagsTheCommandLineOverridesAndErrorsNameTheLine)
   EXPECT_TRUE(Has(err, file + ":3: key 'chunk-mb': unknown key (did you mean 'chunk-mib'?)"))
       << err;
   err = error_of("chunk-mib = 0\n");
-  EXPECT_TRUE(Has(err, file + ":1: key 'chunk-mib': --chunk-mib: Value 0 not in range")) << err;
+  EXPECT_TRUE(Has(err, file + ":1: key 'chunk-mib': --chunk-mib: Value 0 is neither auto nor a "
+                              "size from 0.0625 to 1024 MiB"))
+      << err;
   err = error_of("\nlisten = \"nowhere\"\n");
   EXPECT_TRUE(Has(err, file + ":2: key 'listen': --listen: invalid address 'nowhere'")) << err;
   err = error_of("source = \"127.0.0.1:1\"\nlisten = [\"a:1\", \"b:2\"]\n");

@@ -125,6 +125,35 @@ TEST(SwarmScheduler, RequestsToRelaysAreBoundedInAll) {
   EXPECT_EQ(s.Next(5, kT0), std::nullopt);
 }
 
+// A host holding fewer chunks than its relay neighbours on average asks
+// catch_up_requests more of them at once: it takes a larger share of their
+// uplinks until it has caught up, so the last host of a fleet is not far behind.
+TEST(SwarmScheduler, AHostBehindItsNeighboursAsksMoreAtOnce) {
+  auto asked_at_once = [](bool behind) {
+    SchedulerOptions o = Options();
+    o.max_requests = 2;
+    o.catch_up_requests = 2;
+    SwarmScheduler s(64, o);
+    std::vector<bool> theirs(64, true);
+    if (!behind) {
+      // It has the first half, each neighbour the second: as much as they do.
+      for (uint32_t c = 0; c < 32; ++c) {
+        s.AlreadyHave(c);
+        theirs[c] = false;
+      }
+    }
+    for (PeerId p = 1; p <= 6; ++p) {
+      EXPECT_TRUE(s.AddNeighbour(p, false));
+      s.NeighbourState(p, theirs);
+    }
+    int asked = 0;
+    for (PeerId p = 1; p <= 6; ++p) asked += s.Next(p, kT0).has_value() ? 1 : 0;
+    return asked;
+  };
+  EXPECT_EQ(asked_at_once(true), 4);
+  EXPECT_EQ(asked_at_once(false), 2);
+}
+
 // A seed's request is outside the bound (what only it has must not wait behind
 // the relays, and slow relays holding the bound must not leave it idle); among
 // relays it is asked one chunk at a time.

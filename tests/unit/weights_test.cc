@@ -379,6 +379,34 @@ TEST(Manifest, ASparseShardWithOffsetsBeyondFourGibibytes) {
   EXPECT_TRUE(ParseManifest(m->ToJson()).ok());
 }
 
+// Without a chunk size a model is cut into about 1,024 chunks, a power of two
+// from 256 KiB to 64 MiB: a swarm's start and end cost a few chunk times each.
+TEST(Manifest, WithoutAChunkSizeAModelIsCutIntoAboutAThousandChunks) {
+  EXPECT_EQ(AutoChunkBytes(1), 256u << 10);            // the floor
+  EXPECT_EQ(AutoChunkBytes(64ull << 20), 256u << 10);  // 256 chunks: the floor
+  EXPECT_EQ(AutoChunkBytes(1ull << 30), 1u << 20);
+  EXPECT_EQ(AutoChunkBytes((1ull << 30) + 1), 2u << 20);
+  EXPECT_EQ(AutoChunkBytes(16ull << 30), 16u << 20);
+  EXPECT_EQ(AutoChunkBytes(1ull << 40), 64u << 20);  // the ceiling: 16,384 chunks
+  testing::TempDir dir;
+  const auto model = dir.path() / "m";
+  std::filesystem::create_directories(model);
+  std::ofstream(model / "config.json") << "{}";
+  { std::ofstream(model / "weights.bin") << "w"; }
+  std::filesystem::resize_file(model / "weights.bin", 300ull << 20);  // sparse
+  auto m = BuildManifest("auto", model, BuildOptions{});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->chunk_size, 512u << 10);  // 300 MiB / 1,024 rounded up to a power of two
+  EXPECT_EQ(m->chunks.size(), 1u + 600u);
+  EXPECT_EQ(m->chunks[1].length, 512u << 10);
+  BuildOptions fixed;
+  fixed.chunk_size = 1 << 20;
+  auto f = BuildManifest("auto", model, fixed);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->chunk_size, 1u << 20);  // a size given is kept
+  EXPECT_NE(f->root_digest, m->root_digest);
+}
+
 TEST(DataPlaneRecords, EncodeAndDecodeBigEndianFields) {
   const RequestRecord req = EncodeRequest(kClaimMagic, 0x01020304);
   EXPECT_EQ(std::string(req.data(), req.size()), std::string("SDRN\x01\x02\x03\x04", 8));

@@ -28,6 +28,7 @@ SchedulerOptions SchedulerOptionsOf(const FetchOptions& o) {
   s.max_neighbours = std::max<size_t>(1, o.max_neighbours);
   s.pipeline = std::max(1, o.pipeline);
   s.max_requests = std::max(0, o.swarm_requests);
+  s.catch_up_requests = std::max(0, o.swarm_catch_up);
   // A relay among relays keeps one chunk in flight per seed: what a seed sends
   // reaches the swarm sooner when its uplink is not split many ways.
   if (!o.relay.empty()) s.seed_requests = 1;

@@ -111,9 +111,10 @@ Result<std::filesystem::path> ResolveModelDir(std::string_view spec) {
 }
 
 Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem::path& dir,
-                                const BuildOptions& options, BuildStats* stats) {
+                                const BuildOptions& given, BuildStats* stats) {
   if (!IsModelName(model)) return Status::InvalidArgument("invalid model name '" + model + "'");
-  if (options.chunk_size < 4096 || options.chunk_size > (1ull << 30)) {
+  BuildOptions options = given;
+  if (options.chunk_size != 0 && (options.chunk_size < 4096 || options.chunk_size > (1ull << 30))) {
     return Status::InvalidArgument("chunk size must be 4 KiB to 1 GiB");
   }
   std::error_code ec;
@@ -154,6 +155,15 @@ Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem:
   if (ec) return Status::IoError("walk " + top.string() + ": " + ec.message());
   if (found.empty()) {
     return Status::InvalidArgument(dir.string() + " holds no files: there is no model to serve");
+  }
+  if (options.chunk_size == 0) {
+    uint64_t total = 0;
+    for (const auto& [rel, abs] : found) {
+      const uintmax_t size = std::filesystem::file_size(abs, ec);
+      if (ec) return Status::IoError("stat " + abs.string() + ": " + ec.message());
+      total += size;
+    }
+    options.chunk_size = AutoChunkBytes(total);
   }
   Manifest& m = index.manifest;
   m.model = model;

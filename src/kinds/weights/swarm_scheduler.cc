@@ -12,7 +12,8 @@ SwarmScheduler::SwarmScheduler(size_t chunks, SchedulerOptions options)
       copies_(chunks, 0),
       seed_not_before_(chunks),
       buckets_(options.max_neighbours + 1),
-      position_(chunks, 0) {
+      position_(chunks, 0),
+      in_flight_at_(chunks, 0) {
   buckets_[0].reserve(chunks);
   for (uint32_t c = 0; c < chunks; ++c) Insert(c);
 }
@@ -33,10 +34,23 @@ void SwarmScheduler::Erase(uint32_t chunk) {
   --unrequested_;
 }
 
+void SwarmScheduler::AddInFlight(uint32_t chunk) {
+  in_flight_at_[chunk] = static_cast<uint32_t>(in_flight_.size());
+  in_flight_.push_back(chunk);
+}
+
+void SwarmScheduler::RemoveInFlight(uint32_t chunk) {
+  const uint32_t last = in_flight_.back();
+  in_flight_[in_flight_at_[chunk]] = last;
+  in_flight_at_[last] = in_flight_at_[chunk];
+  in_flight_.pop_back();
+}
+
 void SwarmScheduler::Recount(uint32_t chunk, int delta) {
   const bool bucketed = state_[chunk] == kMissing;
   if (bucketed) Erase(chunk);
   relays_having_[chunk] = static_cast<uint16_t>(relays_having_[chunk] + delta);
+  relay_chunks_ += delta;
   if (bucketed) Insert(chunk);
 }
 
@@ -61,7 +75,7 @@ void SwarmScheduler::RemoveNeighbour(PeerId peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
   Neighbour& n = it->second;
-  for (uint32_t c : std::vector<uint32_t>(n.requested.begin(), n.requested.end())) Release(n, c);
+  for (uint32_t c : std::vector<uint32_t>(n.requested)) Release(n, c);
   if (!n.seed) {
     for (uint32_t c : n.owned) Recount(c, -1);
   }
@@ -102,15 +116,21 @@ uint32_t SwarmScheduler::Take(Neighbour& n, uint32_t chunk) {
   if (state_[chunk] == kMissing) {
     Erase(chunk);
     state_[chunk] = kInFlight;
-    in_flight_.insert(chunk);
+    AddInFlight(chunk);
   }
   ++copies_[chunk];
-  if (n.requested.insert(chunk).second && !n.seed) ++relay_requests_;
+  if (std::find(n.requested.begin(), n.requested.end(), chunk) == n.requested.end()) {
+    n.requested.push_back(chunk);
+    if (!n.seed) ++relay_requests_;
+  }
   return chunk;
 }
 
 bool SwarmScheduler::Unrequest(Neighbour& n, uint32_t chunk) {
-  if (n.requested.erase(chunk) == 0) return false;
+  auto it = std::find(n.requested.begin(), n.requested.end(), chunk);
+  if (it == n.requested.end()) return false;
+  *it = n.requested.back();
+  n.requested.pop_back();
   if (!n.seed) --relay_requests_;
   return true;
 }
@@ -120,7 +140,7 @@ void SwarmScheduler::Release(Neighbour& n, uint32_t chunk) {
   if (copies_[chunk] > 0) --copies_[chunk];
   if (state_[chunk] == kInFlight && copies_[chunk] == 0) {
     state_[chunk] = kMissing;
-    in_flight_.erase(chunk);
+    RemoveInFlight(chunk);
     Insert(chunk);
   }
 }
@@ -170,7 +190,10 @@ std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerCloc
 std::optional<uint32_t> SwarmScheduler::EndgameCopy(const Neighbour& n,
                                                     SchedulerClock::time_point now) {
   for (uint32_t c : in_flight_) {
-    if (copies_[c] >= kEndgameCopies || !n.have[c] || n.requested.count(c) != 0) continue;
+    if (copies_[c] >= kEndgameCopies || !n.have[c] ||
+        std::find(n.requested.begin(), n.requested.end(), c) != n.requested.end()) {
+      continue;
+    }
     if (n.seed && seed_not_before_[c] > now) continue;  // deferred: the relays have it
     return c;
   }
@@ -192,7 +215,8 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
     return std::nullopt;
   }
-  if (!ahead && !n.seed && options_.max_requests > 0 && relay_requests_ >= options_.max_requests) {
+  if (!ahead && !n.seed && options_.max_requests > 0 &&
+      relay_requests_ >= options_.max_requests + (Behind() ? options_.catch_up_requests : 0)) {
     return std::nullopt;
   }
   std::optional<uint32_t> c = Rarest(n, now);
@@ -210,8 +234,8 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
     return cancels;
   }
   if (state_[chunk] == kMissing) Erase(chunk);
+  if (state_[chunk] == kInFlight) RemoveInFlight(chunk);
   state_[chunk] = kDone;
-  in_flight_.erase(chunk);
   copies_[chunk] = 0;
   ++done_;
   for (auto& [id, n] : neighbours_) {
@@ -264,6 +288,12 @@ void SwarmScheduler::Busy(PeerId peer, uint32_t chunk, SchedulerClock::time_poin
   if (it == neighbours_.end() || chunk >= state_.size()) return;
   it->second.not_before = std::max(it->second.not_before, until);
   Release(it->second, chunk);
+}
+
+bool SwarmScheduler::Behind() const {
+  const size_t relays = relay_neighbours();
+  if (relays == 0) return false;
+  return static_cast<int64_t>((done_ + state_.size() / 32) * relays) < relay_chunks_;
 }
 
 size_t SwarmScheduler::NeighboursWanted() const {

@@ -38,7 +38,6 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <set>
 #include <vector>
 
 namespace seedd {
@@ -56,6 +55,10 @@ struct SchedulerOptions {
   // slots), and to one seed while relays are neighbours (0: its slots).
   int max_requests = 0;
   int seed_requests = 0;
+  // Requests to relays beyond max_requests while this host holds fewer chunks
+  // than its relay neighbours do on average (by more than 1/32 of the model):
+  // a host that fell behind takes a larger share of its neighbours' uplinks.
+  int catch_up_requests = 0;
   uint64_t random_seed = 0;  // 0: from std::random_device
 };
 
@@ -134,8 +137,8 @@ class SwarmScheduler {
     bool seed = false;
     int slots = 0;
     std::vector<bool> have;
-    std::vector<uint32_t> owned;  // the chunks it has (a relay), in announcement order
-    std::set<uint32_t> requested;
+    std::vector<uint32_t> owned;      // the chunks it has (a relay), in announcement order
+    std::vector<uint32_t> requested;  // a few: its slots
     int failures = 0;
     SchedulerClock::time_point not_before{};  // busy until then
   };
@@ -152,6 +155,8 @@ class SwarmScheduler {
   void Release(Neighbour& n, uint32_t chunk);
   std::optional<uint32_t> Rarest(const Neighbour& n, SchedulerClock::time_point now);
   std::optional<uint32_t> EndgameCopy(const Neighbour& n, SchedulerClock::time_point now);
+  // Whether this host holds fewer chunks than its relay neighbours on average.
+  bool Behind() const;
   // Requests `n` may have in flight now.
   int SlotsOf(const Neighbour& n) const;
 
@@ -163,12 +168,17 @@ class SwarmScheduler {
   std::vector<SchedulerClock::time_point> seed_not_before_;
   std::vector<std::vector<uint32_t>> buckets_;  // by relays_having_: missing, not requested
   std::vector<uint32_t> position_;              // of a chunk in its bucket
-  std::set<uint32_t> in_flight_;
+  // Chunks in flight (kInFlight), and each one's place there.
+  std::vector<uint32_t> in_flight_;
+  std::vector<uint32_t> in_flight_at_;
+  void AddInFlight(uint32_t chunk);
+  void RemoveInFlight(uint32_t chunk);
   std::map<PeerId, Neighbour> neighbours_;
   size_t done_ = 0;
-  size_t seeds_ = 0;        // neighbours that are seeds
-  size_t unrequested_ = 0;  // chunks in the buckets
-  int relay_requests_ = 0;  // in flight, to relays
+  size_t seeds_ = 0;          // neighbours that are seeds
+  size_t unrequested_ = 0;    // chunks in the buckets
+  int relay_requests_ = 0;    // in flight, to relays
+  int64_t relay_chunks_ = 0;  // chunks the relay neighbours have, summed
 };
 
 }  // namespace seedd
