@@ -5,8 +5,8 @@
 # (default 1024) MiB. Every target runs `seedd --pull` (serving what it has verified
 # to the others while it pulls). Reports the time for 1 target and for TARGETS
 # started at once (until every one is ready), and the bytes the origin's interface
-# sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB,
-# default "8 2": seedd's default, and smaller chunks that reach relays sooner).
+# sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB or
+# auto, default "auto": seedd's default, about 1,024 chunks per model).
 # MTU (default 1500) sets the links' MTU; TRACE=1 prints, per run, the origin's
 # bytes sent by second, the targets' downlinks in use (their bytes received
 # over what their links could carry), when each target was ready and the
@@ -178,7 +178,7 @@ for chunk in ${CHUNKS:-auto}; do
   for r in $(seq 1 "$reps"); do
     one="$(run 1 "one$chunk-$r")"
     many="$(run "$targets" "many$chunk-$r")"
-    echo "fanout: $chunk MiB chunks, rep $r: 1 target ${one% *} s; $targets targets ${many% *} s," \
+    echo "fanout: chunks $chunk, rep $r: 1 target ${one% *} s; $targets targets ${many% *} s," \
       "origin sent ${many#* } bytes"
     results+=("$chunk $one $many")
   done
@@ -196,14 +196,15 @@ for r in sys.argv[5:]:
 print()
 print("weights fan-out (%.0f MiB model, %d targets, every link %s; iperf3 between two hosts "
       "%.0f Mbit/s)" % (model / 1048576, n, rate, link))
-print("  chunk   1 target   %d targets   ratio (<= 1.3x)   origin sent, %d targets (<= 1.5x)"
+print("  chunk     1 target   %d targets   ratio (<= 1.3x)   origin sent, %d targets (<= 1.5x)"
       % (n, n))
 for chunk, rows in by_chunk.items():
     t1 = statistics.median(r[0] for r in rows)
     tn = statistics.median(r[2] for r in rows)
     bn = statistics.median(r[3] for r in rows)
-    print("  %2s MiB  %7.2f s  %8.2f s   %6.2fx           %.2fx the model"
-          % (chunk, t1, tn, tn / t1, bn / model))
+    label = chunk if chunk == "auto" else chunk + " MiB"
+    print("  %8s  %7.2f s  %8.2f s   %6.2fx           %.2fx the model"
+          % (label, t1, tn, tn / t1, bn / model))
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 PY

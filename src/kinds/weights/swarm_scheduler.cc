@@ -62,8 +62,9 @@ void SwarmScheduler::AlreadyHave(uint32_t chunk) {
 }
 
 bool SwarmScheduler::AddNeighbour(PeerId peer, bool seed, int slots) {
-  if (neighbours_.size() >= options_.max_neighbours || neighbours_.count(peer) != 0) return false;
-  Neighbour& n = neighbours_[peer];
+  if (ids_.size() >= options_.max_neighbours || Find(peer) != nullptr) return false;
+  ids_.push_back(peer);
+  Neighbour& n = neighbours_.emplace_back();
   n.seed = seed;
   n.slots = slots > 0 ? slots : options_.pipeline;
   n.have.assign(state_.size(), seed);
@@ -72,21 +73,25 @@ bool SwarmScheduler::AddNeighbour(PeerId peer, bool seed, int slots) {
 }
 
 void SwarmScheduler::RemoveNeighbour(PeerId peer) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return;
-  Neighbour& n = it->second;
+  Neighbour* found = Find(peer);
+  if (found == nullptr) return;
+  Neighbour& n = *found;
   for (uint32_t c : std::vector<uint32_t>(n.requested)) Release(n, c);
   if (!n.seed) {
     for (uint32_t c : n.owned) Recount(c, -1);
   }
   seeds_ -= n.seed;
-  neighbours_.erase(it);
+  const size_t at = static_cast<size_t>(found - neighbours_.data());
+  ids_[at] = ids_.back();
+  ids_.pop_back();
+  if (at + 1 != neighbours_.size()) neighbours_[at] = std::move(neighbours_.back());
+  neighbours_.pop_back();
 }
 
 void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || chunk >= state_.size() || it->second.have[chunk]) return;
-  Neighbour& n = it->second;
+  Neighbour* found = Find(peer);
+  if (found == nullptr || chunk >= state_.size() || found->have[chunk]) return;
+  Neighbour& n = *found;
   n.have[chunk] = true;
   if (n.seed) return;  // seeds are not counted: they are asked only for the rarest
   n.owned.push_back(chunk);
@@ -94,9 +99,9 @@ void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
 }
 
 void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || have.size() != state_.size()) return;
-  Neighbour& n = it->second;
+  Neighbour* found = Find(peer);
+  if (found == nullptr || have.size() != state_.size()) return;
+  Neighbour& n = *found;
   if (n.seed) {
     n.have = have;
     return;
@@ -209,9 +214,9 @@ int SwarmScheduler::SlotsOf(const Neighbour& n) const {
 
 std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_point now,
                                              bool ahead) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return std::nullopt;
-  Neighbour& n = it->second;
+  Neighbour* found = Find(peer);
+  if (found == nullptr) return std::nullopt;
+  Neighbour& n = *found;
   if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
     return std::nullopt;
   }
@@ -228,9 +233,7 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
 std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   std::vector<Cancel> cancels;
   if (chunk >= state_.size() || state_[chunk] == kDone) {
-    if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
-      Unrequest(it->second, chunk);
-    }
+    if (Neighbour* n = Find(peer)) Unrequest(*n, chunk);
     return cancels;
   }
   if (state_[chunk] == kMissing) Erase(chunk);
@@ -238,8 +241,8 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   state_[chunk] = kDone;
   copies_[chunk] = 0;
   ++done_;
-  for (auto& [id, n] : neighbours_) {
-    if (Unrequest(n, chunk) && id != peer) cancels.push_back({id, chunk});
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    if (Unrequest(neighbours_[i], chunk) && ids_[i] != peer) cancels.push_back({ids_[i], chunk});
   }
   return cancels;
 }
@@ -250,44 +253,54 @@ bool SwarmScheduler::Failed(PeerId peer, uint32_t chunk) {
 }
 
 bool SwarmScheduler::Failed(PeerId peer) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return false;
-  Neighbour& n = it->second;
-  ++n.failures;
-  if (n.seed && n.failures < options_.max_seed_failures) return false;
+  Neighbour* n = Find(peer);
+  if (n == nullptr) return false;
+  ++n->failures;
+  if (n->seed && n->failures < options_.max_seed_failures) return false;
   RemoveNeighbour(peer);
   return true;
 }
 
 void SwarmScheduler::Returned(PeerId peer, uint32_t chunk) {
-  auto it = neighbours_.find(peer);
-  if (it != neighbours_.end() && chunk < state_.size()) Release(it->second, chunk);
+  Neighbour* n = Find(peer);
+  if (n != nullptr && chunk < state_.size()) Release(*n, chunk);
 }
 
 void SwarmScheduler::Lacks(PeerId seed, uint32_t chunk) {
-  auto it = neighbours_.find(seed);
-  if (it == neighbours_.end() || !it->second.seed || chunk >= state_.size()) return;
-  it->second.have[chunk] = false;
-  Release(it->second, chunk);
+  Neighbour* n = Find(seed);
+  if (n == nullptr || !n->seed || chunk >= state_.size()) return;
+  n->have[chunk] = false;
+  Release(*n, chunk);
 }
 
 bool SwarmScheduler::Offers(PeerId peer, uint32_t chunk) const {
-  auto it = neighbours_.find(peer);
-  return it != neighbours_.end() && chunk < state_.size() && it->second.have[chunk];
+  const Neighbour* n = Find(peer);
+  return n != nullptr && chunk < state_.size() && n->have[chunk];
 }
 
 void SwarmScheduler::Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until) {
-  auto it = neighbours_.find(seed);
-  if (it == neighbours_.end() || chunk >= state_.size()) return;
+  Neighbour* n = Find(seed);
+  if (n == nullptr || chunk >= state_.size()) return;
   seed_not_before_[chunk] = std::max(seed_not_before_[chunk], until);
-  Release(it->second, chunk);
+  Release(*n, chunk);
 }
 
 void SwarmScheduler::Busy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || chunk >= state_.size()) return;
-  it->second.not_before = std::max(it->second.not_before, until);
-  Release(it->second, chunk);
+  Neighbour* n = Find(peer);
+  if (n == nullptr || chunk >= state_.size()) return;
+  n->not_before = std::max(n->not_before, until);
+  Release(*n, chunk);
+}
+
+SwarmScheduler::Neighbour* SwarmScheduler::Find(PeerId peer) {
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    if (ids_[i] == peer) return &neighbours_[i];
+  }
+  return nullptr;
+}
+
+const SwarmScheduler::Neighbour* SwarmScheduler::Find(PeerId peer) const {
+  return const_cast<SwarmScheduler*>(this)->Find(peer);
 }
 
 bool SwarmScheduler::Behind() const {
@@ -297,7 +310,7 @@ bool SwarmScheduler::Behind() const {
 }
 
 size_t SwarmScheduler::NeighboursWanted() const {
-  return options_.max_neighbours - std::min(options_.max_neighbours, neighbours_.size());
+  return options_.max_neighbours - std::min(options_.max_neighbours, ids_.size());
 }
 
 bool SwarmScheduler::Stuck() const {
@@ -306,7 +319,7 @@ bool SwarmScheduler::Stuck() const {
     if (!buckets_[b].empty()) return false;
   }
   // Only seeds can help, if one has a missing chunk (O(chunks) per seed).
-  for (const auto& [id, n] : neighbours_) {
+  for (const Neighbour& n : neighbours_) {
     if (!n.seed) continue;
     for (uint32_t c : buckets_[0]) {
       if (n.have[c]) return false;
@@ -316,8 +329,8 @@ bool SwarmScheduler::Stuck() const {
 }
 
 int SwarmScheduler::InFlight(PeerId peer) const {
-  auto it = neighbours_.find(peer);
-  return it == neighbours_.end() ? 0 : static_cast<int>(it->second.requested.size());
+  const Neighbour* n = Find(peer);
+  return n == nullptr ? 0 : static_cast<int>(n->requested.size());
 }
 
 }  // namespace seedd

@@ -35,7 +35,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <random>
 #include <vector>
@@ -115,7 +114,7 @@ class SwarmScheduler {
   bool Complete() const { return done_ == state_.size(); }
   size_t missing() const { return state_.size() - done_; }
   bool Has(uint32_t chunk) const { return state_[chunk] == kDone; }
-  size_t neighbours() const { return neighbours_.size(); }
+  size_t neighbours() const { return ids_.size(); }
   // How many more neighbours the driver may add.
   size_t NeighboursWanted() const;
   // True when no neighbour has a chunk this host misses and nothing is in flight:
@@ -128,8 +127,8 @@ class SwarmScheduler {
   int Holders(uint32_t chunk) const { return relays_having_[chunk]; }
   // Whether `peer` is a neighbour that has `chunk`, as far as this host knows.
   bool Offers(PeerId peer, uint32_t chunk) const;
-  bool IsNeighbour(PeerId peer) const { return neighbours_.count(peer) != 0; }
-  size_t relay_neighbours() const { return neighbours_.size() - seeds_; }
+  bool IsNeighbour(PeerId peer) const { return Find(peer) != nullptr; }
+  size_t relay_neighbours() const { return ids_.size() - seeds_; }
 
  private:
   enum State : uint8_t { kMissing, kInFlight, kDone };
@@ -173,7 +172,12 @@ class SwarmScheduler {
   std::vector<uint32_t> in_flight_at_;
   void AddInFlight(uint32_t chunk);
   void RemoveInFlight(uint32_t chunk);
-  std::map<PeerId, Neighbour> neighbours_;
+  // The neighbours (a few: max_neighbours), found by a scan of their ids: the
+  // scheduler runs once per message, and a simulated fleet holds thousands.
+  std::vector<PeerId> ids_;
+  std::vector<Neighbour> neighbours_;  // by the index of its id
+  Neighbour* Find(PeerId peer);
+  const Neighbour* Find(PeerId peer) const;
   size_t done_ = 0;
   size_t seeds_ = 0;          // neighbours that are seeds
   size_t unrequested_ = 0;    // chunks in the buckets
