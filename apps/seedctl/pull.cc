@@ -11,11 +11,8 @@
 #include <mutex>
 #include <thread>
 
-#include "common/backoff.h"
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/manifest.h"
 #include "seedctl.h"
-#include "seedd/seed_transport.h"
+#include "seedd/weights.h"
 
 namespace seedctl {
 
@@ -26,8 +23,6 @@ using Clock = std::chrono::steady_clock;
 // A stop request gives the pull this long to end cleanly before the process exits
 // (what is verified is journaled as it lands, so exiting then loses nothing).
 constexpr auto kStopGrace = std::chrono::seconds(2);
-// Each manifest request's response must begin within this time.
-constexpr std::chrono::milliseconds kManifestFirstByte{30000};
 
 // Ctrl-C and SIGTERM set `cancel`; a pull that has not ended kStopGrace later is
 // ended by exiting with kExitInterrupted.
@@ -72,44 +67,6 @@ class StopOnSignal {
   bool done_ = false;  // GUARDED_BY(mu_)
   std::thread waiter_;
 };
-
-// What one round of asking the sources for the manifest found.
-struct ManifestRound {
-  std::optional<seedd::Manifest> manifest;
-  bool all_missed = true;  // every source answered "miss"
-  std::string error;       // the last source's error response (final), if any
-  std::string why;         // why no source answered (retried)
-};
-
-ManifestRound AskManifest(const std::vector<seedd::HostPort>& sources, const std::string& token,
-                          const std::string& model) {
-  ManifestRound round;
-  for (const auto& source : sources) {
-    auto response =
-        Exchange(source, token, seedd::Json{{"kind", "weight_shards"}, {"model", model}},
-                 kManifestFirstByte);
-    if (!response.ok()) {
-      round.all_missed = false;
-      round.why += (round.why.empty() ? "" : "; ") + response.status().message();
-      continue;
-    }
-    const seedd::Json& status = (*response)["status"];
-    if (status == "miss") continue;
-    round.all_missed = false;
-    if (status != "ok") {
-      round.error = source.ToString() + " answered: " + seedd::ExplainSourceError(*response);
-      continue;
-    }
-    auto parsed = seedd::ParseManifest((*response)["payload"]);
-    if (!parsed.ok()) {
-      round.error = source.ToString() + " sent a bad manifest: " + parsed.status().message();
-      continue;
-    }
-    round.manifest = std::move(*parsed);
-    return round;
-  }
-  return round;
-}
 
 // Progress on a terminal: the rate and ETA count only the bytes moved by this
 // run (a resumed pull starts with some verified).
@@ -168,11 +125,9 @@ void PrintSummary(const PullArgs& args, const seedd::Manifest& m, const seedd::F
 }  // namespace
 
 int RunPull(const PullArgs& args) {
-  std::vector<seedd::HostPort> sources;
   for (const auto& t : args.sources) {
     auto hp = seedd::ParseHostPort(t);
     if (!hp.ok()) return Fail("--source: " + hp.status().message());
-    sources.push_back(*hp);
   }
   auto token = ReadToken(args.token_file);
   if (!token.ok()) return Fail(token.status().message());
@@ -183,70 +138,53 @@ int RunPull(const PullArgs& args) {
   }
 
   StopOnSignal stop;
-  const auto start = Clock::now();
-  const auto deadline =
-      start + std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
-  seedd::Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  for (int round = 1;; ++round) {
-    std::string why;
-    ManifestRound asked = AskManifest(sources, *token, args.model);
-    if (asked.manifest.has_value()) {
-      const seedd::Manifest& m = *asked.manifest;
-      seedd::Status pinned = seedd::CheckPinned(m, args.root_digest);
-      if (!pinned.ok()) return Fail(pinned.message(), kExitError);
-      seedd::FetchOptions options;
-      options.token = *token;
-      options.tls = Tls();
-      options.connections_per_source = args.connections;
-      options.max_neighbours = args.max_neighbours;
-      options.verify_sha256 = args.verify == "sha256";
-      options.replace = args.replace;
-      options.cancel = stop.cancel();
-      seedd::FetchStats stats;
-      Progress progress(m.total_size);
-      if (tty) {
-        options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
-          progress.Show(done, stats.bytes_resumed, stats.used.size());
-        };
-      }
-      seedd::Status st = seedd::FetchModel(m, sources, args.into, options, &stats);
-      if (tty && !stats.up_to_date) std::fprintf(stderr, "\n");
-      if (st.ok()) {
-        PrintSummary(args, m, stats, std::chrono::duration<double>(Clock::now() - start).count());
-        return kExitOk;
-      }
-      if (st.code() == seedd::StatusCode::kCancelled) {
-        return Fail("stopped: " + st.message() + "; rerun the same command to resume",
-                    kExitInterrupted);
-      }
-      // Every source failed mid-pull: they may come back. Anything else is final.
-      if (st.code() != seedd::StatusCode::kUnavailable) return Fail(st.message(), kExitError);
-      why = "every source failed before the model was complete";
-    } else if (stop.stopped()) {
-      return Fail("stopped before the pull began", kExitInterrupted);
-    } else if (!asked.error.empty()) {
-      return Fail(asked.error, kExitError);
-    } else if (asked.all_missed) {
-      return Fail("no source serves model '" + args.model + "'", kExitMiss);
-    } else {
-      why = "no source answered (" + asked.why + ")";
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      char secs[32];
-      std::snprintf(secs, sizeof(secs), "%g", args.timeout_s);
-      return Fail(why + "; gave up after --timeout (" + secs + " s)",
-                  asked.manifest.has_value() ? kExitError : kExitUsage);
-    }
-    const auto wait = std::min<Clock::duration>(backoff.Next(), deadline - now);
+  seedd::PullOptions options;
+  options.sources = args.sources;
+  options.token = *token;
+  options.tls = Tls();
+  options.root_digest = args.root_digest;
+  options.connections = args.connections;
+  options.max_neighbours = args.max_neighbours;
+  options.verify_sha256 = args.verify == "sha256";
+  options.replace = args.replace;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
+  options.cancel = stop.cancel();
+  std::unique_ptr<Progress> progress;
+  bool shown = false;
+  if (::isatty(STDERR_FILENO) != 0) {
+    options.progress = [&](const seedd::PullProgress& p) {
+      if (progress == nullptr) progress = std::make_unique<Progress>(p.total_bytes);
+      shown = true;
+      progress->Show(p.verified_bytes, p.resumed_bytes, p.sources);
+    };
+  }
+  options.on_retry = [&](const std::string& why, std::chrono::milliseconds wait, int round,
+                         std::chrono::milliseconds left) {
+    if (shown) std::fprintf(stderr, "\n");
+    shown = false;
     std::fprintf(stderr, "seedctl: %s; retrying in %.1f s (round %d, giving up in %.0f s)\n",
-                 why.c_str(), std::chrono::duration<double>(wait).count(), round + 1,
-                 std::chrono::duration<double>(deadline - now).count());
-    for (const auto until = now + wait; Clock::now() < until && !stop.stopped();) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (stop.stopped()) return Fail("stopped; rerun the same command to resume", kExitInterrupted);
+                 why.c_str(), static_cast<double>(wait.count()) / 1000, round,
+                 static_cast<double>(left.count()) / 1000);
+  };
+  seedd::Result<seedd::PullResult> pulled = seedd::PullModel(args.model, args.into, options);
+  if (shown) std::fprintf(stderr, "\n");
+  if (pulled.ok()) {
+    PrintSummary(args, pulled->manifest, pulled->stats, pulled->seconds);
+    return kExitOk;
+  }
+  const seedd::Status& st = pulled.status();
+  switch (st.code()) {
+    case seedd::StatusCode::kCancelled:
+      return Fail("stopped: " + st.message() + "; rerun the same command to resume",
+                  kExitInterrupted);
+    case seedd::StatusCode::kNotFound:
+      return Fail(st.message(), kExitMiss);
+    case seedd::StatusCode::kUnavailable:  // no source answered before --timeout
+      return Fail(st.message() + " (--timeout)");
+    case seedd::StatusCode::kDeadlineExceeded:
+      return Fail(st.message() + " (--timeout)", kExitError);
+    default:
+      return Fail(st.message(), kExitError);
   }
 }
 

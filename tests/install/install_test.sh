@@ -58,19 +58,29 @@ done
 cat > "$tmp/tiny.cc" << 'CC'
 #include <seedd/daemon.h>
 #include <seedd/tokens.h>
+#include <seedd/weights.h>
 #include <cstdio>
-int main() {
+#include <fstream>
+int main(int argc, char** argv) {
   auto where = seedd::ParseHostPort("127.0.0.1:7420");
   seedd::TokenRing ring({"first", "second"});
   if (!where.ok() || ring.Sent() != "first" || !ring.Accepts("second")) return 1;
-  std::printf("tiny: %s\n", where->ToString().c_str());
+  // The weights API: a manifest built, then validated as a peer's would be.
+  std::filesystem::create_directories(argv[1]);
+  std::ofstream(std::string(argv[1]) + "/config.json") << "{}";
+  auto built = seedd::BuildManifest("tiny", argv[1], {});
+  if (!built.ok()) return 2;
+  auto parsed = seedd::ParseManifest(built->ToJson());
+  if (!parsed.ok() || parsed->root_digest != built->root_digest) return 3;
+  std::printf("tiny: %s %llu\n", where->ToString().c_str(),
+              static_cast<unsigned long long>(parsed->chunk_size));
   return 0;
 }
 CC
 export PKG_CONFIG_PATH="$pcdir"
 # shellcheck disable=SC2046
 g++ -std=c++20 "$tmp/tiny.cc" -o "$tmp/tiny" $(pkg-config --cflags --libs seedd) || fail "building against seedd.pc"
-[ "$("$tmp/tiny")" = "tiny: 127.0.0.1:7420" ] || fail "the program built against libseedd"
+[ "$("$tmp/tiny" "$tmp/tiny-model")" = "tiny: 127.0.0.1:7420 262144" ] || fail "the program built against libseedd"
 
 # The unit: systemd-analyze verify prints nothing for a unit without fault
 # (it exits 0 on unknown keys and bad values, so its output is what counts).

@@ -72,7 +72,7 @@ TEST_F(CliTest, SeedctlPullGivesUpAtItsTimeoutSayingWhy) {
   auto r = RunCommand(Pull("127.0.0.1:1", dir_.path() / "dest", {"--timeout", "1"}));
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(Has(r.err, "no source answered (127.0.0.1:1: connect: Connection refused)")) << r.err;
-  EXPECT_TRUE(Has(r.err, "gave up after --timeout (1 s)")) << r.err;
+  EXPECT_TRUE(Has(r.err, "gave up after 1 s (--timeout)")) << r.err;
   EXPECT_FALSE(fs::exists(dir_.path() / "dest"));
 }
 

@@ -333,31 +333,6 @@ struct FetchOptions {
   bool replace = false;
 };
 
-// A seed or relay that delivered at least one verified chunk.
-struct SourceUse {
-  std::string name;
-  bool seed = false;
-  uint64_t bytes = 0;  // verified chunk bytes (holes count none)
-};
-
-struct FetchStats {
-  uint64_t bytes_received = 0;    // chunk bytes that arrived (including rejected ones)
-  uint64_t bytes_from_peers = 0;  // of which from relays rather than seeds
-  uint64_t chunks_rejected = 0;   // failed verification and were fetched again
-  uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
-  uint64_t chunks_holes = 0;      // all zeros: not sent, not written
-  uint64_t bytes_resumed = 0;     // of the chunks_resumed
-  bool up_to_date = false;        // `into` held this version already: nothing moved
-  uint64_t requests = 0;          // chunk requests sent
-  uint64_t requests_ahead = 0;    // of which while the chunk before was still arriving
-  uint64_t answered_busy = 0;     // answered "busy": asked elsewhere
-  uint64_t answered_claimed = 0;  // answered "claimed" by a seed: asked of the relays
-  uint64_t refused_full = 0;      // connections a full source refused (tried again later)
-  std::vector<std::string> sources_dropped;
-  std::vector<std::string> peers;  // relays learnt during the fetch
-  std::vector<SourceUse> used;     // in the order they first delivered
-};
-
 // `into` without "." and ".." components or a trailing '/'.
 std::filesystem::path NormalizeDestination(const std::filesystem::path& into);
 

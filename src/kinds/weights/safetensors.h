@@ -10,18 +10,11 @@
 
 #include "seedd/json.h"
 #include "seedd/status.h"
+#include "seedd/weights.h"
 
 namespace seedd {
 
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
-
-struct TensorInfo {
-  std::string name;
-  std::string dtype;
-  std::vector<uint64_t> shape;
-  uint64_t begin = 0;  // byte range in the file (header included in the offset)
-  uint64_t end = 0;
-};
 
 struct SafetensorsHeader {
   uint64_t header_bytes = 0;        // N

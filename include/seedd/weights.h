@@ -1,0 +1,242 @@
+// The weights API: manifests of model directories, and pulling a model from
+// seedd daemons (the origin and the relays of the same version) as a library
+// call. seedctl pull is this call with a terminal's progress.
+//
+// A manifest lists a model's files, its safetensors tensors and its chunks with
+// their digests; its root digest names the version (docs/protocol.md). Build
+// one on the source (BuildManifest), validate one from a peer (ParseManifest).
+//
+// PullModel asks the sources for the model's manifest (retrying those that are
+// down until options.timeout), checks a pinned root digest, then fetches the
+// chunks on the data plane from the sources and the relays of the same root
+// digest, verifying each, into a staging directory beside `into`, resumable,
+// and moves it into place only when every chunk is verified.
+//
+// Thread safety: values and pure functions; PullModel may run concurrently for
+// different destinations; its callbacks are called from its threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seedd/json.h"
+#include "seedd/status.h"
+#include "seedd/tls.h"
+
+namespace seedd {
+
+// ---- Manifests ----
+
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0;  // byte range in the file (header included in the offset)
+  uint64_t end = 0;
+};
+
+// The chunk size of a manifest built without one: about kTargetChunks chunks
+// per model, a power of two from 256 KiB to 64 MiB. What a swarm loses while it
+// starts (the first chunks leave the origin, hop by hop) and while it ends (the
+// last chunks spread) is a few chunk times each, so it is the number of chunks,
+// not their size, that sets how close a fleet comes to one host's time
+// (docs/benchmarks.md: 16 targets of a 64 MiB model at 1.68x one target's time
+// with 2 MiB chunks, 1.45x with 256 KiB). The floor bounds the per-chunk cost
+// (a request, a header, a digest); the ceiling a chunk's retry.
+inline constexpr uint64_t kTargetChunks = 1024;
+inline constexpr uint64_t kMinAutoChunkBytes = 256ull << 10;
+inline constexpr uint64_t kMaxAutoChunkBytes = 64ull << 20;
+inline uint64_t AutoChunkBytes(uint64_t total_bytes) {
+  uint64_t size = kMinAutoChunkBytes;
+  while (size < kMaxAutoChunkBytes && size * kTargetChunks < total_bytes) size *= 2;
+  return size;
+}
+inline constexpr uint64_t kDefaultChunkBytes = 2ull << 20;  // a parsed manifest's, until set
+inline constexpr size_t kMaxManifestFiles = 100000;
+
+// A chunk size given in MiB (a fraction allowed), in bytes: a multiple of 64 KiB,
+// at least 64 KiB.
+inline uint64_t ChunkBytesOfMib(double mib) {
+  constexpr double kStep = 64 * 1024;
+  const double steps = mib * 1048576.0 / kStep + 0.5;
+  return steps < 1 ? static_cast<uint64_t>(kStep) : static_cast<uint64_t>(steps) * 64 * 1024;
+}
+
+// How chunks are digested. XXH3-128 catches corruption at memory speed but its
+// collisions can be constructed; SHA-256 also holds against a relay that forges
+// chunks. The manifest names its algorithm and the root digest covers that name,
+// so a fetcher verifies with whatever the (pinned) manifest says.
+enum class ChunkDigest { kXxh3, kSha256 };
+// "xxh3" or "sha256": the manifest's "chunk_digest" and each chunk's digest key.
+std::string_view ChunkDigestName(ChunkDigest algo);
+// InvalidArgument naming `flag` unless `name` is "xxh3" or "sha256".
+Result<ChunkDigest> ParseChunkDigest(std::string_view name, std::string_view flag);
+
+struct ManifestFile {
+  std::string path;  // relative, '/'-separated
+  uint64_t size = 0;
+  std::string sha256;  // of the whole file, for targets that verify files too
+};
+
+struct ManifestTensor {
+  std::string file;
+  TensorInfo info;
+};
+
+struct ManifestChunk {
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  // Lowercase hex of the manifest's chunk_digest over the chunk's bytes: XXH3-128
+  // (32 digits, canonical big-endian) or SHA-256 (64 digits).
+  std::string digest;
+};
+
+struct Manifest {
+  std::string model;
+  std::string fingerprint;  // SHA-256 hex
+  uint64_t chunk_size = kDefaultChunkBytes;
+  ChunkDigest chunk_digest = ChunkDigest::kXxh3;
+  uint64_t total_size = 0;
+  std::vector<ManifestFile> files;      // sorted by path
+  std::vector<ManifestTensor> tensors;  // by file, then offset
+  std::vector<ManifestChunk> chunks;    // by file, then offset
+  std::vector<std::string> sources;     // host:port
+  std::string root_digest;              // see ManifestRootDigest
+
+  Json ToJson() const;  // includes root_digest
+};
+
+struct BuildOptions {
+  uint64_t chunk_size = 0;  // 0: AutoChunkBytes of the model's size
+  ChunkDigest chunk_digest = ChunkDigest::kXxh3;
+  // Chunk digests are cached here, keyed by path, size and modification time, so a
+  // restart does not rehash. Empty: no cache.
+  std::filesystem::path digest_cache;
+  std::vector<std::string> sources;
+};
+
+struct BuildStats {
+  uint64_t bytes_hashed = 0;  // chunk bytes read and hashed (0 when all came from the cache)
+};
+
+// Builds the manifest of the model directory `dir` (see IndexModel in
+// model_index.h, which also says where each file's bytes are read from).
+Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::path& dir,
+                               const BuildOptions& options, BuildStats* stats = nullptr);
+
+// Bounds on a manifest from a peer, each checked before the part it bounds is
+// read (docs/operations.md lists them).
+struct ManifestLimits {
+  size_t files = kMaxManifestFiles;
+  size_t chunks = 4u << 20;  // 8 TiB of 2 MiB chunks
+  size_t tensors = 1u << 20;
+  size_t dims = 32;          // per tensor shape
+  size_t name_bytes = 1024;  // a tensor's name
+  size_t sources = 256;
+};
+
+// Validates a manifest from a peer: its size against `limits`, names and paths,
+// file sizes, chunks tiling every file exactly, tensors inside their files, sizes
+// adding up, the root digest.
+Result<Manifest> ParseManifest(const Json& json, const ManifestLimits& limits = {});
+
+// SHA-256 hex of the canonical text (sorted keys, compact) of `manifest` without
+// its "root_digest" and "sources" (where to fetch varies; what to fetch does not).
+std::string ManifestRootDigest(const Json& manifest);
+
+// A pin: `pin` is a root digest (64 lowercase hex digits, as `seedctl manifest`
+// prints it); InvalidArgument naming `flag` otherwise.
+Status ValidatePin(std::string_view pin, std::string_view flag);
+// Ok when `pin` is empty or is `m`'s root digest; else FailedPrecondition
+// naming both (a source that offers another version of the model).
+Status CheckPinned(const Manifest& m, std::string_view pin);
+
+// ---- Pulling a model ----
+
+// A seed or relay that delivered at least one verified chunk.
+struct SourceUse {
+  std::string name;
+  bool seed = false;
+  uint64_t bytes = 0;  // verified chunk bytes (holes count none)
+};
+
+struct FetchStats {
+  uint64_t bytes_received = 0;    // chunk bytes that arrived (including rejected ones)
+  uint64_t bytes_from_peers = 0;  // of which from relays rather than seeds
+  uint64_t chunks_rejected = 0;   // failed verification and were fetched again
+  uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
+  uint64_t chunks_holes = 0;      // all zeros: not sent, not written
+  uint64_t bytes_resumed = 0;     // of the chunks_resumed
+  bool up_to_date = false;        // `into` held this version already: nothing moved
+  uint64_t requests = 0;          // chunk requests sent
+  uint64_t requests_ahead = 0;    // of which while the chunk before was still arriving
+  uint64_t answered_busy = 0;     // answered "busy": asked elsewhere
+  uint64_t answered_claimed = 0;  // answered "claimed" by a seed: asked of the relays
+  uint64_t refused_full = 0;      // connections a full source refused (tried again later)
+  std::vector<std::string> sources_dropped;
+  std::vector<std::string> peers;  // relays learnt during the fetch
+  std::vector<SourceUse> used;     // in the order they first delivered
+};
+
+struct PullProgress {
+  uint64_t verified_bytes = 0;  // of the model, resumed chunks included
+  uint64_t total_bytes = 0;
+  uint64_t resumed_bytes = 0;  // verified by an earlier, interrupted pull
+  size_t sources = 0;          // seeds and relays that delivered a verified chunk so far
+};
+
+struct PullOptions {
+  std::vector<std::string> sources;  // HOST:PORT of seedd daemons (the seeds)
+  std::string token;                 // the shared token
+  // Connect with TLS, verifying the daemons against its CA; null: plain TCP.
+  std::shared_ptr<const TlsContext> tls;
+  // A pin: the model's root digest (64 lowercase hex digits); any other version
+  // is refused before any byte moves. Empty: whatever the sources serve.
+  std::string root_digest;
+  int connections = 4;         // to each source
+  size_t max_neighbours = 16;  // sources and relays fetched from at once
+  bool verify_sha256 = false;  // also check every file's SHA-256 before committing
+  bool replace = false;        // `into` may hold other files: replaced by the model
+  // Sources that do not answer, or fail mid-pull, are tried again (backoff 0.5 s
+  // doubling to 30 s) until this long after the call.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Called from the pull's threads as chunks are verified.
+  std::function<void(const PullProgress&)> progress;
+  // Called before each wait for sources to come back: why, how long it waits,
+  // the next round's number and the time left before timeout.
+  std::function<void(const std::string& why, std::chrono::milliseconds wait, int round,
+                     std::chrono::milliseconds left)>
+      on_retry;
+  // Set to stop: PullModel returns Cancelled within about 50 ms; what was
+  // verified stays journaled and a rerun into the same `into` resumes.
+  std::shared_ptr<const std::atomic<bool>> cancel;
+};
+
+struct PullResult {
+  Manifest manifest;  // the version pulled
+  FetchStats stats;
+  double seconds = 0;  // the whole call, retries included
+};
+
+// Pulls `model` into `into`. Errors, as Status codes:
+//   InvalidArgument     a bad source, pin or destination;
+//   NotFound            every source answered that it does not serve the model;
+//   FailedPrecondition  a source answered with an error, offered another version
+//                       than the pin, or sent a bad manifest; `into` holds other
+//                       files (without options.replace);
+//   Unavailable         no source answered before options.timeout;
+//   DeadlineExceeded    the sources failed mid-pull until options.timeout;
+//   Cancelled           options.cancel was set;
+//   DataLoss, IoError   a chunk could not be verified or written for good.
+Result<PullResult> PullModel(const std::string& model, const std::filesystem::path& into,
+                             const PullOptions& options);
+
+}  // namespace seedd

@@ -1,0 +1,124 @@
+// seedd::PullModel (seedd/weights.h): a model pulled as a library call from real
+// daemons on loopback, with its progress, statistics, pin, errors and
+// cancellation; the same call seedctl pull makes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "seedd/weights.h"
+#include "support/weights_fixture.h"
+
+namespace seedd {
+namespace {
+
+using testing::SameTree;
+using testing::WeightsFixture;
+
+class PullModelTest : public WeightsFixture {
+ protected:
+  PullOptions Pull(const std::string& source) {
+    PullOptions o;
+    o.sources = {source};
+    o.token = testing::kToken;
+    o.timeout = std::chrono::seconds(5);
+    return o;
+  }
+};
+
+TEST_F(PullModelTest, AModelArrivesByteIdenticalWithProgressAndStatistics) {
+  const HostPort origin = Serve(model_);
+  const std::string root = ManifestFrom(origin).root_digest;
+  PullOptions o = Pull(origin.ToString());
+  o.root_digest = root;  // the version it serves: accepted
+  std::mutex mu;
+  std::vector<PullProgress> seen;
+  o.progress = [&](const PullProgress& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(p);
+  };
+  const auto into = dir_.path() / "dest";
+  Result<PullResult> r = PullModel("tiny", into, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameTree(model_, into));
+  EXPECT_EQ(r->manifest.root_digest, root);
+  EXPECT_EQ(r->manifest.model, "tiny");
+  EXPECT_GE(r->stats.bytes_received, r->manifest.total_size - r->stats.chunks_holes * (256 << 10));
+  ASSERT_EQ(r->stats.used.size(), 1u);
+  EXPECT_TRUE(r->stats.used[0].seed);
+  EXPECT_GT(r->seconds, 0);
+  ASSERT_FALSE(seen.empty());
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GE(seen[i].verified_bytes, seen[i - 1].verified_bytes);
+  }
+  EXPECT_EQ(seen.back().verified_bytes, r->manifest.total_size);
+  EXPECT_EQ(seen.back().total_bytes, r->manifest.total_size);
+
+  // Again into the same directory: up to date, nothing moved.
+  Result<PullResult> again = PullModel("tiny", into, Pull(origin.ToString()));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->stats.up_to_date);
+}
+
+TEST_F(PullModelTest, EachFailureHasItsCodeAndWritesNothing) {
+  const HostPort origin = Serve(model_);
+  const auto into = dir_.path() / "dest";
+  PullOptions pinned = Pull(origin.ToString());
+  pinned.root_digest = std::string(64, 'a');
+  Result<PullResult> r = PullModel("tiny", into, pinned);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("not the pinned"), std::string::npos) << r.status().message();
+
+  r = PullModel("nosuch", into, Pull(origin.ToString()));
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+
+  PullOptions bad = Pull("no-port");
+  r = PullModel("tiny", into, bad);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  PullOptions bad_pin = Pull(origin.ToString());
+  bad_pin.root_digest = "abc";
+  r = PullModel("tiny", into, bad_pin);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+
+  // Nobody listening: retried until the timeout, each wait reported.
+  uint16_t port = 0;
+  { UniqueFd closed = testing::ListenLoopback(&port); }
+  PullOptions down = Pull("127.0.0.1:" + std::to_string(port));
+  down.timeout = std::chrono::milliseconds(1200);
+  int retries = 0;
+  down.on_retry = [&](const std::string& why, std::chrono::milliseconds wait, int round,
+                      std::chrono::milliseconds left) {
+    ++retries;
+    EXPECT_NE(why.find("no source answered"), std::string::npos) << why;
+    EXPECT_GT(wait.count(), 0);
+    EXPECT_EQ(round, retries + 1);
+    EXPECT_LE(wait, left);
+  };
+  r = PullModel("tiny", into, down);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("gave up after 1.2 s"), std::string::npos)
+      << r.status().message();
+  EXPECT_GE(retries, 1);
+  EXPECT_FALSE(std::filesystem::exists(into));
+}
+
+TEST_F(PullModelTest, CancellingStopsAPullInProgress) {
+  testing::StalledOrigin origin(model_);  // its data connections hang
+  PullOptions o = Pull(origin.addr());
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  o.cancel = cancel;
+  Result<PullResult> r = Status::Internal("not run");
+  std::thread pull([&] { r = PullModel("tiny", dir_.path() / "dest", o); });
+  ASSERT_TRUE(testing::WaitUntil([&] { return origin.held() > 0; }));
+  const auto asked = std::chrono::steady_clock::now();
+  cancel->store(true);
+  pull.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(2));
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  origin.Close();
+}
+
+}  // namespace
+}  // namespace seedd
