@@ -2,12 +2,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "kinds/catalog/catalog.h"
+#include "seedd/catalog.h"
 #include "seedctl.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
-#include "transport/client.h"
+#include "seedd/client.h"
 
 namespace seedctl {
 

@@ -2,9 +2,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "kinds/weights/housekeeping.h"
-#include "kinds/weights/manifest.h"
-#include "kinds/weights/model_index.h"
+#include "seedd/weights.h"
+#include "seedd/weights.h"
+
 #include "seedctl.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <map>
 
-#include "common/cli_chunk.h"
-#include "common/cli_suggest.h"
-#include "common/logging.h"
+#include "cli_chunk.h"
+#include "cli_suggest.h"
+#include "seedd/logging.h"
 #include "seedctl.h"
 #include "seedd_version.h"
 

@@ -12,7 +12,7 @@
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedctl {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/suggest.h"
+#include "suggest.h"
 
 namespace seedd {
 namespace {

@@ -10,9 +10,9 @@
 #include <map>
 #include <thread>
 
-#include "common/cli_chunk.h"
-#include "common/cli_suggest.h"
-#include "common/logging.h"
+#include "cli_chunk.h"
+#include "cli_suggest.h"
+#include "seedd/logging.h"
 #include "config_file.h"
 #include "seedd/daemon.h"
 #include "seedd_version.h"

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "transport/client.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace {
 

@@ -22,11 +22,6 @@
 
 namespace seedd {
 
-class AdminServer;
-class FlashInferWarmupCache;
-class PullBoard;
-class WeightServer;
-
 // The flashinfer_autotune warmup cache (SPEC §5).
 struct AutotuneOptions {
   bool warmup = false;              // run the warmup pass at start (--warmup flashinfer_autotune)
@@ -110,9 +105,6 @@ Result<std::vector<std::string>> LoadTokens(const std::optional<std::filesystem:
 // The first of LoadTokens (the one sent); empty when there is none.
 Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
 
-class RegistryAnnouncer;
-class SwarmRegistry;
-
 class Daemon {
  public:
   static Result<std::unique_ptr<Daemon>> Create(DaemonOptions options);
@@ -139,11 +131,11 @@ class Daemon {
   // stay. OK without TLS. Callable from any thread.
   Status ReloadTls();
 
-  SeedTransport& transport() { return *transport_; }
-  const DaemonOptions& options() const { return options_; }
+  SeedTransport& transport();
+  const DaemonOptions& options() const;
 
   // True once Start has finished every warmup and pull at start.
-  bool ready() const { return ready_.load(); }
+  bool ready() const;
   // What /status shows: {"ready", "listen", "models": [...], "pulls": [...],
   // "warmups": [...], "stores": [...]} (docs/operations.md). Thread-safe.
   Json StatusJson() const;
@@ -151,30 +143,10 @@ class Daemon {
   std::optional<HostPort> admin_address() const;
 
  private:
-  Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
-         std::shared_ptr<FlashInferWarmupCache> autotune, std::shared_ptr<WeightServer> weights,
-         SeedablePtr weight_shards, std::shared_ptr<std::atomic<bool>> cancel);
-  DaemonOptions options_;
-  std::unique_ptr<SeedTransport> transport_;
-  std::shared_ptr<FlashInferWarmupCache> autotune_;
-  std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
-  SeedablePtr weight_shards_;              // null likewise
-  std::shared_ptr<std::atomic<bool>> cancel_;
-  std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
-  std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
-  std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
-  std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
-  struct WarmupRecord {
-    std::string kind, state, source, error;  // state: "running", "done", "failed"
-    double seconds = 0;
-  };
-  void RecordWarmup(WarmupRecord record);
-  mutable std::mutex warmups_mu_;
-  std::vector<WarmupRecord> warmups_;  // GUARDED_BY(warmups_mu_)
-  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
-  std::unique_ptr<AdminServer> admin_;
-  std::atomic<bool> ready_{false};
-  bool stopped_ = false;
+  // The kinds, the swarm, the endpoints and their state (daemon.cc).
+  struct Rep;
+  explicit Daemon(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
 };
 
 }  // namespace seedd

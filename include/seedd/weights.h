@@ -159,6 +159,48 @@ Status ValidatePin(std::string_view pin, std::string_view flag);
 // naming both (a source that offers another version of the model).
 Status CheckPinned(const Manifest& m, std::string_view pin);
 
+// ---- Model directories ----
+
+// The hub cache: $HF_HUB_CACHE, else $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub,
+// else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
+std::filesystem::path HubCacheDir();
+
+// "hf:ORG/NAME[@REVISION]" is the snapshot of that model in the hub cache
+// (REVISION a ref such as main, the default, or a commit); anything else is a
+// directory path, returned as it is.
+Result<std::filesystem::path> ResolveModelDir(std::string_view spec);
+
+// ---- Local copies: <cache_dir>/weights/<NAME>/<root digest> ----
+
+// Housekeeping of a daemon's model cache (<cache>/weights/NAME/): the versions
+// a name keeps, and what pulls left behind.
+//
+// For each model NAME with a `current` link, removed are:
+//  - versions (a <root digest> directory and its record) beyond the newest
+//    `keep_versions` by commit time, `current`'s target always among those kept;
+//  - directories with no record (an old layout, or a copy discarded halfway);
+//  - abandoned pulls: staging directories (.<root>.seedd-staging) that no pull
+//    holds (see Staging's lock), and leftovers (.seedd-discard-*, .current-*).
+// A name without `current` is left alone: its staging may be a first pull to resume.
+//
+// Safe beside running pulls.
+inline constexpr int kDefaultKeepVersions = 2;
+
+struct GcOptions {
+  int keep_versions = kDefaultKeepVersions;  // at least 1
+  bool dry_run = false;                      // report only
+  std::string only_model;                    // one NAME; empty: every name
+};
+
+struct GcReport {
+  std::vector<std::filesystem::path> removed;  // or, dry, to be removed
+  uint64_t bytes = 0;                          // their size
+};
+
+// Collects the garbage under <cache_dir>/weights (see above).
+Result<GcReport> CollectWeightsGarbage(const std::filesystem::path& cache_dir,
+                                       const GcOptions& options);
+
 // ---- Pulling a model ----
 
 // A seed or relay that delivered at least one verified chunk.

@@ -1,4 +1,4 @@
-#include "common/logging.h"
+#include "seedd/logging.h"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/dist_sink.h>

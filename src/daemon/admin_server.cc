@@ -2,9 +2,9 @@
 
 #include <httplib.h>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "common/metrics.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 

@@ -9,17 +9,17 @@
 #include <thread>
 
 #include "common/backoff.h"
-#include "common/logging.h"
 #include "common/metrics.h"
 #include "daemon/admin_server.h"
 #include "kinds/autotune/flashinfer_cache.h"
-#include "kinds/catalog/catalog.h"
 #include "kinds/weights/data_plane.h"
-#include "kinds/weights/housekeeping.h"
 #include "kinds/weights/local_copy.h"
 #include "kinds/weights/registry.h"
 #include "seedd/artifact_kind.h"
+#include "seedd/catalog.h"
+#include "seedd/logging.h"
 #include "seedd/store_registry.h"
+#include "seedd/weights.h"
 
 namespace seedd {
 
@@ -246,6 +246,41 @@ bool IsWildcard(const HostPort& hp) {
 
 }  // namespace
 
+struct Daemon::Rep {
+  DaemonOptions options_;
+  std::unique_ptr<SeedTransport> transport_;
+  std::shared_ptr<FlashInferWarmupCache> autotune_;
+  std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
+  SeedablePtr weight_shards_;              // null likewise
+  std::shared_ptr<std::atomic<bool>> cancel_;
+  std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
+  std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
+  std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
+  std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
+  struct WarmupRecord {
+    std::string kind, state, source, error;  // state: "running", "done", "failed"
+    double seconds = 0;
+  };
+  void RecordWarmup(WarmupRecord record);
+  mutable std::mutex warmups_mu_;
+  std::vector<WarmupRecord> warmups_;  // GUARDED_BY(warmups_mu_)
+  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
+  std::unique_ptr<AdminServer> admin_;
+  std::atomic<bool> ready_{false};
+  bool stopped_ = false;
+};
+
+void Daemon::Rep::RecordWarmup(WarmupRecord record) {
+  std::lock_guard<std::mutex> lock(warmups_mu_);
+  for (WarmupRecord& w : warmups_) {
+    if (w.kind == record.kind) {
+      w = std::move(record);
+      return;
+    }
+  }
+  warmups_.push_back(std::move(record));
+}
+
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::vector<std::string> accepted = {options.seed.token};
   accepted.insert(accepted.end(), options.accepted_tokens.begin(), options.accepted_tokens.end());
@@ -360,52 +395,41 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   Result<std::unique_ptr<SeedTransport>> transport =
       SeedTransport::Create(std::move(seedables), options.seed, options.transport);
   if (!transport.ok()) return transport.status();
-  auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(options), std::move(*transport),
-                                                   std::move(autotune), std::move(weights),
-                                                   std::move(weight_shards), std::move(cancel)));
-  daemon->registry_ = std::move(registry);
-  daemon->tokens_ = std::move(tokens);
-  daemon->pulls_ = std::move(board);
+  auto rep = std::make_unique<Rep>();
+  rep->options_ = std::move(options);
+  rep->transport_ = std::move(*transport);
+  rep->autotune_ = std::move(autotune);
+  rep->weights_ = std::move(weights);
+  rep->weight_shards_ = std::move(weight_shards);
+  rep->cancel_ = std::move(cancel);
+  rep->registry_ = std::move(registry);
+  rep->tokens_ = std::move(tokens);
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(rep)));
+  daemon->rep_->pulls_ = std::move(board);
   return daemon;
 }
 
-Daemon::Daemon(DaemonOptions options, std::unique_ptr<SeedTransport> transport,
-               std::shared_ptr<FlashInferWarmupCache> autotune,
-               std::shared_ptr<WeightServer> weights, SeedablePtr weight_shards,
-               std::shared_ptr<std::atomic<bool>> cancel)
-    : options_(std::move(options)),
-      transport_(std::move(transport)),
-      autotune_(std::move(autotune)),
-      weights_(std::move(weights)),
-      weight_shards_(std::move(weight_shards)),
-      cancel_(std::move(cancel)) {}
+Daemon::Daemon(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 
-void Daemon::Cancel() { cancel_->store(true, std::memory_order_relaxed); }
+SeedTransport& Daemon::transport() { return *rep_->transport_; }
+const DaemonOptions& Daemon::options() const { return rep_->options_; }
+bool Daemon::ready() const { return rep_->ready_.load(); }
+
+void Daemon::Cancel() { rep_->cancel_->store(true, std::memory_order_relaxed); }
 
 Status Daemon::ReloadTls() {
-  if (options_.transport.tls == nullptr) return Status::Ok();
-  return options_.transport.tls->Reload();
+  if (rep_->options_.transport.tls == nullptr) return Status::Ok();
+  return rep_->options_.transport.tls->Reload();
 }
 
 Status Daemon::ReplaceTokens(std::vector<std::string> tokens) {
   tokens.erase(std::remove(tokens.begin(), tokens.end(), std::string()), tokens.end());
   if (tokens.empty()) return Status::InvalidArgument("no token: keeping the current ones");
-  tokens_->Replace(std::move(tokens));
+  rep_->tokens_->Replace(std::move(tokens));
   return Status::Ok();
 }
 
 Daemon::~Daemon() { Stop(); }
-
-void Daemon::RecordWarmup(WarmupRecord record) {
-  std::lock_guard<std::mutex> lock(warmups_mu_);
-  for (WarmupRecord& w : warmups_) {
-    if (w.kind == record.kind) {
-      w = std::move(record);
-      return;
-    }
-  }
-  warmups_.push_back(std::move(record));
-}
 
 namespace {
 
@@ -420,14 +444,14 @@ std::string SourceLabel(const std::string& source) {
 }  // namespace
 
 std::optional<HostPort> Daemon::admin_address() const {
-  if (admin_ == nullptr) return std::nullopt;
-  return admin_->address();
+  if (rep_->admin_ == nullptr) return std::nullopt;
+  return rep_->admin_->address();
 }
 
 Json Daemon::StatusJson() const {
   Json models = Json::array();
-  if (weights_ != nullptr) {
-    for (const auto& m : weights_->Models()) {
+  if (rep_->weights_ != nullptr) {
+    for (const auto& m : rep_->weights_->Models()) {
       const uint64_t chunks = m->manifest.chunks.size();
       const uint64_t have = m->available == nullptr ? chunks : m->available->Count();
       models.push_back({{"name", m->manifest.model},
@@ -442,7 +466,7 @@ Json Daemon::StatusJson() const {
     }
   }
   Json pulls = Json::array();
-  for (const PullBoard::Entry& p : pulls_->Snapshot()) {
+  for (const PullBoard::Entry& p : rep_->pulls_->Snapshot()) {
     const double fetched = static_cast<double>(p.verified_bytes - p.resumed_bytes);
     Json entry = {{"model", p.model},
                   {"root_digest", p.root_digest},
@@ -459,21 +483,22 @@ Json Daemon::StatusJson() const {
   }
   Json warmups = Json::array();
   {
-    std::lock_guard<std::mutex> lock(warmups_mu_);
-    for (const WarmupRecord& w : warmups_) {
+    std::lock_guard<std::mutex> lock(rep_->warmups_mu_);
+    for (const Rep::WarmupRecord& w : rep_->warmups_) {
       Json entry = {{"kind", w.kind}, {"state", w.state}, {"seconds", w.seconds}};
       if (!w.source.empty()) entry["source"] = w.source;
       if (!w.error.empty()) entry["error"] = w.error;
       warmups.push_back(std::move(entry));
     }
   }
-  Json stores = Json::array({{{"backend", "disk"}, {"location", options_.cache_dir.string()}}});
-  for (const std::string& url : options_.store_urls) {
+  Json stores =
+      Json::array({{{"backend", "disk"}, {"location", rep_->options_.cache_dir.string()}}});
+  for (const std::string& url : rep_->options_.store_urls) {
     stores.push_back(
         {{"backend", url.substr(0, url.find("://"))}, {"location", RedactStoreUrl(url)}});
   }
   return Json{{"ready", ready()},
-              {"listen", bound_.has_value() ? bound_->ToString() : ""},
+              {"listen", rep_->bound_.has_value() ? rep_->bound_->ToString() : ""},
               {"models", std::move(models)},
               {"pulls", std::move(pulls)},
               {"warmups", std::move(warmups)},
@@ -481,109 +506,112 @@ Json Daemon::StatusJson() const {
 }
 
 Result<std::optional<HostPort>> Daemon::Start() {
-  if (options_.admin_listen.has_value() && admin_ == nullptr) {
-    Result<std::unique_ptr<AdminServer>> admin = AdminServer::Start(
-        *options_.admin_listen, {[this] { return ready(); }, [this] { return StatusJson(); }});
+  if (rep_->options_.admin_listen.has_value() && rep_->admin_ == nullptr) {
+    Result<std::unique_ptr<AdminServer>> admin =
+        AdminServer::Start(*rep_->options_.admin_listen,
+                           {[this] { return ready(); }, [this] { return StatusJson(); }});
     if (!admin.ok()) return admin.status();
-    admin_ = std::move(*admin);
+    rep_->admin_ = std::move(*admin);
   }
   std::error_code ec;
-  std::filesystem::create_directories(options_.cache_dir, ec);
+  std::filesystem::create_directories(rep_->options_.cache_dir, ec);
   if (ec) {
-    return Status::IoError("cannot create the cache directory " + options_.cache_dir.string() +
-                           ": " + ec.message());
+    return Status::IoError("cannot create the cache directory " +
+                           rep_->options_.cache_dir.string() + ": " + ec.message());
   }
-  if (options_.autotune.warmup) {
+  if (rep_->options_.autotune.warmup) {
     // Before the daemon reports ready: a replica is warm when seedd says so.
-    RecordWarmup({"flashinfer_autotune", "running", "", "", 0});
+    rep_->RecordWarmup({"flashinfer_autotune", "running", "", "", 0});
     const auto began = std::chrono::steady_clock::now();
-    Result<WarmupCache::Report> report = autotune_->Warmup(*transport_);
+    Result<WarmupCache::Report> report = rep_->autotune_->Warmup(*rep_->transport_);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (!report.ok()) {
       metrics::Warmup("flashinfer_autotune", "failed", took);
-      RecordWarmup({"flashinfer_autotune", "failed", "", report.status().message(), took});
+      rep_->RecordWarmup({"flashinfer_autotune", "failed", "", report.status().message(), took});
       return report.status().WithContext("flashinfer_autotune warmup");
     }
     metrics::Warmup("flashinfer_autotune", SourceLabel(report->source), report->seconds);
-    RecordWarmup({"flashinfer_autotune", "done", report->source, "", report->seconds});
+    rep_->RecordWarmup({"flashinfer_autotune", "done", report->source, "", report->seconds});
   }
-  Result<std::optional<HostPort>> bound = transport_->StartListener();
+  Result<std::optional<HostPort>> bound = rep_->transport_->StartListener();
   if (!bound.ok()) return bound.status();
-  bound_ = *bound;
-  if (options_.listen_plain.has_value()) {
-    Result<HostPort> plain = transport_->StartPlainListener(*options_.listen_plain);
+  rep_->bound_ = *bound;
+  if (rep_->options_.listen_plain.has_value()) {
+    Result<HostPort> plain = rep_->transport_->StartPlainListener(*rep_->options_.listen_plain);
     if (!plain.ok()) return plain.status().WithContext("--listen-plain");
     Logger().info("Serving plain TCP on {} too, for peers without TLS", plain->ToString());
   }
   if (bound->has_value()) {
     Logger().info("Serving {} on {} from {}", kArtifactKind, (*bound)->ToString(),
-                  options_.cache_dir.string());
+                  rep_->options_.cache_dir.string());
   }
   // Peers reach this daemon's data plane at its advertised (or bound) address:
   // announced while pulling (a relay) and in the registry.
   std::string relay;
-  if (options_.advertise.has_value()) {
-    relay = options_.advertise->ToString();
+  if (rep_->options_.advertise.has_value()) {
+    relay = rep_->options_.advertise->ToString();
   } else if (bound->has_value() && !IsWildcard(**bound)) {
     relay = (*bound)->ToString();
-  } else if (bound->has_value() && (!options_.pulls.empty() || registry_ != nullptr)) {
+  } else if (bound->has_value() && (!rep_->options_.pulls.empty() || rep_->registry_ != nullptr)) {
     Logger().info(
         "Not relaying models nor announcing them: listening on a wildcard address without "
         "--advertise");
   }
-  if (registry_ != nullptr && weights_ != nullptr && !relay.empty()) {
-    announcer_ = std::make_unique<RegistryAnnouncer>(registry_, weights_, relay);
+  if (rep_->registry_ != nullptr && rep_->weights_ != nullptr && !relay.empty()) {
+    rep_->announcer_ = std::make_unique<RegistryAnnouncer>(rep_->registry_, rep_->weights_, relay);
   }
-  if (!options_.pulls.empty()) {
+  if (!rep_->options_.pulls.empty()) {
     // Listening already: what is verified is relayed to other fetchers while the
     // pull runs.
-    for (const std::string& pull : options_.pulls) {
+    for (const std::string& pull : rep_->options_.pulls) {
       const std::string name = SplitPin(pull).first;
-      if (cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
+      if (rep_->cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
       const std::string kind = "weight_shards " + name;
-      RecordWarmup({kind, "running", "", "", 0});
+      rep_->RecordWarmup({kind, "running", "", "", 0});
       const auto began = std::chrono::steady_clock::now();
-      Status pulled = PullAtStart(options_, pull, relay, *weight_shards_, *weights_, *cancel_);
+      Status pulled = PullAtStart(rep_->options_, pull, relay, *rep_->weight_shards_,
+                                  *rep_->weights_, *rep_->cancel_);
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       if (!pulled.ok()) {
         metrics::Warmup("weight_shards", "failed", took);
-        RecordWarmup({kind, "failed", "", pulled.message(), took});
+        rep_->RecordWarmup({kind, "failed", "", pulled.message(), took});
         return pulled.WithContext("--pull " + pull);
       }
       // Fetched when its pull is on the board as done; else a local copy was served.
       bool fetched = false;
-      for (const PullBoard::Entry& p : pulls_->Snapshot()) {
+      for (const PullBoard::Entry& p : rep_->pulls_->Snapshot()) {
         fetched = fetched || (p.model == name && p.state == "done");
       }
       metrics::Warmup("weight_shards", fetched ? "peer" : "local", took);
-      RecordWarmup({kind, "done", fetched ? "peers" : "local copy", "", took});
+      rep_->RecordWarmup({kind, "done", fetched ? "peers" : "local copy", "", took});
       GcOptions gc;
-      gc.keep_versions = options_.keep_versions;
+      gc.keep_versions = rep_->options_.keep_versions;
       gc.only_model = name;
-      Result<GcReport> collected = CollectWeightsGarbage(options_.cache_dir, gc);
+      Result<GcReport> collected = CollectWeightsGarbage(rep_->options_.cache_dir, gc);
       if (collected.ok() && !collected->removed.empty()) {
         Logger().info(
             "Model {}: removed {} old version(s) and abandoned pull(s), {:.1f} MiB "
             "(--keep-versions {})",
-            name, collected->removed.size(), collected->bytes / 1048576.0, options_.keep_versions);
+            name, collected->removed.size(), collected->bytes / 1048576.0,
+            rep_->options_.keep_versions);
       }
     }
   }
-  ready_ = true;
+  rep_->ready_ = true;
   return bound;
 }
 
 void Daemon::Stop() {
-  ready_ = false;
-  admin_.reset();
-  announcer_.reset();
-  transport_->Close();
-  if (weights_ != nullptr && !stopped_) {
-    Logger().info("Weight data plane: served {} bytes of chunks", weights_->bytes_served());
+  rep_->ready_ = false;
+  rep_->admin_.reset();
+  rep_->announcer_.reset();
+  rep_->transport_->Close();
+  if (rep_->weights_ != nullptr && !rep_->stopped_) {
+    Logger().info("Weight data plane: served {} bytes of chunks", rep_->weights_->bytes_served());
   }
-  stopped_ = true;
+  rep_->stopped_ = true;
 }
 
 }  // namespace seedd

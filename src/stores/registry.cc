@@ -2,7 +2,7 @@
 #include <map>
 #include <mutex>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "seedd/store_registry.h"
 #include "stores/backends.h"

@@ -16,7 +16,7 @@
 #include "common/metrics.h"
 #include "transport/tls.h"
 #include "wire/frame.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <mutex>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "transport/client.h"
 #include "transport/handler.h"
 #include "transport/server.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/errno_status.h"
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "transport/socket_io.h"
 #include "wire/frame.h"
 

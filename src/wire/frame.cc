@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 

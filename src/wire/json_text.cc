@@ -1,4 +1,4 @@
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 #include <cstdint>
 #include <cstring>

@@ -13,7 +13,7 @@
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

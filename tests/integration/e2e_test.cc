@@ -11,7 +11,7 @@
 #include "support/servers.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

@@ -1,7 +1,7 @@
 // Housekeeping of the model cache: the newest versions and `current` stay; older
 // versions, unrecorded directories and abandoned pulls go; a running pull's
 // staging and a name never installed are left alone.
-#include "kinds/weights/housekeeping.h"
+#include "seedd/weights.h"
 
 #include <gtest/gtest.h>
 

@@ -20,7 +20,7 @@
 #include "support/weights_fixture.h"
 #include "transport/client.h"
 #include "wire/frame.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

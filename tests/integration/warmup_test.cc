@@ -7,7 +7,7 @@
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/autotune/table.h"
 #include "support/test_util.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

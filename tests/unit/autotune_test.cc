@@ -8,7 +8,7 @@
 #include "kinds/autotune/gemm.h"
 #include "kinds/autotune/table.h"
 #include "support/test_util.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

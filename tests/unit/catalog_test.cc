@@ -1,6 +1,6 @@
 // The catalog kind (seedctl ls): what a daemon lists, and what a target accepts
 // from a daemon that lies or sends too much.
-#include "kinds/catalog/catalog.h"
+#include "seedd/catalog.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "common/crypto.h"
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
 #include "support/test_util.h"

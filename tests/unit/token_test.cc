@@ -11,7 +11,7 @@
 #include "seedd/tokens.h"
 #include "support/test_util.h"
 #include "transport/handler.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

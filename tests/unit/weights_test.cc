@@ -11,7 +11,7 @@
 #include "kinds/weights/records.h"
 #include "kinds/weights/safetensors.h"
 #include "support/test_util.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

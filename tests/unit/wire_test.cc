@@ -2,7 +2,7 @@
 
 #include "support/test_util.h"
 #include "wire/frame.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/crypto.h"
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "kinds/autotune/cpu_gemm_runner.h"
 #include "kinds/autotune/runner.h"
 #include "kinds/autotune/table.h"

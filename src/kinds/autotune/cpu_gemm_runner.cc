@@ -6,7 +6,7 @@
 #include <fstream>
 #include <random>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "kinds/autotune/gemm.h"
 #include "kinds/autotune/table.h"
 

@@ -1,7 +1,7 @@
 #include "kinds/autotune/table.h"
 
 #include "common/crypto.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

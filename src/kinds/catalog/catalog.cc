@@ -1,4 +1,4 @@
-#include "kinds/catalog/catalog.h"
+#include "seedd/catalog.h"
 
 namespace seedd {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "common/crypto.h"
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "kinds/weights/registry.h"
 #include "transport/client.h"

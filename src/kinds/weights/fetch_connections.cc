@@ -9,12 +9,12 @@
 #include <thread>
 
 #include "common/crypto.h"
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "kinds/weights/fetch.h"
 #include "transport/client.h"
 #include "wire/frame.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

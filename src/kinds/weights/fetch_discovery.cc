@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <random>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "kinds/weights/fetch.h"
 #include "kinds/weights/registry.h"
 #include "transport/client.h"

@@ -1,4 +1,4 @@
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/destination.h"
 #include "kinds/weights/fetch.h"

@@ -1,4 +1,4 @@
-#include "kinds/weights/housekeeping.h"
+#include "seedd/weights.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/local_copy.h"
 

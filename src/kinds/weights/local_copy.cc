@@ -7,7 +7,7 @@
 
 #include "common/crypto.h"
 #include "common/file_util.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

@@ -16,7 +16,7 @@
 #include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "seedd/seed_config.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

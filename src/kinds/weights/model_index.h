@@ -34,15 +34,6 @@ struct IndexedModel {
   std::map<std::string, IndexedFile, std::less<>> files;  // by manifest path
 };
 
-// The hub cache: $HF_HUB_CACHE, else $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub,
-// else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
-std::filesystem::path HubCacheDir();
-
-// "hf:ORG/NAME[@REVISION]" is the snapshot of that model in the hub cache
-// (REVISION a ref such as main, the default, or a commit); anything else is a
-// directory path, returned as it is.
-Result<std::filesystem::path> ResolveModelDir(std::string_view spec);
-
 // Indexes every regular file under `dir` (and every link that resolves to a
 // regular file inside the repository root) into a manifest. A link that leaves
 // the root, dangles or names a directory is an error naming it; so is a

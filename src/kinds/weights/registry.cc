@@ -4,7 +4,7 @@
 #include <map>
 #include <random>
 
-#include "common/logging.h"
+#include "seedd/logging.h"
 #include "kinds/weights/data_plane.h"
 #include "stores/redis/redis_client.h"
 

@@ -9,7 +9,7 @@
 
 #include "common/errno_status.h"
 #include "common/unique_fd.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 namespace seedd {
 

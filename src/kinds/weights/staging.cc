@@ -14,7 +14,7 @@
 #include "common/crypto.h"
 #include "common/errno_status.h"
 #include "common/file_util.h"
-#include "common/logging.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/suggest.h"
+#include "suggest.h"
 
 namespace seedd {
 

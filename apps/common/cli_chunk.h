@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kinds/weights/manifest.h"
+#include "seedd/weights.h"
 
 namespace seedd {
 

@@ -1,4 +1,4 @@
-#include "common/suggest.h"
+#include "suggest.h"
 
 #include <algorithm>
 #include <numeric>
