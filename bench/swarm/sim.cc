@@ -119,27 +119,43 @@ void Sim::FindNeighbours(PeerId h) {
     const PeerId p = 1 + static_cast<PeerId>(rng_() % (hosts_.size() - 1));
     Host& other = hosts_[p];
     if (p == h || !other.joined || other.failed) continue;
-    if (other.sched->NeighboursWanted() == 0) continue;
-    if (!host.sched->AddNeighbour(p, false)) continue;
-    other.sched->AddNeighbour(h, false);
-    host.neighbours.push_back(p);
-    other.neighbours.push_back(h);
-    // Each learns the other's state on connecting.
-    std::vector<bool> theirs(chunks_), mine(chunks_);
-    for (uint32_t c = 0; c < chunks_; ++c) {
-      theirs[c] = other.sched->Has(c);
-      mine[c] = host.sched->Has(c);
+    if (f_.symmetric && other.sched->NeighboursWanted() == 0) continue;
+    if (f_.max_watchers > 0 && static_cast<int>(other.watchers.size()) >= f_.max_watchers) {
+      continue;
     }
+    if (!host.sched->AddNeighbour(p, false)) continue;
+    host.neighbours.push_back(p);
+    other.watchers.push_back(h);
+    // It learns the other's state on connecting.
+    std::vector<bool> theirs(chunks_);
+    for (uint32_t c = 0; c < chunks_; ++c) theirs[c] = other.sched->Has(c);
     host.sched->NeighbourState(p, theirs);
-    other.sched->NeighbourState(h, mine);
-    Pump(p, h);
+    if (f_.symmetric && other.sched->AddNeighbour(h, false)) {
+      other.neighbours.push_back(h);
+      host.watchers.push_back(p);
+      std::vector<bool> mine(chunks_);
+      for (uint32_t c = 0; c < chunks_; ++c) mine[c] = host.sched->Has(c);
+      other.sched->NeighbourState(h, mine);
+      Pump(p, h);
+    }
   }
 }
 
 void Sim::RetryIfAlone(PeerId h) {
-  if (hosts_[h].neighbours.size() * 2 < static_cast<size_t>(f_.degree)) {
-    Push(now_ + 1.0, Ev::kRetry, h, 0, 0);
+  Host& host = hosts_[h];
+  if (f_.symmetric) {
+    if (host.neighbours.size() * 2 < static_cast<size_t>(f_.degree)) {
+      Push(now_ + 1.0, Ev::kRetry, h, 0, 0);
+    }
+    return;
   }
+  // The real fetcher asks a seed's state for relays while its neighbour set has
+  // room: first after --first-ask-ms, the wait doubling to --state-ms.
+  if (host.sched->NeighboursWanted() == 0 || host.retry_pending) return;
+  host.ask_wait =
+      host.ask_wait == 0 ? f_.first_ask_ms / 1000 : std::min(host.ask_wait * 2, f_.state_ms / 1000);
+  host.retry_pending = true;
+  Push(now_ + host.ask_wait, Ev::kRetry, h, 0, 0);
 }
 
 void Sim::Connect(PeerId h) {
@@ -360,12 +376,13 @@ void Sim::Handle(const Event& e) {
     }
     case Ev::kRetry: {  // ask the tracker again: others may have room now
       Host& host = hosts_[e.a];
+      host.retry_pending = false;
       if (host.failed || host.done >= 0) return;
       Connect(e.a);
       return;
     }
-    case Ev::kHave: {  // e.a tells its neighbours it has e.chunk (one event for all)
-      for (PeerId w : hosts_[e.a].neighbours) {
+    case Ev::kHave: {  // e.a tells those fetching from it that it has e.chunk (one event)
+      for (PeerId w : hosts_[e.a].watchers) {
         Host& host = hosts_[w];
         if (host.failed || host.done >= 0) continue;
         host.sched->NeighbourHas(e.a, e.chunk);
@@ -386,7 +403,7 @@ void Sim::Handle(const Event& e) {
         EndTransfer(id);
         if (sender != e.a) StartUpload(sender);
       }
-      for (PeerId w : host.neighbours) Push(now_ + f_.detect_ms / 1000, Ev::kGone, w, e.a, 0);
+      for (PeerId w : host.watchers) Push(now_ + f_.detect_ms / 1000, Ev::kGone, w, e.a, 0);
       return;
     }
     case Ev::kGone: {

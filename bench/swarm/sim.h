@@ -10,8 +10,13 @@
 // uplink / its transfers, the receiver's downlink / its transfers), recomputed
 // whenever a transfer starts or ends at either end: flows sharing links fairly,
 // without TCP's slow start. Neighbours are handed out by the origin (a
-// tracker): a random set of relays up to --degree, symmetric, replaced when one
-// fails. A host tells its neighbours each chunk it verifies (a HAVE message);
+// tracker): random relays that have joined, up to --degree, that the host
+// fetches from (as the real fetcher: a server serves whoever asks, within its
+// upload slots), asked for while the set has room (first after --first-ask-ms,
+// the wait doubling to --state-ms, as the real fetcher's state requests), and
+// replaced when one fails, with --symmetric false; by default neighbours link
+// both ways and only hosts with room, asking again after 1 s. A host tells those fetching from it
+// each chunk it verifies (a HAVE message, the real watch answer);
 // it asks a neighbour for chunks as its scheduler decides, --pipeline at a time
 // and --max-requests in all. The origin defers a chunk it sent within the last
 // --claim-chunks chunk times ("ask the relays"), as the real data plane's claims
@@ -45,11 +50,18 @@ struct Flags {
   // upload slots, "busy" beyond them, a busy answer retried after 50 ms, one
   // request at a time to a relay and to the origin (a relaying fetcher's).
   int degree = 15;
-  int origin_degree = -1;  // fetchers the origin serves directly (-1: all); the others use relays
-  int pipeline = 1;        // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
-  int seed_pipeline = 1;   // requests in flight to the origin per fetcher
-  int max_requests = 4;    // requests in flight per fetcher in all (FetchOptions::swarm_requests)
-  int catch_up = 2;        // requests beyond --max-requests for a host behind its neighbours
+  // Neighbours link both ways, and only hosts with room (the default: the
+  // figures of docs/benchmarks.md); false: a host picks the relays it fetches
+  // from, as the real fetcher does, asking the tracker on the real cadence.
+  bool symmetric = true;
+  int max_watchers = 0;      // hosts a host serves as their neighbour (0: no bound)
+  double first_ask_ms = 50;  // the tracker asked again first after this (FetchOptions)
+  double state_ms = 500;     // then the wait doubles up to this (FetchOptions::state_interval)
+  int origin_degree = -1;    // fetchers the origin serves directly (-1: all); the others use relays
+  int pipeline = 1;          // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
+  int seed_pipeline = 1;     // requests in flight to the origin per fetcher
+  int max_requests = 4;      // requests in flight per fetcher in all (FetchOptions::swarm_requests)
+  int catch_up = 2;          // requests beyond --max-requests for a host behind its neighbours
   int up_slots = 4;
   int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
   int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
@@ -98,7 +110,10 @@ struct Event {
 
 struct Host {
   std::unique_ptr<SwarmScheduler> sched;
-  std::vector<PeerId> neighbours;  // relays (the origin is neighbour 0 of every fetcher)
+  std::vector<PeerId> neighbours;  // relays it fetches from (and the origin, 0)
+  std::vector<PeerId> watchers;    // hosts fetching from it: told what it newly has
+  double ask_wait = 0;             // the tracker's next wait, seconds
+  bool retry_pending = false;
   std::deque<std::pair<PeerId, uint32_t>> queue;  // requests to serve: (requester, chunk)
   // Requests from a requester this host is sending to: each waits for that send
   // to end, then takes its slot (the real server's own-slot wait).

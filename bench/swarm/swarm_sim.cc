@@ -25,6 +25,20 @@ int main(int argc, char** argv) {
   app.add_option("--link-gbit", f.link_gbit, "every host's uplink and downlink, Gbit/s")
       ->capture_default_str();
   app.add_option("--degree", f.degree, "relay neighbours per host")->capture_default_str();
+  app.add_option("--symmetric", f.symmetric,
+                 "neighbours link both ways and only hosts with room (else a host picks the "
+                 "relays it fetches from, as the real fetcher)")
+      ->capture_default_str();
+  app.add_option("--max-watchers", f.max_watchers,
+                 "hosts one host serves as their neighbour; beyond, it is not handed out (0: "
+                 "no bound)")
+      ->capture_default_str();
+  app.add_option("--first-ask-ms", f.first_ask_ms,
+                 "a host with room for neighbours asks the tracker again after this, the wait "
+                 "doubling up to --state-ms")
+      ->capture_default_str();
+  app.add_option("--state-ms", f.state_ms, "the longest wait between asks of the tracker")
+      ->capture_default_str();
   app.add_option("--origin-degree", f.origin_degree,
                  "fetchers the origin serves directly (the first to join; -1: all)")
       ->capture_default_str();
