@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "common/crypto.h"
-#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "kinds/weights/registry.h"
+#include "seedd/logging.h"
 #include "transport/client.h"
 
 namespace seedd {

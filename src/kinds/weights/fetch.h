@@ -8,8 +8,8 @@
 // connections (connections_per_source to a seed, connections_per_peer to a
 // relay). Relays named by the manifest or by a state response wait as
 // candidates (at most kMaxSources known) and replace neighbours that are dropped.
-// A seed is asked for more relays every state_interval while the neighbour set
-// has room.
+// A seed is asked for more relays while the neighbour set has room: after
+// kFirstRelayAsk, the wait doubling up to state_interval.
 //
 // fetch.cc holds the bookkeeping (under mu_), fetch_connections.cc the sockets.
 //
@@ -35,6 +35,9 @@
 #include "kinds/weights/swarm_scheduler.h"
 
 namespace seedd {
+
+// The first wait before a seed is asked for relays again (see Fetch::WantRelays).
+inline constexpr std::chrono::milliseconds kFirstRelayAsk{50};
 
 // A seed or a relay this fetch knows of.
 struct Source {
@@ -129,6 +132,8 @@ class Fetch {
   void ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete);
   // Whether a seed should be asked for more relays now.
   bool WantRelays();
+  // How long a seed's watch waits before asking WantRelays again.
+  std::chrono::milliseconds RelayWait();
   // Connections are tracked so that EndLocked can wake them; false (and the
   // connection is not to be used) when the fetch is over already.
   bool Track(int fd);
@@ -183,7 +188,9 @@ class Fetch {
   bool cancelled_ = false;       // GUARDED_BY(mu_): stopped on request
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point relays_asked_{};  // GUARDED_BY(mu_)
-  bool registry_failing_ = false;                         // only the Run thread asks the registry
+  // The wait before the next ask: kFirstRelayAsk, doubling to state_interval.
+  std::chrono::milliseconds relay_wait_{0};  // GUARDED_BY(mu_)
+  bool registry_failing_ = false;            // only the Run thread asks the registry
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
 };

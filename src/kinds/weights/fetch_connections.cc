@@ -9,12 +9,12 @@
 #include <thread>
 
 #include "common/crypto.h"
-#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "kinds/weights/fetch.h"
+#include "seedd/json_text.h"
+#include "seedd/logging.h"
 #include "transport/client.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {
@@ -98,10 +98,9 @@ void Fetch::Watch(Source* source) {
       // the relay's claims on chunks it sent only while it does).
       st = AskWatch(*conn.conn, source, &cursor, &more);
     } else {
+      const auto wait = std::min<std::chrono::steady_clock::duration>(RelayWait(), kKeepAlive);
       std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(
-          lock, std::min<std::chrono::steady_clock::duration>(options_.state_interval, kKeepAlive),
-          [&] { return FinishedLocked(); });
+      changed_.wait_for(lock, wait, [&] { return FinishedLocked(); });
       continue;
     }
     last_used = std::chrono::steady_clock::now();

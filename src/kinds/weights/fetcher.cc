@@ -1,8 +1,8 @@
-#include "seedd/logging.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/destination.h"
 #include "kinds/weights/fetch.h"
 #include "kinds/weights/staging.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 
