@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "kinds/catalog/catalog.h"
-#include "wire/json_text.h"
+#include "seedd/catalog.h"
+#include "seedd/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto value = seedd::ParseJson(std::string_view(reinterpret_cast<const char*>(data), size));

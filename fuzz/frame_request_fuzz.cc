@@ -6,10 +6,10 @@
 #include <string_view>
 
 #include "seedd/artifact_kind.h"
+#include "seedd/json_text.h"
 #include "seedd/seed_transport.h"
 #include "transport/handler.h"
 #include "wire/frame.h"
-#include "wire/json_text.h"
 
 namespace {
 

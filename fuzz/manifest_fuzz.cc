@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "kinds/weights/manifest.h"
-#include "wire/json_text.h"
+#include "seedd/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto value = seedd::ParseJson(std::string_view(reinterpret_cast<const char*>(data), size));
