@@ -152,14 +152,12 @@ void Sim::RetryIfAlone(PeerId h) {
   // The real fetcher asks a seed's state for relays while its neighbour set has
   // room: first after --first-ask-ms, the wait doubling to --state-ms.
   if (host.sched->NeighboursWanted() == 0 || host.retry_pending) return;
-  host.ask_wait =
-      host.ask_wait == 0 ? f_.first_ask_ms / 1000 : std::min(host.ask_wait * 2, f_.state_ms / 1000);
   host.retry_pending = true;
-  Push(now_ + host.ask_wait, Ev::kRetry, h, 0, 0);
+  Push(now_ + std::chrono::duration<double>(host.asks->wait()).count(), Ev::kRetry, h, 0, 0);
 }
 
 void Sim::Connect(PeerId h) {
-  FindNeighbours(h);
+  if (f_.symmetric || hosts_[h].asks->Due(Now())) FindNeighbours(h);
   PumpAll(h);
   RetryIfAlone(h);
 }
@@ -263,6 +261,8 @@ void Sim::Handle(const Event& e) {
       o.catch_up_requests = f_.catch_up;
       o.random_seed = f_.seed * 1000003 + e.a;
       host.sched = std::make_unique<SwarmScheduler>(chunks_, o);
+      auto ms = [](double v) { return std::chrono::milliseconds(static_cast<int64_t>(v)); };
+      host.asks = std::make_unique<seedd::TrackerCadence>(ms(f_.first_ask_ms), ms(f_.state_ms));
       if (f_.origin_degree < 0 || origin_fetchers_ < f_.origin_degree) {
         host.sched->AddNeighbour(0, true, f_.seed_pipeline);
         ++origin_fetchers_;

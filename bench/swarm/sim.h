@@ -110,9 +110,9 @@ struct Event {
 
 struct Host {
   std::unique_ptr<SwarmScheduler> sched;
-  std::vector<PeerId> neighbours;  // relays it fetches from (and the origin, 0)
-  std::vector<PeerId> watchers;    // hosts fetching from it: told what it newly has
-  double ask_wait = 0;             // the tracker's next wait, seconds
+  std::vector<PeerId> neighbours;               // relays it fetches from (and the origin, 0)
+  std::vector<PeerId> watchers;                 // hosts fetching from it: told what it newly has
+  std::unique_ptr<seedd::TrackerCadence> asks;  // the real fetcher's (--symmetric false)
   bool retry_pending = false;
   std::deque<std::pair<PeerId, uint32_t>> queue;  // requests to serve: (requester, chunk)
   // Requests from a requester this host is sending to: each waits for that send

@@ -417,5 +417,27 @@ TEST(SwarmScheduler, ASwarmOfSchedulersCompletesWithTheSeedSendingAboutOneCopy) 
               kChunks, static_cast<unsigned long long>(seed_uploads));
 }
 
+// A fetcher with room for neighbours asks a seed for relays at once, then after
+// 50 ms, the wait doubling up to the state interval (fetchers that start
+// together find each other within moments, not after a whole interval).
+TEST(TrackerCadence, AsksAtOnceThenSoonThenEverLessOftenUpToTheInterval) {
+  using std::chrono::milliseconds;
+  TrackerCadence cadence(milliseconds(50), milliseconds(500));
+  const auto t0 = SchedulerClock::time_point(std::chrono::seconds(100));
+  EXPECT_EQ(cadence.wait(), milliseconds(500));  // before the first ask: the longest
+  EXPECT_TRUE(cadence.Due(t0));
+  std::vector<int64_t> asked_at;  // ms after t0, stepping the clock by 10 ms
+  for (int64_t ms = 10; ms <= 2500; ms += 10) {
+    if (cadence.Due(t0 + milliseconds(ms))) asked_at.push_back(ms);
+  }
+  const std::vector<int64_t> expected = {50, 150, 350, 750, 1250, 1750, 2250};
+  EXPECT_EQ(asked_at, expected);
+  EXPECT_EQ(cadence.wait(), milliseconds(500));
+  TrackerCadence slow(milliseconds(50), milliseconds(20));  // a first wait beyond the most
+  EXPECT_TRUE(slow.Due(t0));
+  EXPECT_FALSE(slow.Due(t0 + milliseconds(19)));
+  EXPECT_TRUE(slow.Due(t0 + milliseconds(20)));
+}
+
 }  // namespace
 }  // namespace seedd

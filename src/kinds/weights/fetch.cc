@@ -43,7 +43,8 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       options_(o),
       stats_(s),
       session_(RandomHex(8)),
-      sched_(m.chunks.size(), SchedulerOptionsOf(o)) {}
+      sched_(m.chunks.size(), SchedulerOptionsOf(o)),
+      relay_asks_(kFirstRelayAsk, o.state_interval) {}
 
 void Fetch::Prepare(const std::vector<uint32_t>& resumed) {
   const size_t n = m_.chunks.size();

@@ -187,10 +187,9 @@ class Fetch {
   Status local_error_;           // GUARDED_BY(mu_)
   bool cancelled_ = false;       // GUARDED_BY(mu_): stopped on request
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point relays_asked_{};  // GUARDED_BY(mu_)
-  // The wait before the next ask: kFirstRelayAsk, doubling to state_interval.
-  std::chrono::milliseconds relay_wait_{0};  // GUARDED_BY(mu_)
-  bool registry_failing_ = false;            // only the Run thread asks the registry
+  // When a seed is asked for more relays: kFirstRelayAsk, doubling to state_interval.
+  TrackerCadence relay_asks_;      // GUARDED_BY(mu_)
+  bool registry_failing_ = false;  // only the Run thread asks the registry
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
 };

@@ -134,21 +134,12 @@ void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool 
 
 std::chrono::milliseconds Fetch::RelayWait() {
   std::lock_guard<std::mutex> lock(mu_);
-  return relay_wait_.count() == 0 ? options_.state_interval : relay_wait_;
+  return relay_asks_.wait();
 }
 
 bool Fetch::WantRelays() {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
-  if (sched_.NeighboursWanted() == 0 || now - relays_asked_ < relay_wait_) return false;
-  relays_asked_ = now;
-  // Soon at first: fetchers that start together announce themselves within
-  // moments of each other, and until a fetcher knows relays it has the seeds
-  // alone (simulated, 1,000 hosts at 10 Gbit/s: every one at 1.80x the bound
-  // asking every 500 ms from the start, p50 1.14x asking after 50 ms, doubling).
-  relay_wait_ = relay_wait_.count() == 0 ? std::min(kFirstRelayAsk, options_.state_interval)
-                                         : std::min(relay_wait_ * 2, options_.state_interval);
-  return true;
+  return sched_.NeighboursWanted() > 0 && relay_asks_.Due(std::chrono::steady_clock::now());
 }
 
 }  // namespace seedd

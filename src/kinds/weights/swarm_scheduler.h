@@ -185,4 +185,32 @@ class SwarmScheduler {
   int64_t relay_chunks_ = 0;  // chunks the relay neighbours have, summed
 };
 
+// When a fetcher whose neighbour set has room asks a seed's state for more
+// relays: at once, then after `first`, the wait doubling up to `most`. Fetchers
+// that start together announce themselves within moments of each other, and
+// until a fetcher knows relays it has the seeds alone (simulated, 1,000 hosts
+// at 10 Gbit/s: every one at 1.80x the bound asking every 500 ms from the
+// start, p50 1.14x asking after 50 ms, doubling). Time comes in as arguments.
+class TrackerCadence {
+ public:
+  TrackerCadence(std::chrono::milliseconds first, std::chrono::milliseconds most)
+      : first_(std::min(first, most)), most_(most) {}
+  // Whether to ask at `now`; when it is, the next ask waits longer.
+  bool Due(SchedulerClock::time_point now) {
+    if (asked_ && now - last_ < wait_) return false;
+    wait_ = asked_ ? std::min(wait_ * 2, most_) : first_;
+    asked_ = true;
+    last_ = now;
+    return true;
+  }
+  // How long until the next ask is due, at most (a waiting loop's timeout).
+  std::chrono::milliseconds wait() const { return asked_ ? wait_ : most_; }
+
+ private:
+  const std::chrono::milliseconds first_, most_;
+  bool asked_ = false;
+  SchedulerClock::time_point last_{};
+  std::chrono::milliseconds wait_{0};
+};
+
 }  // namespace seedd
