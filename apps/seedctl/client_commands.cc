@@ -2,12 +2,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "seedd/catalog.h"
 #include "seedctl.h"
 #include "seedd/artifact_kind.h"
+#include "seedd/catalog.h"
+#include "seedd/client.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
-#include "seedd/client.h"
 
 namespace seedctl {
 

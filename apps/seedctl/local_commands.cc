@@ -2,13 +2,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "seedd/weights.h"
-#include "seedd/weights.h"
-
 #include "seedctl.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/store_registry.h"
+#include "seedd/weights.h"
 
 namespace seedctl {
 

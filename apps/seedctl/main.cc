@@ -8,8 +8,8 @@
 
 #include "cli_chunk.h"
 #include "cli_suggest.h"
-#include "seedd/logging.h"
 #include "seedctl.h"
+#include "seedd/logging.h"
 #include "seedd_version.h"
 
 namespace {

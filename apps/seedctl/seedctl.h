@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "seedd/json_text.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
-#include "seedd/json_text.h"
 
 namespace seedctl {
 

@@ -12,9 +12,9 @@
 
 #include "cli_chunk.h"
 #include "cli_suggest.h"
-#include "seedd/logging.h"
 #include "config_file.h"
 #include "seedd/daemon.h"
+#include "seedd/logging.h"
 #include "seedd_version.h"
 
 namespace {

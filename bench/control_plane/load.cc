@@ -15,8 +15,8 @@
 #include <cstring>
 #include <thread>
 
-#include "transport/client.h"
 #include "seedd/json_text.h"
+#include "transport/client.h"
 
 namespace {
 

@@ -2,9 +2,9 @@
 
 #include <httplib.h>
 
-#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "seedd/json_text.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 

@@ -2,8 +2,8 @@
 #include <map>
 #include <mutex>
 
-#include "seedd/logging.h"
 #include "common/metrics.h"
+#include "seedd/logging.h"
 #include "seedd/store_registry.h"
 #include "stores/backends.h"
 #include "stores/store_url.h"

@@ -14,9 +14,9 @@
 
 #include "common/errno_status.h"
 #include "common/metrics.h"
+#include "seedd/json_text.h"
 #include "transport/tls.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

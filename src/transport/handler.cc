@@ -4,9 +4,9 @@
 #include <exception>
 
 #include "common/crypto.h"
+#include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 

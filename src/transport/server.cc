@@ -14,14 +14,14 @@
 #include <thread>
 #include <unordered_set>
 
-#include "seedd/logging.h"
 #include "common/metrics.h"
+#include "seedd/json_text.h"
+#include "seedd/logging.h"
 #include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
 #include "transport/socket_io.h"
 #include "transport/tls.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

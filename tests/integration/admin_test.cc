@@ -9,11 +9,11 @@
 #include <regex>
 #include <thread>
 
+#include "seedd/json_text.h"
 #include "support/daemon_process.h"
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {
@@ -23,9 +23,7 @@ using std::chrono::seconds;
 using testing::Process;
 using testing::RunCommand;
 
-bool Has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Has;
 
 // The value of the sample `series` (name and labels exactly as exposed); -1 when absent.
 double Sample(const std::string& exposition, const std::string& series) {

@@ -22,9 +22,7 @@ using testing::RunCommand;
 
 constexpr char kHash[] = "00112233445566778899aabbccddeeff";
 
-bool Has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Has;
 
 class CliTest : public testing::DaemonProcessTest {
  protected:

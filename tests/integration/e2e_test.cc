@@ -6,12 +6,12 @@
 #include <random>
 
 #include "kinds/weights/data_plane.h"
+#include "seedd/json_text.h"
 #include "seedd/seed_transport.h"
 #include "support/process.h"
 #include "support/servers.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

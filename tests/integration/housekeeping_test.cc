@@ -1,8 +1,6 @@
 // Housekeeping of the model cache: the newest versions and `current` stay; older
 // versions, unrecorded directories and abandoned pulls go; a running pull's
 // staging and a name never installed are left alone.
-#include "seedd/weights.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include "kinds/weights/local_copy.h"
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/staging.h"
+#include "seedd/weights.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 

@@ -14,13 +14,13 @@
 #include <fstream>
 #include <thread>
 
+#include "seedd/json_text.h"
 #include "support/daemon_process.h"
 #include "support/process.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 #include "transport/client.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {
@@ -30,9 +30,7 @@ using std::chrono::seconds;
 using testing::Process;
 using testing::RunCommand;
 
-bool Has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Has;
 
 class TlsTest : public testing::DaemonProcessTest {
  protected:

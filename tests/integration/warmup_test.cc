@@ -6,8 +6,8 @@
 #include "kinds/autotune/cpu_gemm_runner.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/autotune/table.h"
-#include "support/test_util.h"
 #include "seedd/json_text.h"
+#include "support/test_util.h"
 
 namespace seedd {
 namespace {

@@ -17,6 +17,11 @@
 
 namespace seedd::testing {
 
+// Whether `text` (a process's output) holds `part`.
+inline bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 class DaemonProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "common/crypto.h"
+#include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "support/process.h"
 #include "transport/client.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd::testing {
 

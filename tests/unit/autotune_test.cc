@@ -7,8 +7,8 @@
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/autotune/gemm.h"
 #include "kinds/autotune/table.h"
-#include "support/test_util.h"
 #include "seedd/json_text.h"
+#include "support/test_util.h"
 
 namespace seedd {
 namespace {

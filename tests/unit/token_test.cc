@@ -8,10 +8,10 @@
 #include "kinds/autotune/runner.h"
 #include "seedd/artifact_store.h"
 #include "seedd/daemon.h"
+#include "seedd/json_text.h"
 #include "seedd/tokens.h"
 #include "support/test_util.h"
 #include "transport/handler.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

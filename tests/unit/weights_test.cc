@@ -10,8 +10,8 @@
 #include "kinds/weights/model_index.h"
 #include "kinds/weights/records.h"
 #include "kinds/weights/safetensors.h"
-#include "support/test_util.h"
 #include "seedd/json_text.h"
+#include "support/test_util.h"
 
 namespace seedd {
 namespace {

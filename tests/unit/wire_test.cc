@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
+#include "seedd/json_text.h"
 #include "support/test_util.h"
 #include "wire/frame.h"
-#include "seedd/json_text.h"
 
 namespace seedd {
 namespace {

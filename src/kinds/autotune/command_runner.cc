@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "common/crypto.h"
-#include "seedd/logging.h"
 #include "kinds/autotune/cpu_gemm_runner.h"
 #include "kinds/autotune/runner.h"
 #include "kinds/autotune/table.h"
+#include "seedd/logging.h"
 
 extern char** environ;
 

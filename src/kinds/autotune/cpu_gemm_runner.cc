@@ -6,9 +6,9 @@
 #include <fstream>
 #include <random>
 
-#include "seedd/logging.h"
 #include "kinds/autotune/gemm.h"
 #include "kinds/autotune/table.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 namespace {

@@ -3,10 +3,10 @@
 #include <chrono>
 
 #include "common/crypto.h"
-#include "seedd/logging.h"
 #include "kinds/autotune/table.h"
-#include "stores/backends.h"
 #include "seedd/json_text.h"
+#include "seedd/logging.h"
+#include "stores/backends.h"
 
 namespace seedd {
 namespace {

@@ -11,9 +11,9 @@
 #include "common/crypto.h"
 #include "common/errno_status.h"
 #include "common/file_util.h"
-#include "seedd/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 

@@ -1,14 +1,13 @@
-#include "seedd/weights.h"
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "seedd/logging.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/local_copy.h"
+#include "seedd/logging.h"
+#include "seedd/weights.h"
 
 namespace seedd {
 

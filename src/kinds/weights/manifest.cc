@@ -15,8 +15,8 @@
 #include "common/errno_status.h"
 #include "common/file_util.h"
 #include "common/unique_fd.h"
-#include "seedd/seed_config.h"
 #include "seedd/json_text.h"
+#include "seedd/seed_config.h"
 
 namespace seedd {
 namespace {

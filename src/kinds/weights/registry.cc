@@ -4,8 +4,8 @@
 #include <map>
 #include <random>
 
-#include "seedd/logging.h"
 #include "kinds/weights/data_plane.h"
+#include "seedd/logging.h"
 #include "stores/redis/redis_client.h"
 
 namespace seedd {

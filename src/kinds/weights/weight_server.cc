@@ -11,13 +11,13 @@
 
 #include "common/crypto.h"
 #include "common/file_util.h"
-#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/records.h"
-#include "wire/frame.h"
 #include "seedd/json_text.h"
+#include "seedd/logging.h"
+#include "wire/frame.h"
 
 namespace seedd {
 namespace {

@@ -4,11 +4,11 @@
 
 #include "common/crypto.h"
 #include "common/file_util.h"
-#include "seedd/logging.h"
 #include "common/metrics.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/local_copy.h"
 #include "seedd/json_text.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 
