@@ -119,17 +119,21 @@ void Sim::FindNeighbours(PeerId h) {
     const PeerId p = 1 + static_cast<PeerId>(rng_() % (hosts_.size() - 1));
     Host& other = hosts_[p];
     if (p == h || !other.joined || other.failed) continue;
-    if (f_.symmetric && other.sched->NeighboursWanted() == 0) continue;
+    if (f_.symmetric && other.sched->NeighboursWanted() == 0) {
+      // A full host takes in a host with fewer than half its neighbours in
+      // place of its least useful neighbour, when that one has more than half.
+      if (!f_.make_room || host.neighbours.size() * 2 >= static_cast<size_t>(f_.degree)) continue;
+      auto least = other.sched->LeastUseful();
+      if (!least || hosts_[*least].neighbours.size() * 2 <= static_cast<size_t>(f_.degree))
+        continue;
+      if (host.sched->IsNeighbour(p)) continue;
+      DropLink(p, *least);
+    }
     if (f_.max_watchers > 0 && static_cast<int>(other.watchers.size()) >= f_.max_watchers) {
       continue;
     }
     if (!host.sched->AddNeighbour(p, false)) continue;
-    host.neighbours.push_back(p);
-    other.watchers.push_back(h);
-    // It learns the other's state on connecting.
-    std::vector<bool> theirs(chunks_);
-    for (uint32_t c = 0; c < chunks_; ++c) theirs[c] = other.sched->Has(c);
-    host.sched->NeighbourState(p, theirs);
+    Link(h, p);
     if (f_.symmetric && other.sched->AddNeighbour(h, false)) {
       other.neighbours.push_back(h);
       host.watchers.push_back(p);
@@ -141,10 +145,70 @@ void Sim::FindNeighbours(PeerId h) {
   }
 }
 
+void Sim::Link(PeerId h, PeerId p) {
+  Host& host = hosts_[h];
+  Host& other = hosts_[p];
+  host.neighbours.push_back(p);
+  other.watchers.push_back(h);
+  // It learns the other's state on connecting.
+  std::vector<bool> theirs(chunks_);
+  for (uint32_t c = 0; c < chunks_; ++c) theirs[c] = other.sched->Has(c);
+  host.sched->NeighbourState(p, theirs);
+}
+
+void Sim::Unlink(PeerId h, PeerId p) {
+  Host& host = hosts_[h];
+  auto& w = hosts_[p].watchers;
+  w.erase(std::remove(w.begin(), w.end(), h), w.end());
+  host.neighbours.erase(std::remove(host.neighbours.begin(), host.neighbours.end(), p),
+                        host.neighbours.end());
+  // Its requests still queued there are dropped with the connection.
+  auto& q = hosts_[p].queue;
+  q.erase(std::remove_if(q.begin(), q.end(), [h](const auto& r) { return r.first == h; }), q.end());
+  auto& held = hosts_[p].held;
+  held.erase(std::remove_if(held.begin(), held.end(), [h](const auto& r) { return r.first == h; }),
+             held.end());
+  host.sched->RemoveNeighbour(p);
+}
+
+void Sim::DropLink(PeerId h, PeerId p) {
+  for (PeerId from : {h, p}) {
+    const PeerId to = from == h ? p : h;
+    Host& host = hosts_[from];
+    if (!host.sched || !host.sched->IsNeighbour(to)) continue;
+    for (uint32_t id : std::vector<uint32_t>(host.downs)) {
+      if (transfers_[id].u == to) {
+        host.sched->Returned(to, transfers_[id].chunk);
+        EndTransfer(id);
+        StartUpload(to);
+      }
+    }
+    Unlink(from, to);
+  }
+}
+
+void Sim::Follow(PeerId h, uint32_t c) {
+  Host& host = hosts_[h];
+  const PeerId holder = holder_[c];
+  if (holder == h || host.sched->Holders(c) > 0 || host.sched->IsNeighbour(holder) ||
+      hosts_[holder].failed) {
+    return;
+  }
+  if (host.sched->NeighboursWanted() == 0) {
+    auto least = host.sched->LeastUseful();
+    if (!least) return;
+    DropLink(h, *least);
+  }
+  if (!host.sched->AddNeighbour(holder, false)) return;
+  Link(h, holder);
+  Pump(h, holder);
+}
+
 void Sim::RetryIfAlone(PeerId h) {
   Host& host = hosts_[h];
   if (f_.symmetric) {
-    if (host.neighbours.size() * 2 < static_cast<size_t>(f_.degree)) {
+    if (host.neighbours.size() * 2 < static_cast<size_t>(f_.degree) && !host.retry_pending) {
+      host.retry_pending = true;
       Push(now_ + 1.0, Ev::kRetry, h, 0, 0);
     }
     return;
@@ -284,8 +348,20 @@ void Sim::Handle(const Event& e) {
       const int backlog = e.a == 0 ? (f_.origin_busy ? 0 : -1) : f_.backlog;
       if (backlog >= 0 && static_cast<int>(up.ups.size()) >= SlotsOf(e.a) &&
           static_cast<int>(up.queue.size()) >= backlog) {
-        Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
-        return;
+        // One turned away moments ago waits in line for the next free slot.
+        const double window = 2 * f_.busy_retry_ms / 1000;
+        auto& away = up.turned_away;
+        away.erase(std::remove_if(away.begin(), away.end(),
+                                  [&](const auto& a) { return now_ - a.second > window; }),
+                   away.end());
+        auto was =
+            std::find_if(away.begin(), away.end(), [&](const auto& a) { return a.first == e.b; });
+        if (!f_.fair_slots || !hosts_[e.b].downs.empty() || was == away.end()) {
+          if (f_.fair_slots) away.push_back({e.b, now_});
+          Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
+          return;
+        }
+        away.erase(was);
       }
       up.queue.push_back({e.b, e.chunk});
       StartUpload(e.a);
@@ -302,7 +378,12 @@ void Sim::Handle(const Event& e) {
         auto own = std::find_if(sender.held.begin(), sender.held.end(),
                                 [d](const auto& r) { return r.first == d; });
         if (own != sender.held.end()) {
-          sender.queue.push_front(*own);
+          // Behind those waiting in line (--fair-slots), else first.
+          if (f_.fair_slots) {
+            sender.queue.push_back(*own);
+          } else {
+            sender.queue.push_front(*own);
+          }
           sender.held.erase(own);
         }
       }
@@ -338,6 +419,7 @@ void Sim::Handle(const Event& e) {
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
       const double claim = f_.claim_chunks * chunk_bytes_ / hosts_[0].up;
+      if (!f_.symmetric && f_.origin_claim == "holder") Follow(e.a, e.chunk);
       host.sched->Deferred(0, e.chunk,
                            Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
                                        std::chrono::duration<double>(claim)));

@@ -6,7 +6,10 @@
 // downlink (bits per second) and a one-way latency with jitter. A host sends up
 // to --up-slots chunks at once (one per connection, its queue first come first
 // served; a request from a host it is sending to waits for that send to end,
-// as the real server's own-slot wait); a transfer's rate is min(the sender's
+// as the real server's own-slot wait, and beyond the slots a host is answered
+// "busy", except one with nothing arriving that was turned away moments ago: it
+// waits in line for the next free slot, ahead of the next request of the host
+// whose send ended (--fair-slots, the real server's rule); a transfer's rate is min(the sender's
 // uplink / its transfers, the receiver's downlink / its transfers), recomputed
 // whenever a transfer starts or ends at either end: flows sharing links fairly,
 // without TCP's slow start. Neighbours are handed out by the origin (a
@@ -14,11 +17,14 @@
 // fetches from (as the real fetcher: a server serves whoever asks, within its
 // upload slots), asked for while the set has room (first after --first-ask-ms,
 // the wait doubling to --state-ms, as the real fetcher's state requests), and
-// replaced when one fails, with --symmetric false; by default neighbours link
-// both ways and only hosts with room, asking again after 1 s. A host tells those fetching from it
-// each chunk it verifies (a HAVE message, the real watch answer);
-// it asks a neighbour for chunks as its scheduler decides, --pipeline at a time
-// and --max-requests in all. The origin defers a chunk it sent within the last
+// replaced when one fails, with --symmetric false (a host told "claimed" for a
+// chunk no neighbour has takes the holder as a neighbour, in place of the one
+// offering least); by default neighbours link both ways and only hosts with
+// room, asking again after 1 s, a full host taking in a host with fewer than
+// half its neighbours in place of its least useful one (--make-room). A host tells those fetching
+// from it each chunk it verifies (a HAVE message, the real watch answer); it asks a neighbour for
+// chunks as its scheduler decides, --pipeline at a time and --max-requests in all. The origin
+// defers a chunk it sent within the last
 // --claim-chunks chunk times ("ask the relays"), as the real data plane's claims
 // do. Failed hosts vanish; their neighbours notice after --detect-ms and get a
 // replacement.
@@ -54,6 +60,10 @@ struct Flags {
   // figures of docs/benchmarks.md); false: a host picks the relays it fetches
   // from, as the real fetcher does, asking the tracker on the real cadence.
   bool symmetric = true;
+  // With symmetric links, a host with fewer than half its neighbours (a late
+  // joiner, when every other set is full) is taken in by a full host in place of
+  // that host's least useful neighbour, if that one has more than half.
+  bool make_room = true;
   int max_watchers = 0;      // hosts a host serves as their neighbour (0: no bound)
   double first_ask_ms = 50;  // the tracker asked again first after this (FetchOptions)
   double state_ms = 500;     // then the wait doubles up to this (FetchOptions::state_interval)
@@ -67,6 +77,10 @@ struct Flags {
   int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
   bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
   double busy_retry_ms = 50;
+  // A host turned away "busy" that asks again within two retry times waits in
+  // line for the next free slot, ahead of the next request of the host whose
+  // send just ended.
+  bool fair_slots = true;
   double latency_ms = 0.5;
   double jitter = 0.2;
   double origin_link_factor = 1;  // the origin's link relative to a host's
@@ -118,8 +132,9 @@ struct Host {
   // Requests from a requester this host is sending to: each waits for that send
   // to end, then takes its slot (the real server's own-slot wait).
   std::vector<std::pair<PeerId, uint32_t>> held;
-  std::vector<uint32_t> ups, downs;  // transfers in progress
-  double up = 0, down = 0;           // bytes per second
+  std::vector<std::pair<PeerId, double>> turned_away;  // answered "busy", and when
+  std::vector<uint32_t> ups, downs;                    // transfers in progress
+  double up = 0, down = 0;                             // bytes per second
   double join = 0, done = -1;
   bool joined = false, failed = false, late = false;
   double failed_at = 0;
@@ -145,6 +160,16 @@ class Sim {
 
   // Links h with up to `want` random relays that have joined, both ways.
   void FindNeighbours(PeerId h);
+
+  // h fetches from p / no longer does.
+  void Link(PeerId h, PeerId p);
+  void Unlink(PeerId h, PeerId p);
+  // h and p no longer fetch from each other; transfers between them end.
+  void DropLink(PeerId h, PeerId p);
+  // The origin deferred chunk c to h, and no neighbour of h has it: h takes the
+  // fetcher the origin sent it to as a neighbour (the tracker lists the relays
+  // holding what the seed sent first), in place of the neighbour offering least.
+  void Follow(PeerId h, uint32_t c);
 
   // A host with fewer than half its neighbours asks the tracker again in a second.
   void RetryIfAlone(PeerId h);

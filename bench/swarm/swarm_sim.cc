@@ -73,6 +73,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fail-fraction", f.fail_fraction, "hosts that fail mid-transfer")
       ->capture_default_str();
+  app.add_option("--make-room", f.make_room,
+                 "symmetric links: a full host takes in a host with few neighbours in place of "
+                 "its least useful one")
+      ->capture_default_str();
+  app.add_option("--fair-slots", f.fair_slots,
+                 "a host turned away busy that asks again waits in line for the next slot")
+      ->capture_default_str();
   app.add_option("--late-fraction", f.late_fraction, "hosts that join later, within the bound")
       ->capture_default_str();
   app.add_option("--slow-fraction", f.slow_fraction, "hosts with slower links")

@@ -323,6 +323,27 @@ TEST(SwarmScheduler, ADepartedRelaysChunksAreNoLongerCounted) {
   EXPECT_TRUE(s.Next(0, kT0).has_value());
 }
 
+// The neighbour to give up for a better one: the relay offering the fewest
+// chunks this host still lacks (what it has already does not count); never a seed.
+TEST(SwarmScheduler, TheLeastUsefulRelayOffersFewestOfTheMissingChunks) {
+  SwarmScheduler s(4, Options());
+  EXPECT_EQ(s.LeastUseful(), std::nullopt);
+  s.AddNeighbour(0, true);
+  EXPECT_EQ(s.LeastUseful(), std::nullopt);  // a seed is never replaced
+  s.AlreadyHave(0);
+  s.AlreadyHave(1);
+  s.AddNeighbour(1, false);
+  s.AddNeighbour(2, false);
+  s.NeighbourState(1, {true, true, true, false});   // offers 1 missing chunk (2)
+  s.NeighbourState(2, {false, false, true, true});  // offers 2 (2, 3)
+  EXPECT_EQ(s.LeastUseful(), 1u);
+  s.NeighbourHas(1, 3);
+  s.RemoveNeighbour(2);
+  s.AddNeighbour(3, false);
+  s.NeighbourState(3, {true, true, false, false});  // has only what this host has
+  EXPECT_EQ(s.LeastUseful(), 3u);
+}
+
 TEST(SwarmScheduler, NeighboursAreBoundedAndResumedChunksNeverAsked) {
   SchedulerOptions o = Options();
   o.max_neighbours = 2;

@@ -309,6 +309,24 @@ bool SwarmScheduler::Behind() const {
   return static_cast<int64_t>((done_ + state_.size() / 32) * relays) < relay_chunks_;
 }
 
+std::optional<PeerId> SwarmScheduler::LeastUseful() const {
+  std::optional<PeerId> least;
+  size_t fewest = SIZE_MAX;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const Neighbour& n = neighbours_[i];
+    if (n.seed) continue;
+    size_t offers = 0;
+    for (uint32_t c = 0; c < state_.size() && offers < fewest; ++c) {
+      offers += state_[c] != kDone && n.have[c];
+    }
+    if (offers < fewest) {
+      fewest = offers;
+      least = ids_[i];
+    }
+  }
+  return least;
+}
+
 size_t SwarmScheduler::NeighboursWanted() const {
   return options_.max_neighbours - std::min(options_.max_neighbours, ids_.size());
 }

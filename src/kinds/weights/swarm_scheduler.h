@@ -129,6 +129,13 @@ class SwarmScheduler {
   bool Offers(PeerId peer, uint32_t chunk) const;
   bool IsNeighbour(PeerId peer) const { return Find(peer) != nullptr; }
   size_t relay_neighbours() const { return ids_.size() - seeds_; }
+  // Whether this host holds fewer chunks than its relay neighbours on average
+  // (by more than 1/32 of the model).
+  bool Behind() const;
+  // The relay neighbour offering the fewest chunks this host lacks (the one to
+  // replace when a better one is found), nullopt without relays. O(neighbours x
+  // chunks).
+  std::optional<PeerId> LeastUseful() const;
 
  private:
   enum State : uint8_t { kMissing, kInFlight, kDone };
@@ -154,8 +161,6 @@ class SwarmScheduler {
   void Release(Neighbour& n, uint32_t chunk);
   std::optional<uint32_t> Rarest(const Neighbour& n, SchedulerClock::time_point now);
   std::optional<uint32_t> EndgameCopy(const Neighbour& n, SchedulerClock::time_point now);
-  // Whether this host holds fewer chunks than its relay neighbours on average.
-  bool Behind() const;
   // Requests `n` may have in flight now.
   int SlotsOf(const Neighbour& n) const;
 
