@@ -103,8 +103,8 @@ double Sim::Latency() {
          std::uniform_real_distribution<double>(1 - f_.jitter, 1 + f_.jitter)(rng_);
 }
 
-void Sim::Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk) {
-  events_.push({t, seq_++, type, a, b, chunk});
+void Sim::Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting) {
+  events_.push({t, seq_++, type, a, b, chunk, waiting});
 }
 
 seedd::SchedulerClock::time_point Sim::Now() const {
@@ -234,7 +234,9 @@ void Sim::PumpAll(PeerId h) {
 void Sim::Pump(PeerId h, PeerId p) {
   Host& host = hosts_[h];
   if (host.failed || host.done >= 0) return;
-  while (auto c = host.sched->Next(p, Now())) Push(now_ + Latency(), Ev::kRequest, p, h, *c);
+  while (auto c = host.sched->Next(p, Now())) {
+    Push(now_ + Latency(), Ev::kRequest, p, h, *c, host.downs.empty());
+  }
 }
 
 bool Sim::Claimed(uint32_t c, double claim) const {
@@ -348,7 +350,8 @@ void Sim::Handle(const Event& e) {
       const int backlog = e.a == 0 ? (f_.origin_busy ? 0 : -1) : f_.backlog;
       if (backlog >= 0 && static_cast<int>(up.ups.size()) >= SlotsOf(e.a) &&
           static_cast<int>(up.queue.size()) >= backlog) {
-        // One turned away moments ago waits in line for the next free slot.
+        // A host with nothing arriving waits in line for the next free slot
+        // (as many as there are slots).
         const double window = 2 * f_.busy_retry_ms / 1000;
         auto& away = up.turned_away;
         away.erase(std::remove_if(away.begin(), away.end(),
@@ -356,7 +359,7 @@ void Sim::Handle(const Event& e) {
                    away.end());
         auto was =
             std::find_if(away.begin(), away.end(), [&](const auto& a) { return a.first == e.b; });
-        if (!f_.fair_slots || !hosts_[e.b].downs.empty() || was == away.end()) {
+        if (!f_.fair_slots || !e.waiting || was == away.end()) {
           if (f_.fair_slots) away.push_back({e.b, now_});
           Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
           return;

@@ -5,29 +5,29 @@
 // Model: one origin (a seed) and N fetchers. Each host has an uplink and a
 // downlink (bits per second) and a one-way latency with jitter. A host sends up
 // to --up-slots chunks at once (one per connection, its queue first come first
-// served; a request from a host it is sending to waits for that send to end,
-// as the real server's own-slot wait, and beyond the slots a host is answered
-// "busy", except one with nothing arriving that was turned away moments ago: it
-// waits in line for the next free slot, ahead of the next request of the host
-// whose send ended (--fair-slots, the real server's rule); a transfer's rate is min(the sender's
-// uplink / its transfers, the receiver's downlink / its transfers), recomputed
-// whenever a transfer starts or ends at either end: flows sharing links fairly,
-// without TCP's slow start. Neighbours are handed out by the origin (a
-// tracker): random relays that have joined, up to --degree, that the host
-// fetches from (as the real fetcher: a server serves whoever asks, within its
-// upload slots), asked for while the set has room (first after --first-ask-ms,
-// the wait doubling to --state-ms, as the real fetcher's state requests), and
-// replaced when one fails, with --symmetric false (a host told "claimed" for a
-// chunk no neighbour has takes the holder as a neighbour, in place of the one
-// offering least); by default neighbours link both ways and only hosts with
-// room, asking again after 1 s, a full host taking in a host with fewer than
-// half its neighbours in place of its least useful one (--make-room). A host tells those fetching
-// from it each chunk it verifies (a HAVE message, the real watch answer); it asks a neighbour for
-// chunks as its scheduler decides, --pipeline at a time and --max-requests in all. The origin
-// defers a chunk it sent within the last
-// --claim-chunks chunk times ("ask the relays"), as the real data plane's claims
-// do. Failed hosts vanish; their neighbours notice after --detect-ms and get a
-// replacement.
+// served; a request from a host it is sending to waits for that send to end, as
+// the real server's own-slot wait, and beyond the slots a host is answered
+// "busy", except a host that had nothing arriving when it asked and was turned
+// away moments ago: it waits in line for the next free slot, ahead of the next
+// request of the host whose send ended (--fair-slots, the real server's rule);
+// a transfer's rate is min(the sender's uplink / its transfers, the receiver's
+// downlink / its transfers), recomputed whenever a transfer starts or ends at
+// either end: flows sharing links fairly, without TCP's slow start. Neighbours
+// are handed out by the origin (a tracker): random relays that have joined, up
+// to --degree, that the host fetches from (as the real fetcher: a server serves
+// whoever asks, within its upload slots), asked for while the set has room
+// (first after --first-ask-ms, the wait doubling to --state-ms, as the real
+// fetcher's state requests), and replaced when one fails, with --symmetric
+// false (a host told "claimed" for a chunk no neighbour has takes the holder as
+// a neighbour, in place of the one offering least); by default neighbours link
+// both ways and only hosts with room, asking again after 1 s, a full host
+// taking in a host with fewer than half its neighbours in place of its least
+// useful one (--make-room). A host tells those fetching from it each chunk it
+// verifies (a HAVE message, the real watch answer); it asks a neighbour for
+// chunks as its scheduler decides, --pipeline at a time and --max-requests in
+// all. The origin defers a chunk it sent within the last --claim-chunks chunk
+// times ("ask the relays"), as the real data plane's claims do. Failed hosts
+// vanish; their neighbours notice after --detect-ms and get a replacement.
 #pragma once
 
 #include <cstdint>
@@ -77,9 +77,9 @@ struct Flags {
   int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
   bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
   double busy_retry_ms = 50;
-  // A host turned away "busy" that asks again within two retry times waits in
-  // line for the next free slot, ahead of the next request of the host whose
-  // send just ended.
+  // A request from a host with nothing arriving, turned away "busy" within two
+  // retry times, waits in line for the next free slot, ahead of the next request
+  // of the host whose send just ended.
   bool fair_slots = true;
   double latency_ms = 0.5;
   double jitter = 0.2;
@@ -119,6 +119,7 @@ struct Event {
   Ev type;
   PeerId a, b;  // meaning by type
   uint32_t chunk;
+  bool waiting;  // kRequest: sent by a host with nothing arriving
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
@@ -155,7 +156,7 @@ class Sim {
  private:
   bool Chance(double p);
   double Latency();
-  void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk);
+  void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting = false);
   seedd::SchedulerClock::time_point Now() const;
 
   // Links h with up to `want` random relays that have joined, both ways.
