@@ -84,7 +84,8 @@ TEST_F(PullModelTest, EachFailureHasItsCodeAndWritesNothing) {
 
   // Nobody listening: retried until the timeout, each wait reported.
   uint16_t port = 0;
-  { UniqueFd closed = testing::ListenLoopback(&port); }
+  UniqueFd refusing = testing::RefusingPort(&port);
+  ASSERT_TRUE(refusing.valid());
   PullOptions down = Pull("127.0.0.1:" + std::to_string(port));
   down.timeout = std::chrono::milliseconds(1200);
   int retries = 0;

@@ -173,6 +173,98 @@ TEST_F(SwarmTest, RelaysBeyondTheUploadSlotsAreToldBusy) {
   EXPECT_EQ(Ask(plain.get(), "SDRQ", 1).status, 0u);
 }
 
+// A relay that holds the slot keeps it with requests sent ahead (here: a second
+// connection's request waiting for its own send to end). A relay with nothing
+// arriving is turned away once, then waits in line and is served before the
+// holder's next request (before, it was told "busy" for as long as the holder
+// kept asking: a late joiner starved).
+TEST_F(SwarmTest, ARelayWithNothingArrivingWaitsInLineAheadOfTheHoldersNextRequest) {
+  WriteRandom(model_ / "big.bin", 64 << 20, 3);
+  WeightServerOptions options;
+  options.upload_slots = 1;
+  options.own_slot_wait = std::chrono::milliseconds(10000);
+  auto server = Server(options);
+  HostPort addr = ServeWeights(server);
+  Json answer;
+  UniqueFd open = testing::OpenData(addr, manifest_.root_digest, &answer);
+  EXPECT_EQ(answer.value("wait_in_line", false), true);
+  // The holder: one connection asks for every chunk of big.bin and reads none
+  // (its send blocks mid-chunk, holding the slot); another has one request
+  // waiting for that send to end, and asks on for 64 MiB that it does not read.
+  auto hog = [&](const UniqueFd& fd) {
+    for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+      if (manifest_.chunks[i].file != "big.bin") continue;
+      const RequestRecord req = EncodeRequest(kSendMagic, i);
+      testing::SendAll(fd.get(), std::string(req.data(), req.size()));
+    }
+  };
+  UniqueFd holder = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
+  hog(holder);
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const uint64_t before = server->bytes_served();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return server->bytes_served() > 0 && server->bytes_served() == before;
+  }));
+  UniqueFd holder_next = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
+  hog(holder_next);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its request is waiting
+  UniqueFd late = Announce(addr, manifest_.root_digest, "10.0.0.2:1");
+  EXPECT_EQ(Ask(late.get(), "SDRW", 1).status, static_cast<uint32_t>(kChunkBusy));
+  Record served;
+  std::thread in_line([&] { served = Ask(late.get(), "SDRW", 1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in line now
+  holder = UniqueFd();  // the holder's send ends (cut): the slot is free
+  in_line.join();
+  EXPECT_EQ(served.status, static_cast<uint32_t>(kChunkOk));
+  EXPECT_EQ(served.body.size(), manifest_.chunks[1].length);
+  EXPECT_EQ(server->waited_in_line(), 1u);
+  // A request not marked waiting is still told "busy" (the holder's next took
+  // the slot, and blocks once its socket buffers are full).
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const uint64_t before = server->bytes_served();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return server->bytes_served() == before;
+  }));
+  UniqueFd other = Announce(addr, manifest_.root_digest, "10.0.0.3:1");
+  EXPECT_EQ(Ask(other.get(), "SDRQ", 1).status, static_cast<uint32_t>(kChunkBusy));
+  EXPECT_EQ(Ask(other.get(), "SDRQ", 1).status, static_cast<uint32_t>(kChunkBusy));
+}
+
+// A relaying fetcher whose every request is told "busy" (another relay holds the
+// only slot) asks again marked waiting, and waits in line for the slot.
+TEST_F(SwarmTest, AFetcherWithNothingArrivingAsksToWaitInLine) {
+  WriteRandom(model_ / "big.bin", 64 << 20, 4);
+  WeightServerOptions options;
+  options.upload_slots = 1;
+  options.own_slot_wait = std::chrono::milliseconds(10000);
+  auto server = Server(options);
+  HostPort addr = ServeWeights(server);
+  UniqueFd holder = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
+  for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+    if (manifest_.chunks[i].file != "big.bin") continue;
+    const RequestRecord req = EncodeRequest(kSendMagic, i);
+    testing::SendAll(holder.get(), std::string(req.data(), req.size()));
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    const uint64_t before = server->bytes_served();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return server->bytes_served() > 0 && server->bytes_served() == before;
+  }));
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    holder = UniqueFd();
+  });
+  FetchOptions fetch = Options();
+  fetch.relay = "127.0.0.1:10";
+  FetchStats stats;
+  Status st = FetchModel(manifest_, {addr}, dir_.path() / "out", fetch, &stats);
+  release.join();
+  ASSERT_OK(st);
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  EXPECT_GT(stats.answered_busy, 0u);
+  EXPECT_GE(server->waited_in_line(), 1u);
+}
+
 // With relays named beyond its neighbour bound, a fetcher uses at most that
 // many sources at once (none fails here, so none is replaced).
 TEST_F(SwarmTest, AFetcherKeepsABoundedSetOfNeighbours) {

@@ -96,6 +96,20 @@ UniqueFd ListenLoopback(uint16_t* port) {
   return fd;
 }
 
+UniqueFd RefusingPort(uint16_t* port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return UniqueFd();
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 UniqueFd ConnectRaw(const HostPort& peer) {
   Result<UniqueFd> fd = ConnectTcp(peer, std::chrono::seconds(5));
   if (!fd.ok()) return UniqueFd();

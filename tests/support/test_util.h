@@ -74,6 +74,10 @@ bool WaitUntil(const std::function<bool()>& pred,
 
 // A listening TCP socket on 127.0.0.1 at a free port (stored in *port).
 UniqueFd ListenLoopback(uint16_t* port);
+// A loopback port bound but not listening, held while the descriptor lives:
+// connections to it are refused, and no other test can take it meanwhile (a
+// port closed after use can be).
+UniqueFd RefusingPort(uint16_t* port);
 
 // A blocking TCP connection to `peer` (no timeouts: tests bound themselves).
 UniqueFd ConnectRaw(const HostPort& peer);

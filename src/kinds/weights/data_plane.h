@@ -6,6 +6,9 @@
 //   request  (8 bytes):  magic, chunk index (u32); pipelined. Magic is
 //     "SDRQ"  send the chunk;
 //     "SDRN"  send it unless a relay of this swarm was already sent it (status 2);
+//     "SDRW", "SDNW"  the same two from a fetcher with no chunk arriving: it may
+//             wait in line for an upload slot (WeightServer::TakeSlot). The
+//             "ok" frame says "wait_in_line": true when the server takes them;
 //     "SDST"  the server's state (index ignored): which chunks it has, its peers;
 //     "SDWT"  the chunks it verified since cursor `index` (from a "SDST" or an
 //             earlier "SDWT"), answered once it has one or after kWatchWait.
@@ -33,6 +36,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -137,6 +141,8 @@ class WeightServer {
   size_t max_peers_listed() const { return options_.max_peers_listed; }
   // Chunk bytes sent so far, over every connection.
   uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
+  // Chunk requests that waited in line for an upload slot and got one.
+  uint64_t waited_in_line() const { return waited_in_line_.load(std::memory_order_relaxed); }
   // Data connections being served now.
   int connections() const { return connections_.load(std::memory_order_relaxed); }
   // Manifests serialized so far (once per model version published).
@@ -175,8 +181,14 @@ class WeightServer {
                   const std::string& relay);
   // An upload slot for a chunk to `relay`: false when every slot is taken, or
   // `relay` holds one still after own_slot_wait (a relay that stops reading
-  // holds one slot, not all).
-  bool TakeSlot(const std::string& relay);
+  // holds one slot, not all). A `waiting` relay (nothing arrives at it) that was
+  // turned away within two busy_retry waits in line, up to own_slot_wait, for the
+  // next slot, ahead of the next request of a relay whose send just ended:
+  // otherwise those holding slots keep them with requests sent ahead, and a
+  // newcomer is turned away for as long as they fetch (simulated, 1,000 hosts
+  // with 10% joining late: late joiners p99 1.43x the bound, 1.24x in line).
+  // At most upload_slots wait in line.
+  bool TakeSlot(const std::string& relay, bool waiting);
   void ReleaseSlot(const std::string& relay);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
@@ -189,11 +201,16 @@ class WeightServer {
   std::set<std::string> warned_;                                       // GUARDED_BY(mu_)
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
+  std::atomic<uint64_t> waited_in_line_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
   std::mutex slots_mu_;
   std::condition_variable slot_freed_;
   int relay_sends_ = 0;                 // GUARDED_BY(slots_mu_): chunks being sent to relays
   std::map<std::string, int> sending_;  // GUARDED_BY(slots_mu_): by relay, those it holds
+  // GUARDED_BY(slots_mu_): relays answered "busy" recently, and when.
+  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> turned_away_;
+  std::deque<uint64_t> line_;  // GUARDED_BY(slots_mu_): tickets of the waiting, first first
+  uint64_t next_ticket_ = 0;   // GUARDED_BY(slots_mu_)
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.

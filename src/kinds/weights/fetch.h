@@ -17,6 +17,7 @@
 // may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -62,6 +63,7 @@ struct Taken {
 struct DataConn {
   UniqueFd fd;
   std::unique_ptr<Conn> conn;
+  bool wait_in_line = false;  // the server takes "SDRW" and "SDNW"
   bool valid() const { return fd.valid(); }
 };
 
@@ -158,7 +160,10 @@ class Fetch {
   bool OpenOrFail(Source* source, DataConn* conn);
   void Close(DataConn* conn);
   Result<DataConn> Handshake(UniqueFd fd, const Source& source, std::chrono::milliseconds* retry);
-  Status Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool* idle);
+  Status Pump(DataConn& conn, Source* source, std::deque<Taken>* inflight, bool* idle);
+  // The request record for `t` on `conn`: "waiting" when no chunk is arriving
+  // from anyone and the server takes it.
+  RequestRecord RequestFor(const DataConn& conn, const Taken& t) const;
   // Receives chunk `index` (see fetch_connections.cc); `halfway` is called once
   // half of it has arrived.
   Status Receive(Conn& conn, uint32_t index, std::string* buf, bool* verified,
@@ -190,6 +195,7 @@ class Fetch {
   // When a seed is asked for more relays: kFirstRelayAsk, doubling to state_interval.
   TrackerCadence relay_asks_;      // GUARDED_BY(mu_)
   bool registry_failing_ = false;  // only the Run thread asks the registry
+  std::atomic<int> receiving_{0};  // chunks arriving now, over every connection
   std::mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
 };

@@ -66,7 +66,7 @@ void Fetch::Work(Source* source) {
     if (!OpenOrFail(source, &conn)) continue;
     std::deque<Taken> inflight;
     bool idle = false;
-    Status st = Pump(*conn.conn, source, &inflight, &idle);
+    Status st = Pump(conn, source, &inflight, &idle);
     Close(&conn);
     Returned(&inflight, source);
     if (Finished()) return;
@@ -233,10 +233,20 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
     return Status::PermissionDenied("the source refused the data connection: " +
                                     body->substr(0, 300));
   }
-  return DataConn{std::move(*fd), std::move(conn)};
+  auto line = response->find("wait_in_line");
+  const bool wait_in_line = line != response->end() && *line == true;
+  return DataConn{std::move(*fd), std::move(conn), wait_in_line};
 }
 
-Status Fetch::Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool* idle) {
+RequestRecord Fetch::RequestFor(const DataConn& conn, const Taken& t) const {
+  if (conn.wait_in_line && receiving_.load(std::memory_order_relaxed) == 0) {
+    return EncodeRequest(t.claim ? kClaimWaitingMagic : kSendWaitingMagic, t.index);
+  }
+  return EncodeRequest(t.claim ? kClaimMagic : kSendMagic, t.index);
+}
+
+Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, bool* idle) {
+  Conn& conn = *data.conn;
   const int depth = Depth(*source);
   std::string buf;  // one piece of a chunk
   auto last_used = std::chrono::steady_clock::now();
@@ -244,7 +254,7 @@ Status Fetch::Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool
     while (static_cast<int>(inflight->size()) < depth) {
       std::optional<Taken> next = Take(source, inflight->empty());
       if (!next) break;
-      const RequestRecord req = EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
+      const RequestRecord req = RequestFor(data, *next);
       inflight->push_back(*next);
       if (!conn.SendAllBy(req.data(), req.size(), DeadlineOf(*source).For(req.size()))) {
         return Status::Unavailable("cannot send a chunk request");
@@ -311,6 +321,14 @@ Status Fetch::Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool
                               " bytes");
     }
     inflight->pop_front();
+    // A chunk is arriving: requests sent meanwhile do not wait in line.
+    struct Arriving {
+      std::atomic<int>& n;
+      explicit Arriving(std::atomic<int>& count) : n(count) { n.fetch_add(1); }
+      ~Arriving() { n.fetch_sub(1); }
+      Arriving(const Arriving&) = delete;
+      Arriving& operator=(const Arriving&) = delete;
+    } arriving(receiving_);
     // Once half the chunk is here the next request goes out, to wait at the
     // source and follow this chunk without a round trip (through a queue of
     // shaped traffic, a round trip can take as long as a chunk).
@@ -319,7 +337,7 @@ Status Fetch::Pump(Conn& conn, Source* source, std::deque<Taken>* inflight, bool
       if (!inflight->empty()) return;
       std::optional<Taken> next = Take(source, false, true);
       if (!next) return;
-      const RequestRecord req = EncodeRequest(next->claim ? kClaimMagic : kSendMagic, next->index);
+      const RequestRecord req = RequestFor(data, *next);
       inflight->push_back(*next);
       ahead_unsent = !conn.SendAllBy(req.data(), req.size(), DeadlineOf(*source).For(req.size()));
     };

@@ -24,6 +24,10 @@ enum ChunkStatus : uint32_t {
 
 inline constexpr std::string_view kSendMagic = "SDRQ";   // send the chunk
 inline constexpr std::string_view kClaimMagic = "SDRN";  // send it unless a relay got it
+// The same two from a fetcher with no chunk arriving from anyone: turned away
+// "busy" moments ago, it waits in line for the next upload slot.
+inline constexpr std::string_view kSendWaitingMagic = "SDRW";
+inline constexpr std::string_view kClaimWaitingMagic = "SDNW";
 inline constexpr std::string_view kStateMagic = "SDST";  // the server's state
 inline constexpr std::string_view kChunkMagic = "SDCH";  // a chunk response
 inline constexpr std::string_view kWatchMagic = "SDWT";  // the chunks new since a cursor

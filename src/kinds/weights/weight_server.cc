@@ -125,7 +125,10 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
   }
   const size_t chunk_count = model->manifest.chunks.size();
   const int peer = relay.empty() ? -1 : Announce(root, relay, session, chunk_count);
-  std::string ok = EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}});
+  // "wait_in_line": this server takes "SDRW" and "SDNW" (older ones close the
+  // connection on them).
+  std::string ok =
+      EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}});
   if (!conn.SendAllBy(ok.data(), ok.size(), options_.send.For(ok.size()))) return;
   ServeRequests(conn, root, std::move(model), peer, relay, session);
 }
@@ -163,9 +166,10 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     have = 0;
     const std::string_view magic(req.data(), 4);
     const bool state = magic == kStateMagic;
-    const bool claim = magic == kClaimMagic;
+    const bool waiting = magic == kSendWaitingMagic || magic == kClaimWaitingMagic;
+    const bool claim = magic == kClaimMagic || magic == kClaimWaitingMagic;
     const bool watch = magic == kWatchMagic;
-    if (!state && !claim && !watch && magic != kSendMagic) return;  // not our protocol
+    if (!state && !claim && !watch && !waiting && magic != kSendMagic) return;  // not ours
     const uint32_t index = RequestIndex(req);
     // A fetching daemon publishes its model again when it completes: follow it.
     std::shared_ptr<const ServedModel> now = FindRoot(root);
@@ -197,7 +201,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
       }
     } slot;
     if (peer >= 0 && options_.upload_slots > 0) {
-      if (!TakeSlot(relay)) {
+      if (!TakeSlot(relay, waiting)) {
         const auto retry = static_cast<uint32_t>(options_.busy_retry.count());
         if (!send_header(kChunkMagic, index, kChunkBusy, retry, 0, small)) return;
         continue;

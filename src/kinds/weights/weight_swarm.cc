@@ -134,23 +134,60 @@ void WeightServer::EndSend(const std::string& root, int peer, uint32_t index, bo
   }
 }
 
-bool WeightServer::TakeSlot(const std::string& relay) {
+bool WeightServer::TakeSlot(const std::string& relay, bool waiting) {
   std::unique_lock<std::mutex> lock(slots_mu_);
-  // A relay's next request waits for its own send to end (the chunks it asks on
-  // several connections then leave back to back); one for which another relay's
-  // send holds the last slot is answered "busy" at once.
-  const auto deadline = std::chrono::steady_clock::now() + options_.own_slot_wait;
-  for (;;) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = now + options_.own_slot_wait;
+  auto mine = [&] {
     auto it = sending_.find(relay);
-    const int mine = it == sending_.end() ? 0 : it->second;
-    if (mine == 0 && relay_sends_ < options_.upload_slots) break;
-    if (mine == 0 || slot_freed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      return false;
+    return it == sending_.end() ? 0 : it->second;
+  };
+  auto take = [&] {
+    ++sending_[relay];
+    ++relay_sends_;
+    return true;
+  };
+  const bool free = relay_sends_ < options_.upload_slots;
+  if (mine() == 0 && free && line_.empty()) return take();
+  if (mine() > 0) {
+    // A relay's next request waits for its own send to end (the chunks it asks
+    // on several connections then leave back to back), behind those in line.
+    for (;;) {
+      if (mine() == 0 && relay_sends_ < options_.upload_slots && line_.empty()) return take();
+      if (slot_freed_.wait_until(lock, deadline) == std::cv_status::timeout) return false;
     }
   }
-  ++sending_[relay];
-  ++relay_sends_;
-  return true;
+  // Every slot is another relay's, or promised to those in line.
+  const auto window = 2 * options_.busy_retry;
+  if (turned_away_.size() > 64) {
+    std::erase_if(turned_away_, [&](const auto& t) { return now - t.second > window; });
+  }
+  auto away = turned_away_.find(relay);
+  const bool recently = away != turned_away_.end() && now - away->second <= window;
+  if (!waiting || !recently ||
+      line_.size() >= static_cast<size_t>(std::max(options_.upload_slots, 1))) {
+    turned_away_.insert_or_assign(relay, now);
+    return false;
+  }
+  turned_away_.erase(away);
+  const uint64_t ticket = next_ticket_++;
+  line_.push_back(ticket);
+  bool got = false;
+  for (;;) {
+    if (line_.front() == ticket && relay_sends_ < options_.upload_slots) {
+      got = true;
+      break;
+    }
+    if (slot_freed_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
+  line_.erase(std::find(line_.begin(), line_.end(), ticket));
+  slot_freed_.notify_all();  // the next in line, or a relay's own request
+  if (!got) {
+    turned_away_.insert_or_assign(relay, std::chrono::steady_clock::now());
+    return false;
+  }
+  waited_in_line_.fetch_add(1, std::memory_order_relaxed);
+  return take();
 }
 
 void WeightServer::ReleaseSlot(const std::string& relay) {
