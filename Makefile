@@ -7,7 +7,7 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps build install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
+.PHONY: all deps build python install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
 
 all: build
 
@@ -19,6 +19,11 @@ $(BUILD)/build.ninja: | deps
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The Python package, importable with PYTHONPATH=$(BUILD)/python (built by
+# `make build` too).
+python: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target seedd_python
 
 # The binaries, libseedd (headers, seedd.pc), the systemd unit and an example
 # configuration under $(PREFIX); DESTDIR=... stages them for a package.

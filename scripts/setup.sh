@@ -9,6 +9,7 @@ PACKAGES=(
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   pkg-config libhiredis-dev libcurl4-openssl-dev redis-server redis-tools
   libtomlplusplus-dev systemd prometheus-cpp-dev libcpp-httplib-dev prometheus
+  python3-dev pybind11-dev python3-pybind11 python3-pytest python3-pip
 )
 command -v node >/dev/null && command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 

@@ -2,6 +2,7 @@
 // step bounded by a deadline (what seedctl uses to talk to a daemon).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,9 @@ struct ExchangeOptions {
   // TLS when it has a CA, the peer verified against it (and its name); else
   // plain TCP.
   std::shared_ptr<const TlsContext> tls;
+  // Set to stop: a plain-TCP exchange returns Cancelled within about 50 ms of
+  // it, connecting or waiting (one over TLS at its deadlines).
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 // Sends `request` as one frame and returns the parsed response (any JSON value).

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 
 #include "common/errno_status.h"
@@ -27,11 +28,18 @@ int RemainingMs(Clock::time_point deadline) {
 }
 
 // Waits for `events` on fd until the deadline: Ok, DeadlineExceeded, or an error.
+// The stop flag of the exchange this thread runs (ExchangeOptions::cancel).
+thread_local const std::atomic<bool>* t_cancel = nullptr;
+
 Status WaitFor(int fd, short events, Clock::time_point deadline, const char* what) {
   for (;;) {
     int ms = RemainingMs(deadline);
     if (ms == 0) {
       return Status::DeadlineExceeded(std::string("timed out ") + what);
+    }
+    if (t_cancel != nullptr) {
+      if (t_cancel->load()) return Status::Cancelled(std::string("stopped ") + what);
+      ms = std::min(ms, 50);
     }
     pollfd p{fd, events, 0};
     int rc = ::poll(&p, 1, ms);
@@ -192,6 +200,12 @@ Result<std::string> ReadFrameBody(int fd, uint64_t max_bytes, Clock::time_point 
 
 Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
                           const ExchangeOptions& options) {
+  struct CancelScope {
+    explicit CancelScope(const std::atomic<bool>* flag) { t_cancel = flag; }
+    ~CancelScope() { t_cancel = nullptr; }
+    CancelScope(const CancelScope&) = delete;
+    CancelScope& operator=(const CancelScope&) = delete;
+  } scope(options.cancel.get());
   Result<UniqueFd> fd = ConnectTcp(peer, options.connect_timeout);
   if (!fd.ok()) return fd.status();
   const Clock::time_point deadline = Clock::now() + options.response_timeout;

@@ -121,5 +121,25 @@ TEST_F(PullModelTest, CancellingStopsAPullInProgress) {
   origin.Close();
 }
 
+// A source that accepts and never answers the manifest request: a stop ends the
+// wait for its answer at once (before, it waited out the 30 s first-byte bound).
+TEST_F(PullModelTest, CancellingStopsAPullWaitingForTheManifest) {
+  uint16_t port = 0;
+  UniqueFd silent = testing::ListenLoopback(&port);  // the kernel accepts; nobody answers
+  ASSERT_TRUE(silent.valid());
+  PullOptions o = Pull("127.0.0.1:" + std::to_string(port));
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  o.cancel = cancel;
+  Result<PullResult> r = Status::Internal("not run");
+  std::thread pull([&] { r = PullModel("tiny", dir_.path() / "dest", o); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // waiting for the answer
+  const auto asked = std::chrono::steady_clock::now();
+  cancel->store(true);
+  pull.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(2));
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "dest"));
+}
+
 }  // namespace
 }  // namespace seedd

@@ -33,7 +33,9 @@ ManifestRound AskManifest(const std::vector<HostPort>& sources, const PullOption
   exchange.tls = o.tls;
   exchange.first_byte_timeout = kManifestFirstByte;
   exchange.max_response_bytes = kMaxResponseBytes;
+  exchange.cancel = o.cancel;
   for (const auto& source : sources) {
+    if (o.cancel != nullptr && o.cancel->load()) break;
     const Json request{{"kind", "weight_shards"}, {"model", model}, {"token", o.token}};
     Result<Json> response = ExchangeJson(source, request, exchange);
     if (response.ok() && !response->is_object()) {

@@ -1,0 +1,119 @@
+"""seedd.pull and seedd.Manifest against a seedd daemon serving a model:
+a verified pull with its statistics and progress, the version pin, failures as
+seedd.Error with the daemon's words and code, and Ctrl-C."""
+
+from __future__ import annotations
+
+import _thread
+import filecmp
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+import seedd
+from conftest import TOKEN
+
+
+def make_model(root):
+    os.makedirs(os.path.join(root, "sub"), exist_ok=True)
+    with open(os.path.join(root, "model.bin"), "wb") as f:
+        f.write(os.urandom(3 * 1024 * 1024 + 17))
+    with open(os.path.join(root, "sub", "config.json"), "w") as f:
+        f.write('{"layers": 2}')
+    return root
+
+
+@pytest.fixture
+def served(start, seedd_bin, tmp_path):
+    model = make_model(str(tmp_path / "model"))
+    daemon = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir",
+                    str(tmp_path / "cache"), "--model", f"tiny={model}", "--chunk-mib", "0.25",
+                    "--log-level", "warn"])
+    return daemon, model
+
+
+def same_tree(a, b):
+    cmp = filecmp.dircmp(a, b)
+    if cmp.left_only or cmp.right_only or cmp.diff_files or cmp.funny_files:
+        return False
+    return all(same_tree(os.path.join(a, d), os.path.join(b, d)) for d in cmp.common_dirs)
+
+
+def test_a_pull_lands_the_model_verified_with_its_statistics(served, tmp_path):
+    daemon, model = served
+    seen = []
+    stats = seedd.pull("tiny", "%s:%d" % daemon.addr, tmp_path / "out", token=TOKEN,
+                       progress=seen.append)
+    assert same_tree(model, tmp_path / "out")
+    assert stats.model == "tiny"
+    assert stats.total_bytes == 3 * 1024 * 1024 + 17 + len('{"layers": 2}')
+    assert stats.bytes_received >= stats.total_bytes - len('{"layers": 2}')
+    assert stats.chunks_rejected == 0 and not stats.up_to_date
+    assert [u["name"] for u in stats.used] == ["%s:%d" % daemon.addr]
+    assert seen and seen[-1]["verified_bytes"] == stats.total_bytes
+    assert all(p["total_bytes"] == stats.total_bytes for p in seen)
+    # The manifest built here names the same version the daemon served.
+    assert seedd.Manifest.build("tiny", model, chunk_size=256 * 1024).root_digest == \
+        stats.root_digest
+    # Again: nothing moves.
+    again = seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN)
+    assert again.up_to_date and again.bytes_received == 0
+
+
+def test_a_pin_to_another_version_moves_nothing(served, tmp_path):
+    daemon, _ = served
+    with pytest.raises(seedd.Error) as e:
+        seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN,
+                   root_digest="a" * 64)
+    assert e.value.code == "FailedPrecondition"
+    assert "not the pinned" in str(e.value)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_failures_raise_seedd_error_with_the_daemons_words(served, tmp_path):
+    daemon, _ = served
+    with pytest.raises(seedd.Error) as e:
+        seedd.pull("nosuch", [daemon.addr], tmp_path / "out", token=TOKEN)
+    assert e.value.code == "NotFound"
+    with pytest.raises(seedd.Error) as e:
+        seedd.pull("tiny", "no-port", tmp_path / "out", token=TOKEN)
+    assert e.value.code == "InvalidArgument"
+    with pytest.raises(seedd.Error) as e:
+        seedd.pull("tiny", [daemon.addr], tmp_path / "out", token="wrong-token", timeout=2)
+    assert "Unauthorized" in str(e.value), str(e.value)
+    with pytest.raises(ValueError, match="token"):
+        seedd.pull("tiny", [daemon.addr], tmp_path / "out", token="")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_ctrl_c_stops_a_pull_and_is_raised(tmp_path):
+    # A source that accepts and never answers: the pull waits on it.
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+    threading.Thread(target=lambda: held.append(server.accept()), daemon=True).start()
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        seedd.pull("tiny", [server.getsockname()], tmp_path / "out", token=TOKEN, timeout=60)
+    assert time.monotonic() - began < 30  # not the 60 s timeout
+    assert not os.path.exists(tmp_path / "out")
+    server.close()
+
+
+def test_a_manifest_is_validated_when_read(tmp_path):
+    model = make_model(str(tmp_path / "model"))
+    m = seedd.Manifest.build("tiny", model)
+    assert m.model == "tiny" and len(m.root_digest) == 64
+    assert [f["path"] for f in m.files] == ["model.bin", "sub/config.json"]
+    assert seedd.Manifest.parse(m.to_json()).root_digest == m.root_digest
+    bad = m.to_json()
+    bad["files"][0]["path"] = "../escape"
+    with pytest.raises(seedd.Error) as e:
+        seedd.Manifest.parse(bad)
+    assert e.value.code == "InvalidArgument", str(e.value)
+    with pytest.raises(seedd.Error):
+        seedd.Manifest.build("tiny", str(tmp_path / "missing"))
