@@ -2,7 +2,8 @@
 # make install into a temporary prefix, then: the installed seedd and seedctl
 # run (seedd serves with the example configuration), a program builds against
 # the installed libseedd with pkg-config and runs, systemd-analyze verifies the
-# unit without a warning, and docs/operations.md shows the example as installed.
+# unit without a warning, the Python package imports from where it was
+# installed, and docs/operations.md shows the example as installed.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1"
@@ -81,6 +82,20 @@ export PKG_CONFIG_PATH="$pcdir"
 # shellcheck disable=SC2046
 g++ -std=c++20 "$tmp/tiny.cc" -o "$tmp/tiny" $(pkg-config --cflags --libs seedd) || fail "building against seedd.pc"
 [ "$("$tmp/tiny" "$tmp/tiny-model")" = "tiny: 127.0.0.1:7420 262144" ] || fail "the program built against libseedd"
+
+# The Python package, when built: importable from the installed site-packages
+# alone (nothing of the build tree on the path), its manifest the library's.
+if [ -d "$build/python/seedd" ]; then
+  init="$(find "$prefix" -path '*/seedd/__init__.py' | head -1)"
+  [ -n "$init" ] || fail "the Python package was not installed"
+  site="$(dirname "$(dirname "$init")")"
+  got="$(cd "$tmp" && PYTHONPATH="$site" /usr/bin/python3 -c "
+import seedd, sys
+assert seedd.__file__.startswith('$prefix'), seedd.__file__
+m = seedd.Manifest.build('tiny', sys.argv[1])
+print(m.chunk_size)" "$tmp/tiny-model")" || fail "import seedd from the installed package"
+  [ "$got" = "262144" ] || fail "the installed Python package: $got"
+fi
 
 # The unit: systemd-analyze verify prints nothing for a unit without fault
 # (it exits 0 on unknown keys and bad values, so its output is what counts).
