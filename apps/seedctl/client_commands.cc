@@ -6,6 +6,7 @@
 #include "seedd/artifact_kind.h"
 #include "seedd/catalog.h"
 #include "seedd/client.h"
+#include "seedd/compile_cache.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
 
@@ -152,6 +153,49 @@ int RunFetch(const Connection& c, const std::string& ns, const std::string& hash
   auto size = std::filesystem::file_size(path, ec);
   std::printf("fetched %s (%llu bytes) from %s in %.1f ms into %s\n", key->ToString().c_str(),
               static_cast<unsigned long long>(ec ? 0 : size), c.source.c_str(), ms, path.c_str());
+  return kExitOk;
+}
+
+int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& args) {
+  if (args.key.empty() || args.dir.empty()) {
+    return Fail("a compile cache needs --key (16-128 lowercase hex) and --dir (where it goes)", 2);
+  }
+  seedd::Json key = {{"namespace", args.ns}, {"key", args.key}};
+  seedd::Status valid_key = seedd::ValidateCompileCacheKey(key);
+  if (!valid_key.ok()) return Fail(std::string(valid_key.message()), 2);
+  seedd::Result<seedd::CompileFactors> factors =
+      seedd::ParseCompileFactors(args.factors, args.factors_file);
+  if (!factors.ok()) return Fail(std::string(factors.status().message()), 2);
+  const auto start = std::chrono::steady_clock::now();
+  int code = 0;
+  seedd::Json request = {{"kind", std::string(seedd::kCompileCacheKind)}};
+  request.update(key);
+  auto response = Ask(c, std::move(request), &code);
+  if (!response.ok()) return Fail(response.status().message(), code);
+  const std::string status = StatusOf(*response);
+  if (status == "miss") {
+    return Fail("compile cache " + args.ns + "/" + args.key + ": not found on " + c.source,
+                kExitMiss);
+  }
+  if (status != "ok") {
+    return Fail(c.source + " answered: " + seedd::ExplainSourceError(*response), kExitError);
+  }
+  static const seedd::Json kNull;
+  auto payload = response->find("payload");
+  seedd::Result<seedd::Json> bundle = seedd::ValidateCompileCacheBundle(
+      payload == response->end() ? kNull : *payload, args.ns, args.key, *factors);
+  if (!bundle.ok()) {
+    return Fail("rejected what " + c.source + " sent: " + bundle.status().message(), kExitError);
+  }
+  seedd::Result<seedd::CompileCacheInstall> done = seedd::InstallCompileCache(*bundle, args.dir);
+  if (!done.ok()) return Fail("installing into " + args.dir + ": " + done.status().message());
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "fetched compile cache %s/%s from %s in %.1f ms into %s: %zu files (%llu bytes) "
+      "installed, %zu already there and as new or newer\n",
+      args.ns.c_str(), args.key.c_str(), c.source.c_str(), ms, args.dir.c_str(), done->installed,
+      static_cast<unsigned long long>(done->bytes), done->kept_newer);
   return kExitOk;
 }
 

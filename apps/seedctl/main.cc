@@ -67,14 +67,35 @@ int main(int argc, char** argv) {
   std::string hash;
   std::string filename;
   std::string cache_dir;
-  CLI::App* fetch =
-      app.add_subcommand("fetch", "adopt one artifact from a daemon into a local cache directory");
+  std::string fetch_kind = "artifact";
+  seedctl::CompileFetchArgs compile;
+  CLI::App* fetch = app.add_subcommand(
+      "fetch", "adopt one artifact, or one compile cache (--kind compile_cache), from a daemon");
   AddConnection(fetch, &fetch_conn);
-  fetch->add_option("--namespace", ns, "artifact namespace, [a-z0-9_.-]{1,64}")->required();
-  fetch->add_option("--config-hash", hash, "lowercase hex, 16-128 digits")->required();
-  fetch->add_option("--filename", filename, "file name, [A-Za-z0-9_.-]{1,255}")->required();
+  fetch->add_option("--kind", fetch_kind, "artifact, or compile_cache (a whole cache directory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"artifact", "compile_cache"}));
+  fetch
+      ->add_option("--namespace", ns,
+                   "artifact namespace, or the compile cache's name, [a-z0-9_.-]{1,64}")
+      ->required();
+  fetch->add_option("--config-hash", hash, "artifact: lowercase hex, 16-128 digits");
+  fetch->add_option("--filename", filename, "artifact: file name, [A-Za-z0-9_.-]{1,255}");
   fetch->add_option("--cache-dir", cache_dir,
-                    "local cache directory (default: $XDG_CACHE_HOME/seedd, else ~/.cache/seedd)");
+                    "artifact: local cache directory (default: $XDG_CACHE_HOME/seedd, else "
+                    "~/.cache/seedd)");
+  fetch->add_option("--key", compile.key,
+                    "compile_cache: the configuration it was built for, 16-128 lowercase hex");
+  fetch->add_option("--dir", compile.dir,
+                    "compile_cache: the directory to install into (files there as new or newer "
+                    "are kept)");
+  fetch
+      ->add_option("--factor", compile.factors,
+                   "compile_cache: NAME=VALUE, repeatable: this host's key factors; a bundle "
+                   "built under others is rejected")
+      ->take_all();
+  fetch->add_option("--factors-file", compile.factors_file,
+                    "compile_cache: a JSON object of this host's key factors");
 
   seedctl::Connection ls_conn;
   std::string ls_prefix;
@@ -236,7 +257,17 @@ int main(int argc, char** argv) {
     seedctl::SetTls(std::move(*ctx));
   }
   if (request->parsed()) return seedctl::RunRequest(req_conn, kind, params, json_params);
-  if (fetch->parsed()) return seedctl::RunFetch(fetch_conn, ns, hash, filename, cache_dir);
+  if (fetch->parsed() && fetch_kind == "compile_cache") {
+    compile.ns = ns;
+    return seedctl::RunFetchCompileCache(fetch_conn, compile);
+  }
+  if (fetch->parsed()) {
+    if (hash.empty() || filename.empty()) {
+      std::fprintf(stderr, "seedctl fetch: an artifact needs --config-hash and --filename\n");
+      return 2;
+    }
+    return seedctl::RunFetch(fetch_conn, ns, hash, filename, cache_dir);
+  }
   if (ls->parsed()) return seedctl::RunList(ls_conn, ls_prefix);
   if (manifest_cmd->parsed())
     return seedctl::RunManifest(manifest_dir, manifest_model, seedd::ChunkBytesOfFlag(chunk_mib),

@@ -54,6 +54,13 @@ int RunRequest(const Connection& c, const std::string& kind, const std::vector<s
                const std::vector<std::string>& json_params);
 int RunFetch(const Connection& c, const std::string& ns, const std::string& hash,
              const std::string& filename, const std::string& cache_dir);
+// seedctl fetch --kind compile_cache.
+struct CompileFetchArgs {
+  std::string ns, key, dir;
+  std::vector<std::string> factors;  // NAME=VALUE
+  std::string factors_file;
+};
+int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& args);
 int RunList(const Connection& c, const std::string& prefix);
 // GET /status from a daemon's admin endpoint: a table, or the JSON with `json`.
 int RunStatus(const std::string& admin, bool json, double timeout_s);

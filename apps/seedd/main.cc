@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -22,6 +23,13 @@ namespace {
 // Flags set by --config FILE → "FILE:LINE: key 'K'", so an error about such a
 // flag's value says where that value came from.
 std::map<std::string, std::string> g_from_config;
+
+// "~/x" as the shell would expand it (a configuration file's paths are not).
+std::string ExpandHome(const std::string& path) {
+  const char* home = std::getenv("HOME");
+  if (path.rfind("~/", 0) == 0 && home != nullptr && *home != '\0') return home + path.substr(1);
+  return path;
+}
 
 int Fail(const std::string& message) {
   std::string where;
@@ -121,7 +129,10 @@ int main(int argc, char** argv) {
   std::string chunk_mib = "auto";
   std::string chunk_digest = "xxh3";
   std::string verify = "chunks";
-  std::string warmup;
+  std::vector<std::string> warmups;
+  std::string compile_key;
+  std::vector<std::string> compile_factors;
+  std::string compile_factors_file;
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
   bool no_autotune = false;
@@ -207,9 +218,28 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "HOST:PORT other daemons reach this one at, announced to sources while "
                  "pulling (default: the --listen address unless it is a wildcard)");
-  app.add_option("--warmup", warmup,
-                 "warmup cache to run before reporting ready: flashinfer_autotune")
-      ->check(CLI::IsMember({"flashinfer_autotune"}));
+  app.add_option("--warmup", warmups,
+                 "warmup cache to run before reporting ready (repeatable): flashinfer_autotune, "
+                 "or compile_cache:NAME=DIR (a compiler's cache directory, e.g. "
+                 "triton=~/.triton/cache: seeded when empty from the local disk, the stores, "
+                 "then --source; then published and served)")
+      ->check([](const std::string& w) -> std::string {
+        if (w == "flashinfer_autotune") return "";
+        if (w.rfind("compile_cache:", 0) == 0 && w.find('=') != std::string::npos &&
+            w.find('=') > 14 && w.find('=') + 1 < w.size()) {
+          return "";
+        }
+        return "expected flashinfer_autotune or compile_cache:NAME=DIR, got '" + w + "'";
+      });
+  app.add_option("--compile-key", compile_key,
+                 "the configuration the compile caches are for, 16-128 lowercase hex (e.g. a "
+                 "hash of the model and its compile settings); required with compile_cache");
+  app.add_option("--factor", compile_factors,
+                 "NAME=VALUE, repeatable: a key factor of the compile caches (triton=3.1.0, "
+                 "torch=2.5.1, cuda=12.4, arch=sm90); a bundle built under other factors is "
+                 "rejected, naming each");
+  app.add_option("--factors-file", compile_factors_file,
+                 "a JSON object of the compile caches' key factors (with --factor on top)");
   app.add_option("--autotune-runner", autotune.runner,
                  "the autotune pass: cpu-gemm (built in: times real SGEMM kernels) or "
                  "'command:PROGRAM ARGS' (run with SEEDD_AUTOTUNE_TABLE=PATH, SEEDD_DP_RANK, "
@@ -360,7 +390,28 @@ int main(int argc, char** argv) {
     }
     options.models.emplace_back(m.substr(0, eq), m.substr(eq + 1));
   }
-  autotune.warmup = warmup == "flashinfer_autotune";
+  autotune.warmup = false;
+  {
+    seedd::Result<seedd::CompileFactors> factors =
+        seedd::ParseCompileFactors(compile_factors, compile_factors_file);
+    if (!factors.ok()) return Fail(std::string(factors.status().message()));
+    for (const std::string& w : warmups) {
+      if (w == "flashinfer_autotune") {
+        autotune.warmup = true;
+        continue;
+      }
+      const size_t eq = w.find('=');
+      seedd::CompileCacheSpec spec;
+      spec.name = w.substr(14, eq - 14);
+      spec.dir = ExpandHome(w.substr(eq + 1));
+      spec.key = compile_key;
+      spec.factors = *factors;
+      if (compile_key.empty()) {
+        return Fail("--warmup " + w + " needs --compile-key (16-128 lowercase hex)");
+      }
+      options.compile_caches.push_back(std::move(spec));
+    }
+  }
   autotune.enabled = !no_autotune;
   autotune.root = autotune_root;
   options.autotune = autotune;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "seedd/compile_cache.h"
 #include "seedd/seed_config.h"
 #include "seedd/seed_transport.h"
 #include "seedd/seedable.h"
@@ -46,6 +47,11 @@ struct DaemonOptions {
   // the local disk store. One that cannot be built fails Create.
   std::vector<std::string> store_urls;
   AutotuneOptions autotune;
+  // Compile caches (--warmup compile_cache:NAME=DIR): each seeded at Start when
+  // its directory is empty (local disk, shared stores, then the source), then
+  // published to the local disk store and the shared stores, and served from
+  // its directory as it is at each request.
+  std::vector<CompileCacheSpec> compile_caches;
   // Model directories served as weight_shards (name → directory).
   std::vector<std::pair<std::string, std::filesystem::path>> models;
   // Chunk size of their manifests; 0: chosen by each model's size (about 1,024

@@ -250,8 +250,9 @@ struct Daemon::Rep {
   DaemonOptions options_;
   std::unique_ptr<SeedTransport> transport_;
   std::shared_ptr<FlashInferWarmupCache> autotune_;
-  std::shared_ptr<WeightServer> weights_;  // null when no model is served or pulled
-  SeedablePtr weight_shards_;              // null likewise
+  std::vector<std::shared_ptr<ArtifactStore>> shared_;  // the --store list, in order
+  std::shared_ptr<WeightServer> weights_;               // null when no model is served or pulled
+  SeedablePtr weight_shards_;                           // null likewise
   std::shared_ptr<std::atomic<bool>> cancel_;
   std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
   std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
@@ -339,7 +340,20 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   fi.rank = at.rank;
   fi.enabled = at.enabled;
   auto autotune = std::make_shared<FlashInferWarmupCache>(fi, std::move(runner), shared);
-  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, shared), autotune};
+  std::set<std::string> cache_names;
+  for (const CompileCacheSpec& spec : options.compile_caches) {
+    SEEDD_RETURN_IF_ERROR(ValidateCompileCacheKey(Json{{"namespace", spec.name}, {"key", spec.key}})
+                              .WithContext("compile cache " + spec.name));
+    if (spec.dir.empty()) {
+      return Status::InvalidArgument("compile cache " + spec.name + ": no directory");
+    }
+    if (!cache_names.insert(spec.name).second) {
+      return Status::InvalidArgument("compile cache " + spec.name + " is given twice");
+    }
+  }
+  std::vector<SeedablePtr> seedables = {
+      NewArtifactSeedable(options.cache_dir, shared), autotune,
+      NewCompileCacheSeedable(options.cache_dir, options.compile_caches, shared)};
   for (const std::string& pull : options.pulls) {
     const auto [name, pin] = SplitPin(pull);
     if (pull.find('@') != std::string::npos) {
@@ -399,6 +413,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->options_ = std::move(options);
   rep->transport_ = std::move(*transport);
   rep->autotune_ = std::move(autotune);
+  rep->shared_ = shared;
   rep->weights_ = std::move(weights);
   rep->weight_shards_ = std::move(weight_shards);
   rep->cancel_ = std::move(cancel);
@@ -533,6 +548,25 @@ Result<std::optional<HostPort>> Daemon::Start() {
     }
     metrics::Warmup("flashinfer_autotune", SourceLabel(report->source), report->seconds);
     rep_->RecordWarmup({"flashinfer_autotune", "done", report->source, "", report->seconds});
+  }
+  for (const CompileCacheSpec& spec : rep_->options_.compile_caches) {
+    const std::string kind = "compile_cache:" + spec.name;
+    rep_->RecordWarmup({kind, "running", "", "", 0});
+    const auto began = std::chrono::steady_clock::now();
+    Result<CompileCacheWarmupReport> report =
+        WarmCompileCache(spec, rep_->options_.cache_dir, rep_->shared_, *rep_->transport_);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (!report.ok()) {
+      metrics::Warmup("compile_cache", "failed", took);
+      rep_->RecordWarmup({kind, "failed", "", report.status().message(), took});
+      return report.status().WithContext(kind + " warmup");
+    }
+    Logger().info("{}: {} ({} files installed, {} kept as newer, {}published) in {:.3f} s", kind,
+                  report->source, report->install.installed, report->install.kept_newer,
+                  report->published ? "" : "not ", took);
+    metrics::Warmup("compile_cache", SourceLabel(report->source), took);
+    rep_->RecordWarmup({kind, "done", report->source, "", took});
   }
   Result<std::optional<HostPort>> bound = rep_->transport_->StartListener();
   if (!bound.ok()) return bound.status();

@@ -1,0 +1,113 @@
+// The kind "compile_cache": a compiler's whole cache directory (Triton's
+// ~/.triton/cache, TorchInductor's, vLLM's torch.compile cache) seeded as one
+// bundle.
+//
+// Key fields {"namespace" ([a-z0-9_.-]{1,64}, the cache's name), "key" (16-128
+// lowercase hex: the configuration it was compiled for)}. The payload, a
+// bundle:
+//   {"namespace", "key", "factors": {NAME: VALUE, ...},
+//    "files": [{"path", "size", "sha256", "mtime_ns", "data" (base64)}, ...],
+//    "total_size"}
+// `factors` are the consumer's own key factors the cache was built under
+// (triton, torch and CUDA versions, the GPU architecture...). A target compares
+// them with its own as FlashInfer compares an autotune table's _metadata: any
+// difference rejects the bundle, the error naming each factor, remote and
+// local. Paths are relative and checked (no "..", no absolute path, no empty
+// component); every file is verified against its size and SHA-256; a bundle
+// holds at most max_bytes of files (it travels inline on the control channel,
+// whose responses are capped at 64 MiB). Installing writes every file to a
+// staging directory inside the target first, then renames each into place,
+// never over a file that is already there and as new or newer.
+//
+// Thread safety: the functions are; the seedable's Resolve is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seedd/artifact_store.h"
+#include "seedd/json.h"
+#include "seedd/seed_transport.h"
+#include "seedd/seedable.h"
+#include "seedd/status.h"
+
+namespace seedd {
+
+inline constexpr std::string_view kCompileCacheKind = "compile_cache";
+// Files of one bundle; with base64 and JSON the response stays under 64 MiB.
+inline constexpr uint64_t kMaxCompileCacheBytes = 44ull << 20;
+inline constexpr size_t kMaxCompileCacheFiles = 100000;
+
+using CompileFactors = std::map<std::string, std::string>;
+
+// One compile cache a daemon holds: served from `dir` as it is at each request.
+struct CompileCacheSpec {
+  std::string name;  // the namespace
+  std::filesystem::path dir;
+  std::string key;  // 16-128 lowercase hex
+  CompileFactors factors;
+  uint64_t max_bytes = kMaxCompileCacheBytes;
+};
+
+// Checks the key fields {"namespace", "key"} of `fields`; the error names the field.
+Status ValidateCompileCacheKey(const Json& fields);
+
+// Factors from "NAME=VALUE" texts and/or a JSON file holding an object of strings
+// (numbers and booleans are taken as their JSON text). Names: [A-Za-z0-9_.-]{1,64}.
+Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs,
+                                           const std::filesystem::path& json_file = {});
+
+// The bundle of `spec.dir`'s regular files (symbolic links and other files are
+// skipped). ResourceExhausted beyond spec.max_bytes or kMaxCompileCacheFiles.
+Result<Json> BundleCompileCache(const CompileCacheSpec& spec);
+
+// Checks a bundle for `ns`/`key` (every path, size, digest and the cap) and its
+// factors against `local`; returns it on success.
+Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
+                                        std::string_view key, const CompileFactors& local,
+                                        uint64_t max_bytes = kMaxCompileCacheBytes);
+
+// "" when equal, else "cuda: remote=12.4 vs local=12.8, ..." (a missing factor
+// shows as (none)).
+std::string CompareCompileFactors(const CompileFactors& remote, const CompileFactors& local);
+
+struct CompileCacheInstall {
+  size_t installed = 0;   // files written
+  size_t kept_newer = 0;  // already there and as new or newer: left alone
+  uint64_t bytes = 0;     // of the files written
+};
+
+// Installs a bundle that ValidateCompileCacheBundle accepted into `dir`.
+Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
+                                                const std::filesystem::path& dir);
+
+// The seedable: Resolve serves the `served` caches from their directories,
+// other keys from <cache_dir>/compile_cache (bundles published there) and then
+// the shared stores. The adopting side's ctx is {"namespace", "key", "dir",
+// "factors": {...}}.
+SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
+                                    std::vector<CompileCacheSpec> served,
+                                    std::vector<std::shared_ptr<ArtifactStore>> shared = {});
+
+// What a daemon's warmup did for one cache.
+struct CompileCacheWarmupReport {
+  std::string source;  // "warm already", "local disk", "shared store <s>", "peer <addr>", "none"
+  CompileCacheInstall install;
+  bool published = false;  // a bundle was stored on local disk (and the shared stores)
+  double seconds = 0;
+};
+
+// The daemon's warmup of one cache: an empty `spec.dir` is seeded from the local
+// disk store, the shared stores, then the transport's source (each bundle
+// checked); then the directory (seeded or warm already) is published to the local
+// disk store and the shared stores.
+Result<CompileCacheWarmupReport> WarmCompileCache(
+    const CompileCacheSpec& spec, const std::filesystem::path& cache_dir,
+    const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport);
+
+}  // namespace seedd

@@ -1,0 +1,221 @@
+// The compile_cache kind on real directory trees shaped like Triton's and
+// vLLM's caches: a bundle round trip, the checks on a bundle (paths, sizes,
+// digests, the cap, the key factors), and installing without overwriting newer
+// files or following links.
+#include "seedd/compile_cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/crypto.h"
+#include "support/test_util.h"
+#include "support/weights_fixture.h"
+
+namespace seedd {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+const std::string kKey = "0123456789abcdef0123456789abcdef";
+
+void Write(const fs::path& p, const std::string& data) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << data;
+}
+
+std::string Read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// ~/.triton/cache: one directory per kernel hash, each with its compiled forms.
+void TritonTree(const fs::path& root) {
+  for (const std::string hash : {"2f9a1c0d7e", "b81e44c2a9", "e07d3b5f11"}) {
+    Write(root / hash / "matmul_kernel.cubin", std::string(20000, 'c') + hash);
+    Write(root / hash / "matmul_kernel.ptx", "// ptx " + hash);
+    Write(root / hash / "matmul_kernel.json", "{\"name\": \"matmul_kernel\", \"num_warps\": 4}");
+    Write(root / hash / "__grp__matmul_kernel.json", "{\"child_paths\": {}}");
+  }
+}
+
+// vLLM's torch.compile cache: per hash and rank, the graph and Inductor's output.
+void VllmTree(const fs::path& root) {
+  const fs::path rank = root / "torch_compile_cache" / "5c2e9d01aa" / "rank_0_0" / "backbone";
+  Write(rank / "computation_graph.py", "def forward(x): return x\n");
+  Write(rank / "vllm_compile_cache.py", "{(1, 8192): ('artifact_shape_1_8192', 'abc')}\n");
+  Write(rank / "inductor_cache" / "fx" / "qt" / "fxgraph-qt3.pt", std::string(5000, 'g'));
+  Write(rank / "inductor_cache" / "triton" / "0" / "x9" / "triton_.cubin", std::string(700, 'k'));
+}
+
+CompileCacheSpec Spec(const fs::path& dir,
+                      CompileFactors factors = {{"cuda", "12.8"}, {"triton", "3.1.0"}}) {
+  CompileCacheSpec s;
+  s.name = "triton";
+  s.dir = dir;
+  s.key = kKey;
+  s.factors = std::move(factors);
+  return s;
+}
+
+bool SameTree(const fs::path& a, const fs::path& b) { return testing::SameTree(a, b); }
+
+TEST(CompileCache, ATritonAndAVllmCacheArriveByteIdenticalInAnEmptyDirectory) {
+  TempDir dir;
+  for (auto make : {TritonTree, VllmTree}) {
+    const fs::path warm = dir.path() / "warm", cold = dir.path() / "cold";
+    fs::remove_all(warm);
+    fs::remove_all(cold);
+    make(warm);
+    Result<Json> bundle = BundleCompileCache(Spec(warm));
+    ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+    Result<Json> valid = ValidateCompileCacheBundle(*bundle, "triton", kKey,
+                                                    {{"cuda", "12.8"}, {"triton", "3.1.0"}});
+    ASSERT_TRUE(valid.ok()) << valid.status().ToString();
+    Result<CompileCacheInstall> done = InstallCompileCache(*valid, cold);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_TRUE(SameTree(warm, cold));
+    EXPECT_EQ(done->installed, (*bundle)["files"].size());
+    EXPECT_EQ(done->kept_newer, 0u);
+    // Nothing of the staging is left behind.
+    for (const auto& e : fs::directory_iterator(cold)) {
+      EXPECT_EQ(e.path().filename().string().find(".seedd-incoming-"), std::string::npos);
+    }
+  }
+}
+
+TEST(CompileCache, DifferentKeyFactorsRejectTheBundleNamingEachRemoteAndLocal) {
+  TempDir dir;
+  TritonTree(dir.path() / "warm");
+  Result<Json> bundle = BundleCompileCache(Spec(dir.path() / "warm"));
+  ASSERT_TRUE(bundle.ok());
+  Result<Json> r = ValidateCompileCacheBundle(
+      *bundle, "triton", kKey, {{"cuda", "12.4"}, {"arch", "sm90"}, {"triton", "3.1.0"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "compile cache environment mismatch: arch: remote=(none) vs local=sm90, cuda: "
+            "remote=12.8 vs local=12.4");
+  EXPECT_EQ(CompareCompileFactors({{"a", "1"}}, {{"a", "1"}}), "");
+  // Another cache's bundle is refused too.
+  EXPECT_FALSE(ValidateCompileCacheBundle(*bundle, "inductor", kKey, Spec("").factors).ok());
+  EXPECT_FALSE(
+      ValidateCompileCacheBundle(*bundle, "triton", std::string(32, 'f'), Spec("").factors).ok());
+}
+
+Json OneFile(const std::string& path, const std::string& data) {
+  return Json{{"namespace", "triton"},
+              {"key", kKey},
+              {"factors", Json::object()},
+              {"total_size", data.size()},
+              {"files", Json::array({Json{{"path", path},
+                                          {"size", data.size()},
+                                          {"sha256", Sha256Hex(data)},
+                                          {"mtime_ns", 1000000000},
+                                          {"data", Base64Encode(data)}}})}};
+}
+
+TEST(CompileCache, PathsThatLeaveTheDirectoryAreRefused) {
+  for (const std::string path : {"../evil", "/etc/passwd", "a/../../b", "a//b", "./a", "a/", "a\\b",
+                                 ".seedd-incoming-x/y", ""}) {
+    Result<Json> r = ValidateCompileCacheBundle(OneFile(path, "x"), "triton", kKey, {});
+    EXPECT_FALSE(r.ok()) << path;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << path;
+  }
+  EXPECT_TRUE(ValidateCompileCacheBundle(OneFile("ab/cd.cubin", "x"), "triton", kKey, {}).ok());
+}
+
+TEST(CompileCache, SizesDigestsAndTheCapAreChecked) {
+  Json b = OneFile("k.cubin", "kernel");
+  b["files"][0]["sha256"] = Sha256Hex("other");
+  EXPECT_EQ(ValidateCompileCacheBundle(b, "triton", kKey, {}).status().code(),
+            StatusCode::kDataLoss);
+  b = OneFile("k.cubin", "kernel");
+  b["files"][0]["size"] = 5;
+  EXPECT_FALSE(ValidateCompileCacheBundle(b, "triton", kKey, {}).ok());
+  b = OneFile("k.cubin", std::string(2000, 'x'));
+  EXPECT_EQ(ValidateCompileCacheBundle(b, "triton", kKey, {}, 1000).status().code(),
+            StatusCode::kResourceExhausted);
+  // A path that is a file and a directory at once.
+  b = OneFile("k", "a");
+  b["files"].push_back(OneFile("k/x", "b")["files"][0]);
+  EXPECT_FALSE(ValidateCompileCacheBundle(b, "triton", kKey, {}).ok());
+  // A directory over the cap is not bundled.
+  TempDir dir;
+  TritonTree(dir.path());
+  CompileCacheSpec spec = Spec(dir.path());
+  spec.max_bytes = 30000;
+  EXPECT_EQ(BundleCompileCache(spec).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(CompileCache, AFileAlreadyThereAndNewerIsKeptAnOlderOneReplaced) {
+  TempDir dir;
+  const fs::path warm = dir.path() / "warm", cold = dir.path() / "cold";
+  Write(warm / "h1" / "a.cubin", "remote a");
+  Write(warm / "h1" / "b.cubin", "remote b");
+  Result<Json> bundle = BundleCompileCache(Spec(warm, {}));
+  ASSERT_TRUE(bundle.ok());
+  Write(cold / "h1" / "a.cubin", "local, compiled later");
+  Write(cold / "h1" / "b.cubin", "local, stale");
+  const auto now = fs::last_write_time(warm / "h1" / "a.cubin");
+  fs::last_write_time(cold / "h1" / "a.cubin", now + std::chrono::hours(1));
+  fs::last_write_time(cold / "h1" / "b.cubin", now - std::chrono::hours(1));
+  Result<CompileCacheInstall> done = InstallCompileCache(*bundle, cold);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->installed, 1u);
+  EXPECT_EQ(done->kept_newer, 1u);
+  EXPECT_EQ(Read(cold / "h1" / "a.cubin"), "local, compiled later");
+  EXPECT_EQ(Read(cold / "h1" / "b.cubin"), "remote b");
+  // Installed files keep the bundle's times: installing again changes nothing.
+  done = InstallCompileCache(*bundle, cold);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->installed, 0u);
+  EXPECT_EQ(done->kept_newer, 2u);
+}
+
+TEST(CompileCache, ALinkInTheTargetIsNeverFollowedAndLinksAreNotBundled) {
+  TempDir dir;
+  const fs::path warm = dir.path() / "warm", cold = dir.path() / "cold",
+                 outside = dir.path() / "outside";
+  Write(warm / "h1" / "a.cubin", "a");
+  fs::create_directories(outside);
+  fs::create_symlink(outside / "secret", warm / "link");  // skipped by the bundle
+  Write(outside / "secret", "s");
+  Result<Json> bundle = BundleCompileCache(Spec(warm, {}));
+  ASSERT_TRUE(bundle.ok());
+  ASSERT_EQ((*bundle)["files"].size(), 1u);
+  fs::create_directories(cold);
+  fs::create_directory_symlink(outside, cold / "h1");  // h1/ leads out of the cache
+  Result<CompileCacheInstall> done = InstallCompileCache(*bundle, cold);
+  EXPECT_FALSE(done.ok());
+  EXPECT_FALSE(fs::exists(outside / "a.cubin"));
+}
+
+TEST(CompileCache, FactorsComeFromPairsAndAJsonFile) {
+  TempDir dir;
+  Write(dir.path() / "f.json", "{\"torch\": \"2.5.1\", \"sm\": 90, \"cuda\": \"12.1\"}");
+  Result<CompileFactors> f =
+      ParseCompileFactors({"cuda=12.4", "arch=sm_90a"}, dir.path() / "f.json");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(
+      *f, (CompileFactors{{"arch", "sm_90a"}, {"cuda", "12.4"}, {"sm", "90"}, {"torch", "2.5.1"}}));
+  EXPECT_FALSE(ParseCompileFactors({"novalue"}).ok());
+  EXPECT_FALSE(ParseCompileFactors({"bad name=1"}).ok());
+  Write(dir.path() / "list.json", "[1, 2]");
+  EXPECT_FALSE(ParseCompileFactors({}, dir.path() / "list.json").ok());
+  EXPECT_FALSE(ParseCompileFactors({}, dir.path() / "missing.json").ok());
+}
+
+TEST(CompileCache, TheKeyFieldsAreChecked) {
+  EXPECT_TRUE(ValidateCompileCacheKey(Json{{"namespace", "triton"}, {"key", kKey}}).ok());
+  EXPECT_FALSE(ValidateCompileCacheKey(Json{{"namespace", "Triton"}, {"key", kKey}}).ok());
+  EXPECT_FALSE(ValidateCompileCacheKey(Json{{"namespace", "triton"}, {"key", "abc"}}).ok());
+  EXPECT_FALSE(ValidateCompileCacheKey(Json{{"namespace", "triton"}}).ok());
+  EXPECT_FALSE(ValidateCompileCacheKey(Json::array()).ok());
+}
+
+}  // namespace
+}  // namespace seedd
