@@ -392,9 +392,10 @@ int main(int argc, char** argv) {
   }
   autotune.warmup = false;
   {
-    seedd::Result<seedd::CompileFactors> factors =
-        seedd::ParseCompileFactors(compile_factors, compile_factors_file);
-    if (!factors.ok()) return Fail(std::string(factors.status().message()));
+    // The pairs and names here; the factors file is read at start (not by
+    // --check-config, which checks the settings, not the files they name).
+    seedd::Result<seedd::CompileFactors> pairs = seedd::ParseCompileFactors(compile_factors);
+    if (!pairs.ok()) return Fail("--factor: " + std::string(pairs.status().message()));
     for (const std::string& w : warmups) {
       if (w == "flashinfer_autotune") {
         autotune.warmup = true;
@@ -405,10 +406,12 @@ int main(int argc, char** argv) {
       spec.name = w.substr(14, eq - 14);
       spec.dir = ExpandHome(w.substr(eq + 1));
       spec.key = compile_key;
-      spec.factors = *factors;
       if (compile_key.empty()) {
         return Fail("--warmup " + w + " needs --compile-key (16-128 lowercase hex)");
       }
+      seedd::Status key =
+          seedd::ValidateCompileCacheKey(seedd::Json{{"namespace", spec.name}, {"key", spec.key}});
+      if (!key.ok()) return Fail("--warmup " + w + ": " + std::string(key.message()));
       options.compile_caches.push_back(std::move(spec));
     }
   }
@@ -419,6 +422,12 @@ int main(int argc, char** argv) {
   if (check_config) {
     std::printf("seedd: configuration OK\n");
     return 0;
+  }
+  if (!options.compile_caches.empty()) {
+    seedd::Result<seedd::CompileFactors> factors =
+        seedd::ParseCompileFactors(compile_factors, compile_factors_file);
+    if (!factors.ok()) return Fail(std::string(factors.status().message()));
+    for (seedd::CompileCacheSpec& spec : options.compile_caches) spec.factors = *factors;
   }
 
   RaiseFileLimit();
