@@ -4,7 +4,8 @@
 #     table to a shared Redis store (a redis-server this demo starts);
 #   B starts with --source A and adopts A's table over the control channel;
 #   C starts with only the shared store and adopts what A published.
-# Then B adopts A's other warm artifacts (kernel caches) with seedctl fetch.
+# Then B adopts A's other warm artifacts (kernel caches) with seedctl fetch, and
+# a cold daemon's Triton compile cache is seeded from a warm one at start.
 # Usage: scripts/demo.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
@@ -57,6 +58,36 @@ while IFS= read -r path; do
 done < <(find "$work/A/triton" "$work/A/inductor" -type f | sort)
 e="$(date +%s.%N)"
 py "import sys; print('demo: B adopted %s kernel-cache artifacts (5.0 MiB) from A in %.3f s, sha256 verified' % (sys.argv[1], float(sys.argv[3]) - float(sys.argv[2])))" "$count" "$s" "$e"
+
+# Compile caches: a warm daemon W holding a Triton cache directory (a directory
+# per kernel hash), a cold daemon X seeded from it at start, and a daemon Y whose
+# CUDA differs, which refuses the bundle and stays cold, saying why.
+py "
+import os, random, sys
+rng = random.Random(11)
+for i in range(24):
+    d = os.path.join(sys.argv[1], '%032x' % rng.getrandbits(128)); os.makedirs(d)
+    open(os.path.join(d, 'kernel_%d.cubin' % i), 'wb').write(rng.randbytes(96 << 10))
+    open(os.path.join(d, 'kernel_%d.ptx' % i), 'w').write('// ptx of kernel %d\n' % i)
+    open(os.path.join(d, 'kernel_%d.json' % i), 'w').write('{\"num_warps\": 4, \"num_stages\": 3}')
+" "$work/triton-warm"
+cc_key="$(printf 'demo-compile-settings' | sha256sum | cut -c1-32)"
+cc() { echo --warmup "compile_cache:triton=$work/$1" --compile-key "$cc_key" --factor triton=3.1.0 --factor "cuda=$2"; }
+# shellcheck disable=SC2046
+start_seedd W $(cc triton-warm 12.8)
+w_addr="$addr"
+# shellcheck disable=SC2046
+start_seedd X --source "$w_addr" $(cc triton-x 12.8)
+# shellcheck disable=SC2046
+start_seedd Y --source "$w_addr" $(cc triton-y 12.4)
+diff -r "$work/triton-warm" "$work/triton-x" > /dev/null || { echo "demo: X's compile cache differs" >&2; exit 1; }
+x_line="$(sed -n 's/.*compile_cache:triton: \(peer.*\)/\1/p' "$work/X.err")"
+y_why="$(sed -n 's/.*Rejected the remote compile_cache seed; using the local path: //p' "$work/Y.err")"
+files() { find "$work/$1" -type f 2> /dev/null | wc -l; }
+echo "demo: compile caches side by side (Triton, $(files triton-warm) files, $(du -sh "$work/triton-warm" | cut -f1)):"
+echo "demo:   W warm:        $(files triton-warm) files"
+echo "demo:   X seeded:      $(files triton-x) files, identical to W's: $x_line"
+echo "demo:   Y stays cold:  $(files triton-y) files: $y_why"
 
 # Weights: a generated model directory (safetensors shards plus small files),
 # served by a fourth daemon and pulled over the verified data plane.
