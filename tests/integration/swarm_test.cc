@@ -53,6 +53,27 @@ class SwarmTest : public testing::WeightsFixture {
     }
     return names;
   }
+  // Asks on `fd` for every chunk of big.bin (more than any socket buffer) and
+  // reads none: the server's send blocks mid-chunk, holding an upload slot.
+  void AskForAllOfBig(const UniqueFd& fd) const {
+    for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+      if (manifest_.chunks[i].file != "big.bin") continue;
+      const RequestRecord req = EncodeRequest(kSendMagic, i);
+      testing::SendAll(fd.get(), std::string(req.data(), req.size()));
+    }
+  }
+  // Waits until `server` has sent something and then nothing for 100 ms (its
+  // sends are blocked); returns the bytes served by then.
+  static uint64_t WaitUntilBlocked(const WeightServer& server) {
+    uint64_t served = 0;
+    EXPECT_TRUE(testing::WaitUntil([&] {
+      const uint64_t before = server.bytes_served();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      served = server.bytes_served();
+      return served > 0 && served == before;
+    }));
+    return served;
+  }
   Manifest manifest_;
 };
 
@@ -147,22 +168,9 @@ TEST_F(SwarmTest, RelaysBeyondTheUploadSlotsAreToldBusy) {
   // A relay that asks for many chunks and reads none holds the slot while its
   // socket buffers fill.
   UniqueFd hog = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
-  uint64_t asked = 0;
-  for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
-    if (manifest_.chunks[i].file != "big.bin") continue;  // 64 MiB: more than any buffer
-    const RequestRecord req = EncodeRequest(kSendMagic, i);
-    testing::SendAll(hog.get(), std::string(req.data(), req.size()));
-    asked += manifest_.chunks[i].length;
-  }
+  AskForAllOfBig(hog);
   // Once its socket buffers are full the send blocks mid-chunk, holding the slot.
-  uint64_t served = 0;
-  ASSERT_TRUE(testing::WaitUntil([&] {
-    const uint64_t before = server->bytes_served();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    served = server->bytes_served();
-    return served > 0 && served == before;
-  }));
-  ASSERT_LT(served, asked);  // not everything: still sending
+  ASSERT_LT(WaitUntilBlocked(*server), 64u << 20);  // not everything: still sending
   UniqueFd relay = Announce(addr, manifest_.root_digest, "10.0.0.2:1");
   Record busy = Ask(relay.get(), "SDRQ", 1);
   EXPECT_EQ(busy.status, static_cast<uint32_t>(kChunkBusy));
@@ -191,22 +199,11 @@ TEST_F(SwarmTest, ARelayWithNothingArrivingWaitsInLineAheadOfTheHoldersNextReque
   // The holder: one connection asks for every chunk of big.bin and reads none
   // (its send blocks mid-chunk, holding the slot); another has one request
   // waiting for that send to end, and asks on for 64 MiB that it does not read.
-  auto hog = [&](const UniqueFd& fd) {
-    for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
-      if (manifest_.chunks[i].file != "big.bin") continue;
-      const RequestRecord req = EncodeRequest(kSendMagic, i);
-      testing::SendAll(fd.get(), std::string(req.data(), req.size()));
-    }
-  };
   UniqueFd holder = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
-  hog(holder);
-  ASSERT_TRUE(testing::WaitUntil([&] {
-    const uint64_t before = server->bytes_served();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return server->bytes_served() > 0 && server->bytes_served() == before;
-  }));
+  AskForAllOfBig(holder);
+  WaitUntilBlocked(*server);
   UniqueFd holder_next = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
-  hog(holder_next);
+  AskForAllOfBig(holder_next);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its request is waiting
   UniqueFd late = Announce(addr, manifest_.root_digest, "10.0.0.2:1");
   EXPECT_EQ(Ask(late.get(), "SDRW", 1).status, static_cast<uint32_t>(kChunkBusy));
@@ -220,11 +217,7 @@ TEST_F(SwarmTest, ARelayWithNothingArrivingWaitsInLineAheadOfTheHoldersNextReque
   EXPECT_EQ(server->waited_in_line(), 1u);
   // A request not marked waiting is still told "busy" (the holder's next took
   // the slot, and blocks once its socket buffers are full).
-  ASSERT_TRUE(testing::WaitUntil([&] {
-    const uint64_t before = server->bytes_served();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return server->bytes_served() == before;
-  }));
+  WaitUntilBlocked(*server);
   UniqueFd other = Announce(addr, manifest_.root_digest, "10.0.0.3:1");
   EXPECT_EQ(Ask(other.get(), "SDRQ", 1).status, static_cast<uint32_t>(kChunkBusy));
   EXPECT_EQ(Ask(other.get(), "SDRQ", 1).status, static_cast<uint32_t>(kChunkBusy));
@@ -240,16 +233,8 @@ TEST_F(SwarmTest, AFetcherWithNothingArrivingAsksToWaitInLine) {
   auto server = Server(options);
   HostPort addr = ServeWeights(server);
   UniqueFd holder = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
-  for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
-    if (manifest_.chunks[i].file != "big.bin") continue;
-    const RequestRecord req = EncodeRequest(kSendMagic, i);
-    testing::SendAll(holder.get(), std::string(req.data(), req.size()));
-  }
-  ASSERT_TRUE(testing::WaitUntil([&] {
-    const uint64_t before = server->bytes_served();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return server->bytes_served() > 0 && server->bytes_served() == before;
-  }));
+  AskForAllOfBig(holder);
+  WaitUntilBlocked(*server);
   std::thread release([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     holder = UniqueFd();

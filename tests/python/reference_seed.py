@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import logging
+import os
 import socket
-import struct
+import sys
 import threading
 import time
 from typing import Any, Iterable, NamedTuple, Protocol
@@ -19,39 +19,14 @@ from typing import Any, Iterable, NamedTuple, Protocol
 logger = logging.getLogger("reference_seed")
 
 _MAX_REMOTE_REQUEST_SIZE = 64 * 1024
-_MAX_RESPONSE_SIZE = 64 * 1024 * 1024
 _REMOTE_REQUEST_TIMEOUT_S = 5.0
 _AUTHENTICATED_TIMEOUT_S = 300.0
 _REQUEST_TIMEOUT_S = 300.0
 
 
-def send_json(sock: socket.socket, obj: Any) -> None:
-    body = json.dumps(obj).encode()
-    sock.sendall(struct.pack(">Q", len(body)) + body)
-
-
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
-    chunks = []
-    while n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("deadline exceeded")
-            sock.settimeout(left)
-        chunk = sock.recv(min(n, 1 << 20))
-        if not chunk:
-            raise ConnectionError("connection closed mid-frame")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def recv_json(sock: socket.socket, max_size: int = _MAX_RESPONSE_SIZE,
-              deadline: float | None = None) -> Any:
-    (size,) = struct.unpack(">Q", _recv_exact(sock, 8, deadline))
-    if size > max_size:
-        raise ValueError(f"Message size {size} exceeds limit {max_size}")
-    return json.loads(_recv_exact(sock, size, deadline).decode())
+# Framing as SPEC §2 gives it: the interop suite's stdlib peer has it already.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
+from seedpeer import recv_json, send_json  # noqa: E402
 
 
 class Seedable(Protocol):

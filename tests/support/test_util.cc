@@ -82,13 +82,17 @@ bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
   return pred();
 }
 
-UniqueFd ListenLoopback(uint16_t* port) {
+namespace {
+
+// A loopback socket on a free port, listening or not.
+UniqueFd BindLoopback(uint16_t* port, bool listen) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd.get(), 16) != 0 ||
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+      (listen && ::listen(fd.get(), 16) != 0) ||
       ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     return UniqueFd();
   }
@@ -96,19 +100,11 @@ UniqueFd ListenLoopback(uint16_t* port) {
   return fd;
 }
 
-UniqueFd RefusingPort(uint16_t* port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return UniqueFd();
-  }
-  *port = ntohs(a.sin_port);
-  return fd;
-}
+}  // namespace
+
+UniqueFd ListenLoopback(uint16_t* port) { return BindLoopback(port, true); }
+
+UniqueFd RefusingPort(uint16_t* port) { return BindLoopback(port, false); }
 
 UniqueFd ConnectRaw(const HostPort& peer) {
   Result<UniqueFd> fd = ConnectTcp(peer, std::chrono::seconds(5));
