@@ -156,7 +156,25 @@ int RunFetch(const Connection& c, const std::string& ns, const std::string& hash
   return kExitOk;
 }
 
-int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& args) {
+int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& given) {
+  CompileFetchArgs args = given;
+  for (const std::string& p : given.params) {
+    const size_t eq = p.find('=');
+    const std::string name = p.substr(0, eq);
+    if (eq == std::string::npos) return Fail("--param " + p + ": expected NAME=VALUE", 2);
+    if (name.rfind("factor.", 0) == 0) {
+      args.factors.push_back(name.substr(7) + p.substr(eq));
+    } else if (name == "namespace") {
+      args.ns = p.substr(eq + 1);
+    } else if (name == "key") {
+      args.key = p.substr(eq + 1);
+    } else {
+      return Fail("--param " + p +
+                      ": a compile cache takes factor.NAME=VALUE, namespace=NAME "
+                      "and key=HEX",
+                  2);
+    }
+  }
   if (args.key.empty() || args.dir.empty()) {
     return Fail("a compile cache needs --key (16-128 lowercase hex) and --dir (where it goes)", 2);
   }

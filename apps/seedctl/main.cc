@@ -96,6 +96,11 @@ int main(int argc, char** argv) {
       ->take_all();
   fetch->add_option("--factors-file", compile.factors_file,
                     "compile_cache: a JSON object of this host's key factors");
+  fetch
+      ->add_option("--param", compile.params,
+                   "compile_cache: factor.NAME=VALUE (as --factor NAME=VALUE), namespace=NAME "
+                   "or key=HEX, repeatable")
+      ->take_all();
 
   seedctl::Connection ls_conn;
   std::string ls_prefix;

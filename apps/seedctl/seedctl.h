@@ -59,6 +59,7 @@ struct CompileFetchArgs {
   std::string ns, key, dir;
   std::vector<std::string> factors;  // NAME=VALUE
   std::string factors_file;
+  std::vector<std::string> params;  // factor.NAME=VALUE, namespace=..., key=...
 };
 int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& args);
 int RunList(const Connection& c, const std::string& prefix);

@@ -133,9 +133,10 @@ TEST_F(CompileCacheTest, SeedctlFetchesAVllmCacheKeepingFilesThatAreNewer) {
   EXPECT_TRUE(Has(r.out, "1 already there and as new or newer")) << r.out;
   std::ifstream in(mine);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "compiled here, later\n");
-  auto other = RunCommand({SEEDCTL_BIN, "fetch", "--kind", "compile_cache", "--source", addr,
-                           "--token-file", token_file().string(), "--namespace", "vllm", "--key",
-                           kKey, "--dir", (dir_.path() / "x").string(), "--factor", "torch=2.6.0"});
+  auto other =
+      RunCommand({SEEDCTL_BIN, "fetch", "--kind", "compile_cache", "--source", addr, "--token-file",
+                  token_file().string(), "--namespace", "vllm", "--key", kKey, "--dir",
+                  (dir_.path() / "x").string(), "--param", "factor.torch=2.6.0"});
   EXPECT_NE(other.status, 0);
   EXPECT_TRUE(Has(other.err, "torch: remote=2.5.1 vs local=2.6.0")) << other.err;
   EXPECT_FALSE(fs::exists(dir_.path() / "x"));
