@@ -7,7 +7,8 @@
 # started at once (until every one is ready), and the bytes the origin's interface
 # sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB or
 # auto, default "auto": seedd's default, about 1,024 chunks per model).
-# MTU (default 1500) sets the links' MTU; TRACE=1 prints, per run, the origin's
+# MTU (default 1500) sets the links' MTU; SLOW_START_AFTER_IDLE (0 or 1; default:
+# the kernel's, 1) sets each host's net.ipv4.tcp_slow_start_after_idle; TRACE=1 prints, per run, the origin's
 # bytes sent by second, the targets' downlinks in use (their bytes received
 # over what their links could carry), when each target was ready and the
 # qdiscs' drops;
@@ -61,6 +62,9 @@ for i in $(seq 0 "$targets"); do
   ip -n "$sw" link set "p$i" up
   ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
   ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 50ms
+  if [ -n "${SLOW_START_AFTER_IDLE:-}" ]; then
+    ip netns exec "$(ns "$i")" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$SLOW_START_AFTER_IDLE"
+  fi
 done
 
 ip netns exec "$(ns 0)" iperf3 -s -B "$(ip_of 0)" -p 5201 > /dev/null 2>&1 &
