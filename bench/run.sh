@@ -2,7 +2,8 @@
 # Benchmarks, each against a baseline measured in the same run: bench/run.sh BIN_DIR
 #
 # control_plane: seedd against the Python interop server (tests/interop/seedpeer.py,
-# reference-style: one connection at a time). 8 client threads, one connection per
+# reference-style: one connection at a time) and, as the baseline of what any server
+# can do here, a minimal server (bench/control_plane/minimal_server.cc). 8 client threads, one connection per
 # request, artifacts of 1 KiB and 64 KiB; then both again with 200 stalled peers
 # connected. Each configuration runs REPS times (default 3); medians are reported,
 # with requests/s, latency and the server's CPU time per request.
@@ -39,6 +40,12 @@ start seedd "$bin/seedd" --listen 127.0.0.1:0 --cache-dir "$work/cache" --log-le
 seedd_addr="$addr" seedd_pid="$pid"
 start python python3 "$root/tests/interop/seedpeer.py" serve --listen 127.0.0.1:0 --cache-dir "$work/cache"
 python_addr="$addr" python_pid="$pid"
+# The baseline: a minimal server answering every request with seedd's own
+# response for the 1 KiB artifact (bench/control_plane/minimal_server.cc).
+"$bin/seedctl" request --source "$seedd_addr" --kind artifact --param namespace=bench \
+  --param config_hash="$hash" --param filename=small.bin > "$work/small.response"
+start minimal "$bin/minimal_server" 127.0.0.1:0 "$work/small.response"
+minimal_addr="$addr" minimal_pid="$pid"
 
 results="$work/results"
 load() {
@@ -52,6 +59,7 @@ for i in $(seq 1 "$reps"); do
     load "seedd_$size" --target "$seedd_addr" --server-pid "$seedd_pid" --request "$(req $size.bin)"
     load "python_$size" --target "$python_addr" --server-pid "$python_pid" --request "$(req $size.bin)"
   done
+  load minimal_small --target "$minimal_addr" --server-pid "$minimal_pid" --request "$(req small.bin)"
   load seedd_stalled --target "$seedd_addr" --server-pid "$seedd_pid" --request "$(req small.bin)" --stalled 200
 done
 # The reference-style server serves one connection at a time: each stalled peer holds
@@ -70,7 +78,8 @@ print("control_plane: medians, 8 clients, one connection per request")
 print("  %-34s %9s %8s %8s %10s %10s %7s" % ("server / artifact", "req/s", "p50 ms", "p99 ms",
                                            "server CPU", "client CPU", "errors"))
 print("  %-34s %9s %8s %8s %10s %10s" % ("", "", "", "", "us/req", "us/req"))
-for label, name in (("python_small", "python reference-style, 1 KiB"), ("seedd_small", "seedd, 1 KiB"),
+for label, name in (("minimal_small", "minimal server (baseline), 1 KiB"),
+                    ("python_small", "python reference-style, 1 KiB"), ("seedd_small", "seedd, 1 KiB"),
                     ("python_table", "python reference-style, 64 KiB"), ("seedd_table", "seedd, 64 KiB"),
                     ("python_stalled", "python + 200 stalled peers, 1 KiB"),
                     ("seedd_stalled", "seedd + 200 stalled peers, 1 KiB")):
@@ -85,6 +94,9 @@ for size, label in (("small", "1 KiB"), ("table", "64 KiB")):
     s, p = m["seedd_" + size], m["python_" + size]
     print("  %s: seedd/python req/s %.2fx (target >= 3x); python/seedd server CPU per request %.2fx"
           % (label, ratio(s["rps"], p["rps"]), ratio(p["cpu_us"], s["cpu_us"])))
+print("  seedd / minimal server req/s %.2fx (target >= 0.8x); p99 %.3f ms vs %.3f ms"
+      % (ratio(m["seedd_small"]["rps"], m["minimal_small"]["rps"]), m["seedd_small"]["p99_ms"],
+         m["minimal_small"]["p99_ms"]))
 s = m["seedd_small"]
 print("  the load generator shares the 2 cores: at 1 KiB its own %.1f us/req bounds any server"
       " to <= %.0f req/s here" % (s["client_cpu_us"], 2e6 / s["client_cpu_us"]))

@@ -29,8 +29,11 @@ struct Stats {
 
 // Keeps `n` connections open, each having sent 4 of a header's 8 bytes. Connects
 // without blocking, so a server with a short accept backlog does not slow the start.
-void HoldStalledPeers(const seedd::HostPort& target, int n, const std::atomic<bool>& stop,
-                      std::atomic<int>* live) {
+// Against a loopback target they come from `sources` addresses, 127.0.0.2 on
+// (the clients measured use 127.0.0.1): a server bounds what one host holds, and
+// the question is whether other hosts' stalls hold up the clients.
+void HoldStalledPeers(const seedd::HostPort& target, int n, int sources,
+                      const std::atomic<bool>& stop, std::atomic<int>* live) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* ai = nullptr;
@@ -42,9 +45,17 @@ void HoldStalledPeers(const seedd::HostPort& target, int n, const std::atomic<bo
     bool sent = false;
   };
   std::vector<Slot> slots(n);
+  const bool loopback = ai->ai_family == AF_INET && target.host.rfind("127.", 0) == 0;
   auto open_one = [&](Slot& slot) {
     slot.fd.Reset(::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     slot.sent = false;
+    if (loopback && sources > 0) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      const size_t i = static_cast<size_t>(&slot - slots.data());
+      from.sin_addr.s_addr = htonl(0x7f000002u + static_cast<uint32_t>(i % sources));
+      (void)::bind(slot.fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof(from));
+    }
     (void)::connect(slot.fd.get(), ai->ai_addr, ai->ai_addrlen);
   };
   for (auto& slot : slots) open_one(slot);
@@ -116,6 +127,7 @@ int main(int argc, char** argv) {
   int clients = 8;
   double seconds = 5;
   int stalled = 0;
+  int stalled_sources = 4;
   double timeout_s = 30;
   int server_pid = 0;
   app.add_option("--target", target_text, "HOST:PORT of the server")->required();
@@ -125,6 +137,10 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "client threads")->capture_default_str();
   app.add_option("--seconds", seconds, "measured duration")->capture_default_str();
   app.add_option("--stalled", stalled, "stalled peers held open")->capture_default_str();
+  app.add_option("--stalled-sources", stalled_sources,
+                 "loopback addresses the stalled peers come from, 127.0.0.2 on (0: the "
+                 "clients' own)")
+      ->capture_default_str();
   app.add_option("--timeout", timeout_s, "seconds a request may take before it counts as an error")
       ->capture_default_str();
   app.add_option("--server-pid", server_pid,
@@ -149,7 +165,8 @@ int main(int argc, char** argv) {
   std::atomic<int> stalled_live{0};
   std::thread staller;
   if (stalled > 0) {
-    staller = std::thread([&] { HoldStalledPeers(*target, stalled, stop_stalled, &stalled_live); });
+    staller = std::thread(
+        [&] { HoldStalledPeers(*target, stalled, stalled_sources, stop_stalled, &stalled_live); });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them connect
   }
 
