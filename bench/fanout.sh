@@ -7,6 +7,7 @@
 # started at once (until every one is ready), and the bytes the origin's interface
 # sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB or
 # auto, default "auto": seedd's default, about 1,024 chunks per model).
+# INCAST=K measures K flows from K hosts into one host's downlink first;
 # MTU (default 1500) sets the links' MTU; SLOW_START_AFTER_IDLE (0 or 1; default:
 # the kernel's, 1) sets each host's net.ipv4.tcp_slow_start_after_idle; TRACE=1 prints, per run, the origin's
 # bytes sent by second, the targets' downlinks in use (their bytes received
@@ -73,6 +74,21 @@ sleep 0.5
 link_mbps="$(ip netns exec "$(ns 1)" iperf3 -c "$(ip_of 0)" -p 5201 -t 3 -J |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6)')"
 kill "${pids[-1]}"
+# INCAST=K: K hosts send to host 1 at once for 3 s (one TCP flow each), the
+# aggregate received: what several flows into one shaped downlink achieve.
+if [ -n "${INCAST:-}" ]; then
+  for k in $(seq 1 "$INCAST"); do
+    ip netns exec "$(ns 1)" iperf3 -s -1 -B "$(ip_of 1)" -p $((5300 + k)) > /dev/null 2>&1 &
+  done
+  sleep 0.5
+  for k in $(seq 1 "$INCAST"); do
+    ip netns exec "$(ns $((k + 1)))" iperf3 -c "$(ip_of 1)" -p $((5300 + k)) -t 3 -J \
+      > "$shm/incast.$k.json" 2> /dev/null &
+  done
+  wait
+  incast="$(python3 -c 'import json,sys; print("%.1f" % (sum(json.load(open(f))["end"]["sum_received"]["bits_per_second"] for f in sys.argv[1:]) / 1e6))' "$shm"/incast.*.json)"
+  echo "fanout: $INCAST flows from $INCAST hosts into one downlink: $incast Mbit/s together (one flow: $link_mbps)"
+fi
 
 echo "fanout: generating a ${size_mib} MiB model in tmpfs"
 python3 - "$shm/model" "$size_mib" <<'PY'
