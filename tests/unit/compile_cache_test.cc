@@ -209,6 +209,44 @@ TEST(CompileCache, FactorsComeFromPairsAndAJsonFile) {
   EXPECT_FALSE(ParseCompileFactors({}, dir.path() / "missing.json").ok());
 }
 
+// The listener's path: one bundle per state of the directory, rebuilt when a
+// file changes.
+TEST(CompileCache, AServedDirectoryIsBundledOncePerStateAndAgainWhenItChanges) {
+  TempDir dir;
+  const fs::path warm = dir.path() / "warm";
+  Write(warm / "h1" / "a.cubin", "first");
+  SeedablePtr s = NewCompileCacheSeedable(dir.path() / "cache", {Spec(warm)});
+  const Json request = {{"kind", "compile_cache"}, {"namespace", "triton"}, {"key", kKey}};
+  Result<std::optional<std::string>> one = s->ResolveText(request);
+  ASSERT_TRUE(one.ok() && one->has_value()) << one.status().ToString();
+  Result<std::optional<std::string>> two = s->ResolveText(request);
+  ASSERT_TRUE(two.ok() && two->has_value());
+  EXPECT_EQ(**one, **two);
+  Write(warm / "h1" / "a.cubin", "second, longer");
+  Result<std::optional<std::string>> three = s->ResolveText(request);
+  ASSERT_TRUE(three.ok() && three->has_value());
+  EXPECT_NE(**three, **one);
+  EXPECT_NE(three->value().find(Base64Encode("second, longer")), std::string::npos);
+  // Another key is a miss.
+  Json other = request;
+  other["key"] = std::string(32, 'a');
+  Result<std::optional<std::string>> miss = s->ResolveText(other);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->has_value());
+}
+
+// A bundle's times are taken no later than now: a file dated in the future would
+// keep every later install from replacing it.
+TEST(CompileCache, AFileDatedInTheFutureIsInstalledDatedNow) {
+  TempDir dir;
+  Json b = OneFile("k.cubin", "kernel");
+  b["files"][0]["mtime_ns"] = int64_t{4102444800} * 1000000000;  // 2100
+  ASSERT_TRUE(ValidateCompileCacheBundle(b, "triton", kKey, {}).ok());
+  ASSERT_TRUE(InstallCompileCache(b, dir.path()).ok());
+  EXPECT_LE(fs::last_write_time(dir.path() / "k.cubin"),
+            fs::file_time_type::clock::now() + std::chrono::seconds(1));
+}
+
 TEST(CompileCache, TheKeyFieldsAreChecked) {
   EXPECT_TRUE(ValidateCompileCacheKey(Json{{"namespace", "triton"}, {"key", kKey}}).ok());
   EXPECT_FALSE(ValidateCompileCacheKey(Json{{"namespace", "Triton"}, {"key", kKey}}).ok());

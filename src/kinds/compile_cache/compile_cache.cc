@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -110,11 +111,62 @@ bool HasFiles(const std::filesystem::path& dir) {
   return false;
 }
 
+// A regular file of a cache directory, as a bundle lists it.
+struct FoundFile {
+  std::string path;  // relative, '/'-separated
+  std::filesystem::path full;
+  uint64_t size;
+  int64_t mtime_ns;
+};
+
+// The files a bundle of `spec.dir` holds, sorted by path (stat only, no reads).
+Result<std::vector<FoundFile>> ListCacheFiles(const CompileCacheSpec& spec) {
+  std::vector<FoundFile> found;
+  uint64_t total = 0;
+  std::error_code ec;
+  std::filesystem::recursive_directory_iterator it(spec.dir, ec), end;
+  if (ec) return Status::NotFound("cannot read " + spec.dir.string() + ": " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) return Status::IoError("reading " + spec.dir.string() + ": " + ec.message());
+    const std::string rel = it->path().lexically_relative(spec.dir).generic_string();
+    if (it.depth() == 0 && rel.rfind(kStagingPrefix, 0) == 0) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (!CheckPath(rel).ok()) continue;
+    total += static_cast<uint64_t>(st.st_size);
+    if (total > spec.max_bytes || found.size() >= kMaxCompileCacheFiles) {
+      return Status::ResourceExhausted("compile cache " + spec.name + " (" + spec.dir.string() +
+                                       ") holds more than " + std::to_string(spec.max_bytes >> 20) +
+                                       " MiB or " + std::to_string(kMaxCompileCacheFiles) +
+                                       " files, the most one bundle carries");
+    }
+    found.push_back({rel, it->path(), static_cast<uint64_t>(st.st_size), MtimeNs(st)});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const FoundFile& a, const FoundFile& b) { return a.path < b.path; });
+  return found;
+}
+
+// What the directory holds now, by path, size and time: a bundle built from an
+// equal fingerprint is the same.
+Result<std::string> Fingerprint(const CompileCacheSpec& spec) {
+  Result<std::vector<FoundFile>> found = ListCacheFiles(spec);
+  if (!found.ok()) return found.status();
+  std::string out;
+  for (const FoundFile& f : *found) {
+    out += f.path + '\0' + std::to_string(f.size) + '\0' + std::to_string(f.mtime_ns) + '\n';
+  }
+  return out;
+}
+
 class CompileCacheSeedable final : public Seedable {
  public:
   CompileCacheSeedable(const std::filesystem::path& cache_dir, std::vector<CompileCacheSpec> served,
                        std::vector<std::shared_ptr<ArtifactStore>> shared)
-      : served_(std::move(served)), shared_(std::move(shared)) {
+      : served_(std::move(served)), shared_(std::move(shared)), built_(served_.size()) {
     DiskStoreOptions options;
     options.max_value_bytes = kMaxResponseBytes;
     disk_ = NewDiskArtifactStore("", cache_dir / "compile_cache", options);
@@ -149,6 +201,34 @@ class CompileCacheSeedable final : public Seedable {
     return std::optional<Json>(std::move(*bundle));
   }
 
+  // The listener's path. A served directory's bundle is built once per state of
+  // the directory (its paths, sizes and times, read with stat alone), one
+  // request at a time, and its text handed to the requests that follow: reading
+  // and hashing up to 44 MiB per request would let a few peers keep a core busy.
+  Result<std::optional<std::string>> ResolveText(const Json& request) const override {
+    SEEDD_RETURN_IF_ERROR(ValidateCompileCacheKey(request));
+    for (size_t i = 0; i < served_.size(); ++i) {
+      const CompileCacheSpec& spec = served_[i];
+      if (spec.name != request["namespace"] || spec.key != request["key"]) continue;
+      std::lock_guard<std::mutex> lock(bundle_mu_);
+      Result<std::string> now = Fingerprint(spec);
+      if (!now.ok()) return now.status();
+      if (now->empty()) break;  // cold here too: maybe published earlier
+      Built& built = built_[i];
+      if (built.text == nullptr || built.fingerprint != *now) {
+        Result<Json> bundle = BundleCompileCache(spec);
+        if (!bundle.ok()) return bundle.status();
+        built.text = std::make_shared<const std::string>(DumpJson(*bundle));
+        built.fingerprint = std::move(*now);
+      }
+      return std::optional<std::string>(*built.text);
+    }
+    Result<std::optional<Json>> stored = Resolve(request);
+    if (!stored.ok()) return stored.status();
+    if (!stored->has_value()) return std::optional<std::string>();
+    return std::optional<std::string>(DumpJson(**stored));
+  }
+
   Result<Json> ValidatePayload(const Json& payload) const override {
     // The key and factors are checked in Install, which has the ctx.
     if (!payload.is_object()) return Status::InvalidArgument("the bundle must be an object");
@@ -181,6 +261,12 @@ class CompileCacheSeedable final : public Seedable {
   std::vector<CompileCacheSpec> served_;
   std::vector<std::shared_ptr<ArtifactStore>> shared_;
   ArtifactStorePtr disk_;
+  struct Built {
+    std::string fingerprint;
+    std::shared_ptr<const std::string> text;
+  };
+  mutable std::mutex bundle_mu_;
+  mutable std::vector<Built> built_;  // GUARDED_BY(bundle_mu_): by served_ index
 };
 
 }  // namespace
@@ -236,40 +322,12 @@ Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs
 Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
   SEEDD_RETURN_IF_ERROR(CheckNamespace(spec.name));
   SEEDD_RETURN_IF_ERROR(CheckKey(spec.key));
-  struct Found {
-    std::string path;
-    std::filesystem::path full;
-    uint64_t size;
-    int64_t mtime_ns;
-  };
-  std::vector<Found> found;
+  Result<std::vector<FoundFile>> found = ListCacheFiles(spec);
+  if (!found.ok()) return found.status();
   uint64_t total = 0;
-  std::error_code ec;
-  std::filesystem::recursive_directory_iterator it(spec.dir, ec), end;
-  if (ec) return Status::NotFound("cannot read " + spec.dir.string() + ": " + ec.message());
-  for (; it != end; it.increment(ec)) {
-    if (ec) return Status::IoError("reading " + spec.dir.string() + ": " + ec.message());
-    const std::string rel = it->path().lexically_relative(spec.dir).generic_string();
-    if (it.depth() == 0 && rel.rfind(kStagingPrefix, 0) == 0) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    struct stat st;
-    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (!CheckPath(rel).ok()) continue;
-    total += static_cast<uint64_t>(st.st_size);
-    if (total > spec.max_bytes || found.size() >= kMaxCompileCacheFiles) {
-      return Status::ResourceExhausted("compile cache " + spec.name + " (" + spec.dir.string() +
-                                       ") holds more than " + std::to_string(spec.max_bytes >> 20) +
-                                       " MiB or " + std::to_string(kMaxCompileCacheFiles) +
-                                       " files, the most one bundle carries");
-    }
-    found.push_back({rel, it->path(), static_cast<uint64_t>(st.st_size), MtimeNs(st)});
-  }
-  std::sort(found.begin(), found.end(),
-            [](const Found& a, const Found& b) { return a.path < b.path; });
   Json files = Json::array();
-  for (const Found& f : found) {
+  for (const FoundFile& f : *found) {
+    total += f.size;
     Result<std::string> data = ReadFile(f.full, f.size);
     if (!data.ok()) return data.status();
     files.push_back({{"path", f.path},
@@ -387,6 +445,19 @@ Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
   return bundle;
 }
 
+namespace {
+
+// A bundle file's time, within [0, now]: a file from the future would keep
+// every later install from replacing it.
+int64_t MtimeOf(const Json& file) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return std::clamp<int64_t>(file["mtime_ns"].get<int64_t>(), 0, now);
+}
+
+}  // namespace
+
 Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
                                                 const std::filesystem::path& dir) {
   std::error_code ec;
@@ -408,13 +479,14 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
     std::optional<std::string> bytes = Base64Decode(files[i]["data"].get<std::string>());
     const std::filesystem::path staged = staging / std::to_string(i);
     SEEDD_RETURN_IF_ERROR(WriteFileAtomic(staged, *bytes));
-    const int64_t ns = files[i]["mtime_ns"].get<int64_t>();
+    const int64_t ns = MtimeOf(files[i]);
     const timespec times[2] = {{0, UTIME_OMIT}, {ns / 1000000000, ns % 1000000000}};
     ::utimensat(AT_FDCWD, staged.c_str(), times, 0);
   }
   CompileCacheInstall done;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string rel = files[i]["path"].get<std::string>();
+    const int64_t mtime = MtimeOf(files[i]);
     const std::filesystem::path target = dir / rel;
     // Every directory on the way is a real one (never a link out of `dir`).
     std::filesystem::path at = dir;
@@ -436,7 +508,7 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
         return Status::FailedPrecondition(target.string() +
                                           " exists and is not a file: not replaced");
       }
-      if (MtimeNs(st) >= files[i]["mtime_ns"].get<int64_t>()) {
+      if (MtimeNs(st) >= mtime) {
         ++done.kept_newer;
         continue;
       }
