@@ -24,6 +24,9 @@ namespace {
 // flag's value says where that value came from.
 std::map<std::string, std::string> g_from_config;
 
+// --warmup compile_cache:NAME=DIR.
+constexpr std::string_view kCompileWarmup = "compile_cache:";
+
 // "~/x" as the shell would expand it (a configuration file's paths are not).
 std::string ExpandHome(const std::string& path) {
   const char* home = std::getenv("HOME");
@@ -225,8 +228,9 @@ int main(int argc, char** argv) {
                  "then --source; then published and served)")
       ->check([](const std::string& w) -> std::string {
         if (w == "flashinfer_autotune") return "";
-        if (w.rfind("compile_cache:", 0) == 0 && w.find('=') != std::string::npos &&
-            w.find('=') > 14 && w.find('=') + 1 < w.size()) {
+        const size_t eq = w.find('=');
+        if (w.rfind(kCompileWarmup, 0) == 0 && eq != std::string::npos &&
+            eq > kCompileWarmup.size() && eq + 1 < w.size()) {
           return "";
         }
         return "expected flashinfer_autotune or compile_cache:NAME=DIR, got '" + w + "'";
@@ -403,7 +407,7 @@ int main(int argc, char** argv) {
       }
       const size_t eq = w.find('=');
       seedd::CompileCacheSpec spec;
-      spec.name = w.substr(14, eq - 14);
+      spec.name = w.substr(kCompileWarmup.size(), eq - kCompileWarmup.size());
       spec.dir = ExpandHome(w.substr(eq + 1));
       spec.key = compile_key;
       if (compile_key.empty()) {

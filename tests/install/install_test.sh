@@ -95,6 +95,11 @@ assert seedd.__file__.startswith('$prefix'), seedd.__file__
 m = seedd.Manifest.build('tiny', sys.argv[1])
 print(m.chunk_size)" "$tmp/tiny-model")" || fail "import seedd from the installed package"
   [ "$got" = "262144" ] || fail "the installed Python package: $got"
+  # Installed with the prefix /usr/local, the same directory is on the path of
+  # the python it was built for: no PYTHONPATH needed.
+  rel="${site#"$prefix"/}"
+  /usr/bin/python3 -c "import sys; sys.exit('/usr/local/$rel' not in sys.path)" ||
+    fail "/usr/local/$rel (where make install puts the package) is not on python3's path"
 fi
 
 # The unit: systemd-analyze verify prints nothing for a unit without fault

@@ -1,100 +1,28 @@
-// The compile_cache kind (seedd/compile_cache.h): bundling a directory,
-// checking a bundle, installing it, and the daemon's warmup.
+// The compile_cache kind (seedd/compile_cache.h): the seedable that serves and
+// adopts bundles, and the daemon's warmup. The bundle itself: bundle.cc.
 #include "seedd/compile_cache.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <mutex>
-#include <set>
-#include <sstream>
 
-#include "common/crypto.h"
-#include "common/errno_status.h"
-#include "common/file_util.h"
+#include "kinds/compile_cache/bundle.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
-#include "stores/backends.h"
 
 namespace seedd {
 namespace {
 
-constexpr std::string_view kStagingPrefix = ".seedd-incoming-";
 constexpr std::string_view kStoreFile = "compile_cache.json";
-
-bool NameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-}
-bool HexChar(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
-bool FactorChar(char c) { return NameChar(c) || (c >= 'A' && c <= 'Z'); }
-
-Status CheckNamespace(std::string_view ns) {
-  if (ns.empty() || ns.size() > 64 || ns == "." || ns == ".." ||
-      !std::all_of(ns.begin(), ns.end(), NameChar)) {
-    return Status::InvalidArgument("invalid namespace (expected [a-z0-9_.-]{1,64})");
-  }
-  return Status::Ok();
-}
-
-Status CheckKey(std::string_view key) {
-  if (key.size() < 16 || key.size() > 128 || !std::all_of(key.begin(), key.end(), HexChar)) {
-    return Status::InvalidArgument("invalid key (expected 16-128 lowercase hex digits)");
-  }
-  return Status::Ok();
-}
-
-Status CheckFactorName(std::string_view name) {
-  if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), FactorChar)) {
-    return Status::InvalidArgument("invalid factor name '" + std::string(name.substr(0, 64)) +
-                                   "' (expected [A-Za-z0-9_.-]{1,64})");
-  }
-  return Status::Ok();
-}
-
-// A relative '/'-separated path that stays below its root.
-Status CheckPath(std::string_view path) {
-  auto bad = [&](const char* why) {
-    std::string shown(path.substr(0, 200));
-    for (char& c : shown) {
-      if (static_cast<unsigned char>(c) < 0x20) c = '?';
-    }
-    return Status::InvalidArgument("unsafe path '" + shown + "' in the bundle: " + why);
-  };
-  if (path.empty() || path.size() > 4096) return bad("empty or longer than 4096 bytes");
-  if (path.front() == '/') return bad("absolute");
-  if (path.find('\\') != std::string_view::npos || path.find('\0') != std::string_view::npos) {
-    return bad("a backslash or NUL");
-  }
-  size_t start = 0;
-  for (;;) {
-    const size_t slash = path.find('/', start);
-    const std::string_view part = path.substr(start, slash - start);
-    if (part.empty()) return bad("an empty component");
-    if (part == "." || part == "..") return bad("a '.' or '..' component");
-    if (part.size() > 255) return bad("a component longer than 255 bytes");
-    if (start == 0 && part.rfind(kStagingPrefix, 0) == 0) return bad("seedd's staging name");
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
-  }
-  return Status::Ok();
-}
-
-std::string FactorText(const Json& v) { return v.is_string() ? v.get<std::string>() : DumpJson(v); }
-
-Result<std::string> ReadFile(const std::filesystem::path& path, uint64_t size) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return ErrnoStatus("open " + path.string(), errno);
-  std::string data(size, '\0');
-  SEEDD_RETURN_IF_ERROR(ReadExactly(fd.get(), 0, data.data(), size, path.string()));
-  return data;
-}
 
 ArtifactKey StoreKey(std::string_view ns, std::string_view key) {
   return *ArtifactKey::Make(ns, key, kStoreFile);
+}
+
+// The disk store of published bundles: <cache_dir>/compile_cache/<ns>/<key>/.
+ArtifactStorePtr CompileDiskStore(const std::filesystem::path& cache_dir) {
+  DiskStoreOptions options;
+  options.max_value_bytes = kMaxResponseBytes;
+  return NewDiskArtifactStore("", cache_dir / "compile_cache", options);
 }
 
 // Whether `dir` holds any regular file (staging directories aside).
@@ -109,45 +37,6 @@ bool HasFiles(const std::filesystem::path& dir) {
     if (it->is_regular_file(ec) && !it->is_symlink(ec)) return true;
   }
   return false;
-}
-
-// A regular file of a cache directory, as a bundle lists it.
-struct FoundFile {
-  std::string path;  // relative, '/'-separated
-  std::filesystem::path full;
-  uint64_t size;
-  int64_t mtime_ns;
-};
-
-// The files a bundle of `spec.dir` holds, sorted by path (stat only, no reads).
-Result<std::vector<FoundFile>> ListCacheFiles(const CompileCacheSpec& spec) {
-  std::vector<FoundFile> found;
-  uint64_t total = 0;
-  std::error_code ec;
-  std::filesystem::recursive_directory_iterator it(spec.dir, ec), end;
-  if (ec) return Status::NotFound("cannot read " + spec.dir.string() + ": " + ec.message());
-  for (; it != end; it.increment(ec)) {
-    if (ec) return Status::IoError("reading " + spec.dir.string() + ": " + ec.message());
-    const std::string rel = it->path().lexically_relative(spec.dir).generic_string();
-    if (it.depth() == 0 && rel.rfind(kStagingPrefix, 0) == 0) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    struct stat st;
-    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (!CheckPath(rel).ok()) continue;
-    total += static_cast<uint64_t>(st.st_size);
-    if (total > spec.max_bytes || found.size() >= kMaxCompileCacheFiles) {
-      return Status::ResourceExhausted("compile cache " + spec.name + " (" + spec.dir.string() +
-                                       ") holds more than " + std::to_string(spec.max_bytes >> 20) +
-                                       " MiB or " + std::to_string(kMaxCompileCacheFiles) +
-                                       " files, the most one bundle carries");
-    }
-    found.push_back({rel, it->path(), static_cast<uint64_t>(st.st_size), MtimeNs(st)});
-  }
-  std::sort(found.begin(), found.end(),
-            [](const FoundFile& a, const FoundFile& b) { return a.path < b.path; });
-  return found;
 }
 
 // What the directory holds now, by path, size and time: a bundle built from an
@@ -166,11 +55,10 @@ class CompileCacheSeedable final : public Seedable {
  public:
   CompileCacheSeedable(const std::filesystem::path& cache_dir, std::vector<CompileCacheSpec> served,
                        std::vector<std::shared_ptr<ArtifactStore>> shared)
-      : served_(std::move(served)), shared_(std::move(shared)), built_(served_.size()) {
-    DiskStoreOptions options;
-    options.max_value_bytes = kMaxResponseBytes;
-    disk_ = NewDiskArtifactStore("", cache_dir / "compile_cache", options);
-  }
+      : served_(std::move(served)),
+        shared_(std::move(shared)),
+        disk_(CompileDiskStore(cache_dir)),
+        built_(served_.size()) {}
 
   std::string_view kind() const override { return kCompileCacheKind; }
 
@@ -180,53 +68,34 @@ class CompileCacheSeedable final : public Seedable {
   }
 
   Result<std::optional<Json>> Resolve(const Json& request) const override {
+    Result<std::optional<std::string>> text = ResolveText(request);
+    if (!text.ok() || !text->has_value()) return text.status();
+    Result<Json> bundle = ParseJson(**text);
+    if (!bundle.ok()) return bundle.status();
+    return std::optional<Json>(std::move(*bundle));
+  }
+
+  // The listener's path: a cache this daemon serves from its directory, else a
+  // bundle published on the local disk, else in the shared stores.
+  Result<std::optional<std::string>> ResolveText(const Json& request) const override {
     SEEDD_RETURN_IF_ERROR(ValidateCompileCacheKey(request));
     const std::string ns = request["namespace"].get<std::string>();
     const std::string key = request["key"].get<std::string>();
-    for (const CompileCacheSpec& spec : served_) {
-      if (spec.name != ns || spec.key != key) continue;
-      if (!HasFiles(spec.dir)) break;  // cold here too: maybe published earlier
-      Result<Json> bundle = BundleCompileCache(spec);
-      if (!bundle.ok()) return bundle.status();
-      return std::optional<Json>(std::move(*bundle));
+    for (size_t i = 0; i < served_.size(); ++i) {
+      if (served_[i].name != ns || served_[i].key != key) continue;
+      Result<std::optional<std::string>> text = ServedText(i);
+      if (!text.ok() || text->has_value()) return text;
+      break;  // cold here too: maybe published earlier
     }
     Result<std::optional<std::string>> text = disk_->Get(StoreKey(ns, key));
     for (size_t i = 0; text.ok() && !text->has_value() && i < shared_.size(); ++i) {
       text = shared_[i]->Get(StoreKey(ns, key));
     }
-    if (!text.ok()) return text.status();
-    if (!text->has_value()) return std::optional<Json>();
+    if (!text.ok() || !text->has_value()) return text;
+    // A store's bytes go into a response frame: they must be one JSON value.
     Result<Json> bundle = ParseJson(**text);
     if (!bundle.ok()) return bundle.status().WithContext("a stored compile cache bundle");
-    return std::optional<Json>(std::move(*bundle));
-  }
-
-  // The listener's path. A served directory's bundle is built once per state of
-  // the directory (its paths, sizes and times, read with stat alone), one
-  // request at a time, and its text handed to the requests that follow: reading
-  // and hashing up to 44 MiB per request would let a few peers keep a core busy.
-  Result<std::optional<std::string>> ResolveText(const Json& request) const override {
-    SEEDD_RETURN_IF_ERROR(ValidateCompileCacheKey(request));
-    for (size_t i = 0; i < served_.size(); ++i) {
-      const CompileCacheSpec& spec = served_[i];
-      if (spec.name != request["namespace"] || spec.key != request["key"]) continue;
-      std::lock_guard<std::mutex> lock(bundle_mu_);
-      Result<std::string> now = Fingerprint(spec);
-      if (!now.ok()) return now.status();
-      if (now->empty()) break;  // cold here too: maybe published earlier
-      Built& built = built_[i];
-      if (built.text == nullptr || built.fingerprint != *now) {
-        Result<Json> bundle = BundleCompileCache(spec);
-        if (!bundle.ok()) return bundle.status();
-        built.text = std::make_shared<const std::string>(DumpJson(*bundle));
-        built.fingerprint = std::move(*now);
-      }
-      return std::optional<std::string>(*built.text);
-    }
-    Result<std::optional<Json>> stored = Resolve(request);
-    if (!stored.ok()) return stored.status();
-    if (!stored->has_value()) return std::optional<std::string>();
-    return std::optional<std::string>(DumpJson(**stored));
+    return text;
   }
 
   Result<Json> ValidatePayload(const Json& payload) const override {
@@ -258,6 +127,26 @@ class CompileCacheSeedable final : public Seedable {
   CompileCacheInstall last_install_;
 
  private:
+  // The bundle of served_[i]'s directory, nullopt when it holds no file. Built
+  // once per state of the directory (paths, sizes and times, read with stat
+  // alone), one request at a time, and reused by the requests that follow:
+  // reading and hashing up to 44 MiB per request would let a few peers keep a
+  // core busy.
+  Result<std::optional<std::string>> ServedText(size_t i) const {
+    std::lock_guard<std::mutex> lock(bundle_mu_);
+    Result<std::string> now = Fingerprint(served_[i]);
+    if (!now.ok()) return now.status();
+    if (now->empty()) return std::optional<std::string>();
+    Built& built = built_[i];
+    if (built.text == nullptr || built.fingerprint != *now) {
+      Result<Json> bundle = BundleCompileCache(served_[i]);
+      if (!bundle.ok()) return bundle.status();
+      built.text = std::make_shared<const std::string>(DumpJson(*bundle));
+      built.fingerprint = std::move(*now);
+    }
+    return std::optional<std::string>(*built.text);
+  }
+
   std::vector<CompileCacheSpec> served_;
   std::vector<std::shared_ptr<ArtifactStore>> shared_;
   ArtifactStorePtr disk_;
@@ -271,258 +160,6 @@ class CompileCacheSeedable final : public Seedable {
 
 }  // namespace
 
-Status ValidateCompileCacheKey(const Json& fields) {
-  if (!fields.is_object()) return Status::InvalidArgument("the key must be a JSON object");
-  auto ns = fields.find("namespace");
-  if (ns == fields.end()) return Status::InvalidArgument("missing field 'namespace'");
-  if (!ns->is_string()) return Status::InvalidArgument("field 'namespace' must be a string");
-  SEEDD_RETURN_IF_ERROR(CheckNamespace(ns->get<std::string>()));
-  auto key = fields.find("key");
-  if (key == fields.end()) return Status::InvalidArgument("missing field 'key'");
-  if (!key->is_string()) return Status::InvalidArgument("field 'key' must be a string");
-  return CheckKey(key->get<std::string>());
-}
-
-Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs,
-                                           const std::filesystem::path& json_file) {
-  CompileFactors out;
-  if (!json_file.empty()) {
-    std::ifstream in(json_file);
-    if (!in) return Status::InvalidArgument("cannot read the factors file " + json_file.string());
-    std::stringstream text;
-    text << in.rdbuf();
-    if (text.str().size() > 1 << 20) {
-      return Status::InvalidArgument("the factors file " + json_file.string() + " exceeds 1 MiB");
-    }
-    Result<Json> j = ParseJson(text.str());
-    if (!j.ok() || !j->is_object()) {
-      return Status::InvalidArgument("the factors file " + json_file.string() +
-                                     " must hold a JSON object of NAME: VALUE");
-    }
-    for (auto it = j->begin(); it != j->end(); ++it) {
-      SEEDD_RETURN_IF_ERROR(CheckFactorName(it.key()));
-      if (it->is_object() || it->is_array()) {
-        return Status::InvalidArgument("factor '" + it.key() + "' in " + json_file.string() +
-                                       " must be a string, number or boolean");
-      }
-      out[it.key()] = FactorText(*it);
-    }
-  }
-  for (const std::string& pair : pairs) {
-    const size_t eq = pair.find('=');
-    if (eq == std::string::npos) {
-      return Status::InvalidArgument("factor '" + pair + "' is not NAME=VALUE");
-    }
-    SEEDD_RETURN_IF_ERROR(CheckFactorName(pair.substr(0, eq)));
-    out[pair.substr(0, eq)] = pair.substr(eq + 1);
-  }
-  return out;
-}
-
-Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
-  SEEDD_RETURN_IF_ERROR(CheckNamespace(spec.name));
-  SEEDD_RETURN_IF_ERROR(CheckKey(spec.key));
-  Result<std::vector<FoundFile>> found = ListCacheFiles(spec);
-  if (!found.ok()) return found.status();
-  uint64_t total = 0;
-  Json files = Json::array();
-  for (const FoundFile& f : *found) {
-    total += f.size;
-    Result<std::string> data = ReadFile(f.full, f.size);
-    if (!data.ok()) return data.status();
-    files.push_back({{"path", f.path},
-                     {"size", f.size},
-                     {"sha256", Sha256Hex(*data)},
-                     {"mtime_ns", f.mtime_ns},
-                     {"data", Base64Encode(*data)}});
-  }
-  Json factors = Json::object();
-  for (const auto& [name, value] : spec.factors) factors[name] = value;
-  return Json{{"namespace", spec.name},
-              {"key", spec.key},
-              {"factors", std::move(factors)},
-              {"files", std::move(files)},
-              {"total_size", total}};
-}
-
-std::string CompareCompileFactors(const CompileFactors& remote, const CompileFactors& local) {
-  std::set<std::string> names;
-  for (const auto& [n, v] : remote) names.insert(n);
-  for (const auto& [n, v] : local) names.insert(n);
-  std::string out;
-  for (const std::string& n : names) {
-    auto r = remote.find(n);
-    auto l = local.find(n);
-    const std::string rv = r == remote.end() ? "(none)" : r->second;
-    const std::string lv = l == local.end() ? "(none)" : l->second;
-    if (r != remote.end() && l != local.end() && rv == lv) continue;
-    out += (out.empty() ? "" : ", ") + n + ": remote=" + rv + " vs local=" + lv;
-  }
-  return out;
-}
-
-Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
-                                        std::string_view key, const CompileFactors& local,
-                                        uint64_t max_bytes) {
-  if (!bundle.is_object()) return Status::InvalidArgument("the bundle must be an object");
-  if (bundle.value("namespace", Json()) != ns || bundle.value("key", Json()) != key) {
-    return Status::InvalidArgument("the bundle is for another cache than " + std::string(ns) + "/" +
-                                   std::string(key));
-  }
-  auto factors = bundle.find("factors");
-  if (factors == bundle.end() || !factors->is_object() || factors->size() > 1024) {
-    return Status::InvalidArgument("the bundle's 'factors' must be an object");
-  }
-  CompileFactors remote;
-  for (auto it = factors->begin(); it != factors->end(); ++it) {
-    SEEDD_RETURN_IF_ERROR(CheckFactorName(it.key()));
-    if (!it->is_string() || it->get<std::string>().size() > 4096) {
-      return Status::InvalidArgument("factor '" + it.key() + "' must be a string");
-    }
-    remote[it.key()] = it->get<std::string>();
-  }
-  // Before the files: a cache compiled elsewhere never heals.
-  if (std::string diff = CompareCompileFactors(remote, local); !diff.empty()) {
-    return Status::FailedPrecondition("compile cache environment mismatch: " + diff);
-  }
-  auto files = bundle.find("files");
-  if (files == bundle.end() || !files->is_array() || files->size() > kMaxCompileCacheFiles) {
-    return Status::InvalidArgument("the bundle's 'files' must be an array of at most " +
-                                   std::to_string(kMaxCompileCacheFiles));
-  }
-  std::set<std::string> paths;
-  uint64_t total = 0;
-  for (const Json& f : *files) {
-    if (!f.is_object()) return Status::InvalidArgument("a bundle file must be an object");
-    auto path = f.find("path");
-    if (path == f.end() || !path->is_string()) {
-      return Status::InvalidArgument("a bundle file has no 'path'");
-    }
-    const std::string p = path->get<std::string>();
-    SEEDD_RETURN_IF_ERROR(CheckPath(p));
-    if (!paths.insert(p).second) return Status::InvalidArgument("'" + p + "' twice in the bundle");
-    auto size = f.find("size");
-    if (size == f.end() || !size->is_number_unsigned()) {
-      return Status::InvalidArgument("'" + p + "': 'size' must be a non-negative integer");
-    }
-    total += size->get<uint64_t>();
-    if (size->get<uint64_t>() > max_bytes || total > max_bytes) {
-      return Status::ResourceExhausted("the bundle's files exceed the " +
-                                       std::to_string(max_bytes >> 20) + " MiB cap");
-    }
-    auto sha = f.find("sha256");
-    if (sha == f.end() || !sha->is_string() || sha->get<std::string>().size() != 64 ||
-        !std::all_of(sha->get_ref<const std::string&>().begin(),
-                     sha->get_ref<const std::string&>().end(), HexChar)) {
-      return Status::InvalidArgument("'" + p + "': 'sha256' must be 64 lowercase hex digits");
-    }
-    auto mtime = f.find("mtime_ns");
-    if (mtime == f.end() || !mtime->is_number_integer()) {
-      return Status::InvalidArgument("'" + p + "': 'mtime_ns' must be an integer");
-    }
-    auto data = f.find("data");
-    if (data == f.end() || !data->is_string() ||
-        data->get<std::string>().size() > (size->get<uint64_t>() + 2) / 3 * 4) {
-      return Status::InvalidArgument("'" + p + "': 'data' must be base64 of 'size' bytes");
-    }
-    std::optional<std::string> bytes = Base64Decode(data->get<std::string>());
-    if (!bytes.has_value()) return Status::InvalidArgument("'" + p + "': 'data' is not base64");
-    if (bytes->size() != size->get<uint64_t>()) {
-      return Status::DataLoss("'" + p + "': " + std::to_string(bytes->size()) +
-                              " bytes, the bundle says " + std::to_string(size->get<uint64_t>()));
-    }
-    if (Sha256Hex(*bytes) != sha->get<std::string>()) {
-      return Status::DataLoss("'" + p + "': SHA-256 mismatch");
-    }
-  }
-  // A path that is also another's directory cannot be laid out.
-  for (const std::string& p : paths) {
-    auto next = paths.upper_bound(p + "/");
-    if (next != paths.end() && next->rfind(p + "/", 0) == 0) {
-      return Status::InvalidArgument("'" + p + "' is both a file and a directory in the bundle");
-    }
-  }
-  return bundle;
-}
-
-namespace {
-
-// A bundle file's time, within [0, now]: a file from the future would keep
-// every later install from replacing it.
-int64_t MtimeOf(const Json& file) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  return std::clamp<int64_t>(file["mtime_ns"].get<int64_t>(), 0, now);
-}
-
-}  // namespace
-
-Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
-                                                const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IoError("cannot create " + dir.string() + ": " + ec.message());
-  // Every file lands in staging first: a failure leaves nothing under a final name.
-  const std::filesystem::path staging = dir / (std::string(kStagingPrefix) + RandomHex(8));
-  struct Cleanup {
-    std::filesystem::path p;
-    ~Cleanup() {
-      std::error_code ignored;
-      std::filesystem::remove_all(p, ignored);
-    }
-  } cleanup{staging};
-  std::filesystem::create_directory(staging, ec);
-  if (ec) return Status::IoError("cannot create " + staging.string() + ": " + ec.message());
-  const Json& files = bundle["files"];
-  for (size_t i = 0; i < files.size(); ++i) {
-    std::optional<std::string> bytes = Base64Decode(files[i]["data"].get<std::string>());
-    const std::filesystem::path staged = staging / std::to_string(i);
-    SEEDD_RETURN_IF_ERROR(WriteFileAtomic(staged, *bytes));
-    const int64_t ns = MtimeOf(files[i]);
-    const timespec times[2] = {{0, UTIME_OMIT}, {ns / 1000000000, ns % 1000000000}};
-    ::utimensat(AT_FDCWD, staged.c_str(), times, 0);
-  }
-  CompileCacheInstall done;
-  for (size_t i = 0; i < files.size(); ++i) {
-    const std::string rel = files[i]["path"].get<std::string>();
-    const int64_t mtime = MtimeOf(files[i]);
-    const std::filesystem::path target = dir / rel;
-    // Every directory on the way is a real one (never a link out of `dir`).
-    std::filesystem::path at = dir;
-    for (const auto& part : std::filesystem::path(rel).parent_path()) {
-      at /= part;
-      struct stat st;
-      if (::lstat(at.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) {
-          return Status::FailedPrecondition(at.string() + " is not a directory: not installing " +
-                                            rel);
-        }
-      } else if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) {
-        return ErrnoStatus("mkdir " + at.string(), errno);
-      }
-    }
-    struct stat st;
-    if (::lstat(target.c_str(), &st) == 0) {
-      if (!S_ISREG(st.st_mode)) {
-        return Status::FailedPrecondition(target.string() +
-                                          " exists and is not a file: not replaced");
-      }
-      if (MtimeNs(st) >= mtime) {
-        ++done.kept_newer;
-        continue;
-      }
-    }
-    if (::rename((staging / std::to_string(i)).c_str(), target.c_str()) != 0) {
-      return ErrnoStatus("rename into " + target.string(), errno);
-    }
-    ++done.installed;
-    done.bytes += files[i]["size"].get<uint64_t>();
-  }
-  SEEDD_RETURN_IF_ERROR(SyncDirectory(dir));
-  return done;
-}
-
 SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
                                     std::vector<CompileCacheSpec> served,
                                     std::vector<std::shared_ptr<ArtifactStore>> shared) {
@@ -534,9 +171,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
     const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport) {
   const auto began = std::chrono::steady_clock::now();
   CompileCacheWarmupReport report;
-  DiskStoreOptions options;
-  options.max_value_bytes = kMaxResponseBytes;
-  ArtifactStorePtr disk = NewDiskArtifactStore("", cache_dir / "compile_cache", options);
+  ArtifactStorePtr disk = CompileDiskStore(cache_dir);
   const ArtifactKey store_key = StoreKey(spec.name, spec.key);
   const std::string label = std::string(kCompileCacheKind) + " " + spec.name;
   auto install = [&](const std::string& text, const std::string& from) -> bool {
