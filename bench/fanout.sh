@@ -144,6 +144,13 @@ run() {
   if [ -n "${TRACE:-}" ]; then  # the origin's bytes sent, every half second
     (while :; do echo "$(date +%s.%N) $(tx_bytes) $(rx_targets "$n")"; sleep 0.5; done) > "$work/$label.trace" &
     local tracer=$!
+    # Every host's upload and download (the switch's ports: rx is what host i
+    # sent, tx what it received), every half second.
+    (while :; do
+      echo "$(date +%s.%N) $(ip netns exec "$sw" sh -c "cat \$(seq -f '/sys/class/net/p%g/statistics/rx_bytes' 0 $n) \$(seq -f '/sys/class/net/p%g/statistics/tx_bytes' 0 $n)" | tr '\n' ' ')"
+      sleep 0.5
+    done) > "$work/$label.ports" &
+    local port_tracer=$!
   fi
   # Each target is ready when its ready line is written: the file's mtime.
   local polls=0
@@ -157,7 +164,7 @@ run() {
   done
   end="$(stat -c %.9Y "$work/$label"-*.out | sort -n | tail -1)"
   if [ -n "${TRACE:-}" ]; then
-    kill "$tracer"
+    kill "$tracer" "$port_tracer"
     for i in 0 1 2; do
       echo "  host $i upload: $(ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 | grep -o 'dropped [0-9]*, overlimits [0-9]*')," \
         "download: $(ip netns exec "$sw" tc -s qdisc show dev "p$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*')" >&2
@@ -174,6 +181,21 @@ print("  targets' downlinks in use by second:",
       " ".join("%.0f:%.2f" % (b[0] - start, (b[2] - a[2]) / (n * rate * (b[0] - a[0])))
                for a, b in zip(rows[0::2], rows[2::2])))
 print("  targets ready at:", " ".join("%.1f" % (float(t) - start) for t in sorted(sys.argv[7:])))
+PY
+    python3 - "$start" "$n" "$(rate_bytes)" "$work/$label.ports" <<'PY' >&2
+import sys
+start, n, rate = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+rows = [list(map(float, l.split())) for l in open(sys.argv[4]) if len(l.split()) == 2 * n + 3]
+up = lambda r, i: r[1 + i]
+down = lambda r, i: r[2 + n + i]
+pairs = list(zip(rows[0::2], rows[2::2]))
+print("  relays' uplinks in use by second (mean over targets):",
+      " ".join("%.0f:%.2f" % (b[0] - start, sum(up(b, i) - up(a, i) for i in range(1, n + 1)) /
+                               (n * rate * (b[0] - a[0]))) for a, b in pairs))
+for i in range(1, n + 1):
+    print("  target %2d down/up by second:" % i,
+          " ".join("%.2f/%.2f" % ((down(b, i) - down(a, i)) / (rate * (b[0] - a[0])),
+                                  (up(b, i) - up(a, i)) / (rate * (b[0] - a[0]))) for a, b in pairs))
 PY
   fi
   local sent=$(($(tx_bytes) - tx0))

@@ -2,8 +2,11 @@
 // relays; newly verified chunks as they land, not polled), upload slots, and a
 // fetcher that keeps a bounded neighbour set.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -290,6 +293,121 @@ TEST_F(SwarmTest, TheNextRequestGoesOutWhileAChunkIsStillArriving) {
   EXPECT_GT(stats.requests_ahead, 0u);
   EXPECT_LE(stats.requests_ahead, stats.requests);
   EXPECT_EQ(stats.answered_busy, 0u);  // a fetcher's own next request is never busy
+}
+
+// A seed on loopback that sends the first half of each chunk, then holds the
+// rest back until the next request arrives on the same connection (at most
+// 1 s): it counts the chunks whose next request came while half was still to
+// be sent.
+class HalfHoldingSeed {
+ public:
+  HalfHoldingSeed(const Manifest& m, std::filesystem::path dir) : m_(m), dir_(std::move(dir)) {
+    listener_ = testing::ListenLoopback(&port_);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~HalfHoldingSeed() {
+    ::shutdown(listener_.get(), SHUT_RDWR);
+    thread_.join();
+  }
+  HostPort addr() const { return HostPort{"127.0.0.1", port_}; }
+  int chunks_sent() const { return sent_.load(); }
+  int followed_mid_chunk() const { return followed_.load(); }
+
+ private:
+  static bool RecvExactly(int fd, char* p, size_t n) {
+    while (n > 0) {
+      ssize_t r = ::recv(fd, p, n, 0);
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  std::string Bytes(const ManifestChunk& c) const {
+    std::ifstream in(dir_ / c.file, std::ios::binary);
+    std::string bytes(c.length, '\0');
+    in.seekg(static_cast<std::streamoff>(c.offset));
+    in.read(bytes.data(), static_cast<std::streamsize>(c.length));
+    return bytes;
+  }
+  // One connection at a time: the fetcher is given one per seed, and its watch.
+  void Serve() {
+    std::vector<std::thread> conns;
+    for (;;) {
+      int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) break;
+      conns.emplace_back([this, fd] {
+        Conn(fd);
+        ::close(fd);
+      });
+    }
+    for (auto& t : conns) t.join();
+  }
+  void Conn(int fd) {
+    char len[8];
+    if (!RecvExactly(fd, len, 8)) return;
+    uint64_t n = 0;
+    for (char c : len) n = (n << 8) | static_cast<unsigned char>(c);
+    std::string request(std::min<uint64_t>(n, 1 << 16), '\0');
+    if (!RecvExactly(fd, request.data(), request.size())) return;
+    testing::SendAll(fd, EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", m_.chunks.size()}}));
+    RequestRecord req;
+    while (RecvExactly(fd, req.data(), req.size())) {
+      const std::string_view magic(req.data(), 4);
+      const uint32_t index = RequestIndex(req);
+      if (magic == kStateMagic) {
+        const std::string bitmap((m_.chunks.size() + 7) / 8, '\xff');
+        const HeaderRecord h = EncodeHeader(kStateMagic, 0, kChunkOk, 0, bitmap.size());
+        testing::SendAll(fd, std::string(h.data(), h.size()) + bitmap);
+        continue;
+      }
+      if (magic == kWatchMagic) {
+        const HeaderRecord h = EncodeHeader(kHaveMagic, index, kChunkOk, kHaveComplete, 0);
+        testing::SendAll(fd, std::string(h.data(), h.size()));
+        continue;
+      }
+      if (index >= m_.chunks.size()) return;
+      const std::string bytes = Bytes(m_.chunks[index]);
+      const HeaderRecord h = EncodeHeader(kChunkMagic, index, kChunkOk, 0, bytes.size());
+      const size_t half = bytes.size() / 2;
+      testing::SendAll(fd, std::string(h.data(), h.size()) + bytes.substr(0, half));
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) == 1 && (p.revents & POLLIN) != 0) ++followed_;
+      testing::SendAll(fd, bytes.substr(half));
+      ++sent_;
+    }
+  }
+
+  const Manifest m_;
+  const std::filesystem::path dir_;
+  UniqueFd listener_;
+  uint16_t port_ = 0;
+  std::atomic<int> sent_{0};
+  std::atomic<int> followed_{0};
+  std::thread thread_;
+};
+
+// Chunks of at most a receive piece (256 KiB) too: the next request goes out
+// once half of the chunk has arrived, not after the whole (before, a relay's
+// connection idled a round trip between two such chunks).
+TEST_F(SwarmTest, TheNextRequestGoesOutHalfwayThroughAChunkOfOnePiece) {
+  const auto dir = dir_.path() / "small";
+  std::filesystem::create_directories(dir);
+  WriteRandom(dir / "w.bin", 6 * 256 * 1024, 3);
+  BuildOptions build;
+  build.chunk_size = 256 * 1024;
+  Result<Manifest> m = BuildManifest("tiny", dir, build);
+  ASSERT_OK(m);
+  HalfHoldingSeed seed(*m, dir);
+  FetchOptions options = Options();
+  options.connections_per_source = 1;
+  options.relay = "127.0.0.1:10";  // one chunk at a time per connection to a seed
+  FetchStats stats;
+  ASSERT_OK(FetchModel(*m, {seed.addr()}, dir_.path() / "out", options, &stats));
+  EXPECT_TRUE(testing::SameTree(dir, dir_.path() / "out"));
+  EXPECT_EQ(seed.chunks_sent(), 6);
+  // Every chunk but the last was followed by the next request mid-chunk.
+  EXPECT_EQ(seed.followed_mid_chunk(), 5);
 }
 
 // A source that refuses connections for capacity (here: 2 data connections per

@@ -397,9 +397,17 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
       halfway();
     }
   };
+  // The next piece: a piece ends at the chunk's half, so that `halfway` runs
+  // there and not only once a chunk of at most a piece has arrived whole.
+  const uint64_t half = (c.length + 1) / 2;
+  auto piece = [&](uint64_t done) {
+    uint64_t n = std::min<uint64_t>(kPieceBytes, c.length - done);
+    if (!past_half && done < half) n = std::min(n, half - done);
+    return static_cast<size_t>(n);
+  };
   if (verified == nullptr) {
     for (uint64_t done = 0; done < c.length;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
+      const size_t n = piece(done);
       SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(buf->data(), n, deadline));
       metrics::BytesReceived(metrics::Plane::kData, n);
       done += n;
@@ -415,7 +423,7 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
   ChunkHasher hash(m_.chunk_digest);
   Status st;
   for (uint64_t done = 0; done < c.length && st.ok();) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, c.length - done));
+    const size_t n = piece(done);
     st = conn.RecvAllBy(buf->data(), n, deadline);
     if (!st.ok()) break;
     metrics::BytesReceived(metrics::Plane::kData, n);
