@@ -9,7 +9,8 @@
 # auto, default "auto": seedd's default, about 1,024 chunks per model).
 # INCAST=K measures K flows from K hosts into one host's downlink first;
 # MTU (default 1500) sets the links' MTU; SLOW_START_AFTER_IDLE (0 or 1; default:
-# the kernel's, 1) sets each host's net.ipv4.tcp_slow_start_after_idle; TRACE=1 prints, per run, the origin's
+# the kernel's, 1) sets each host's net.ipv4.tcp_slow_start_after_idle; CC sets
+# each host's TCP congestion control (net.ipv4.tcp_congestion_control); TRACE=1 prints, per run, the origin's
 # bytes sent by second, the targets' downlinks in use (their bytes received
 # over what their links could carry), when each target was ready and the
 # qdiscs' drops;
@@ -63,6 +64,9 @@ for i in $(seq 0 "$targets"); do
   ip -n "$sw" link set "p$i" up
   ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
   ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 50ms
+  if [ -n "${CC:-}" ]; then
+    ip netns exec "$(ns "$i")" sysctl -qw net.ipv4.tcp_congestion_control="$CC"
+  fi
   if [ -n "${SLOW_START_AFTER_IDLE:-}" ]; then
     ip netns exec "$(ns "$i")" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$SLOW_START_AFTER_IDLE"
   fi
@@ -148,7 +152,7 @@ run() {
     # sent, tx what it received), every half second.
     (while :; do
       echo "$(date +%s.%N) $(ip netns exec "$sw" sh -c "cat \$(seq -f '/sys/class/net/p%g/statistics/rx_bytes' 0 $n) \$(seq -f '/sys/class/net/p%g/statistics/tx_bytes' 0 $n)" | tr '\n' ' ')"
-      sleep 0.5
+      sleep "${PORT_STEP:-0.5}"
     done) > "$work/$label.ports" &
     local port_tracer=$!
   fi
@@ -207,7 +211,7 @@ PY
   for p in "${pids[@]:$first}"; do wait "$p" 2> /dev/null || true; done
   pids=("${pids[@]:0:$first}")
   for i in $(seq 1 "$n"); do rm -rf "${shm:?}/$label-$i"; done
-  [ -z "${KEEP_LOGS:-}" ] || cp "$work/$label"-*.err /tmp/ 2> /dev/null || true
+  [ -z "${KEEP_LOGS:-}" ] || cp "$work/$label"-*.err "$work/$label".ports /tmp/ 2> /dev/null || true
   python3 -c "print('%.3f %d' % ($end - $start, $sent))"
 }
 

@@ -410,6 +410,32 @@ TEST_F(SwarmTest, TheNextRequestGoesOutHalfwayThroughAChunkOfOnePiece) {
   EXPECT_EQ(seed.followed_mid_chunk(), 5);
 }
 
+// A relay that announced itself to this host's own server (it fetches from
+// here) is taken as a neighbour: here the only seed has nothing yet, no state
+// names the relay, and the pull completes from it alone.
+TEST_F(SwarmTest, ARelayThatAnnouncedItselfHereBecomesANeighbour) {
+  WriteRandom(model_ / "big.bin", 2 << 20, 9);
+  auto relay = Server(WeightServerOptions{});
+  HostPort relay_addr = ServeWeights(relay);
+  auto seed = Server(WeightServerOptions{}, std::make_shared<ChunkSet>(manifest_.chunks.size()));
+  HostPort seed_addr = ServeWeights(seed);
+  FetchOptions options = Options();
+  options.relay = "127.0.0.1:10";
+  std::atomic<int> asked{0};
+  options.announced = [&] {
+    ++asked;
+    return std::vector<std::string>{relay_addr.ToString(), "not an address"};
+  };
+  // Without the relay the pull fails at once: no source has the chunks.
+  FetchStats stats;
+  const Status st = FetchModel(manifest_, {seed_addr}, dir_.path() / "out", options, &stats);
+  ASSERT_OK(st);
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  EXPECT_GE(asked.load(), 1);
+  EXPECT_EQ(stats.bytes_from_peers, manifest_.total_size);
+  EXPECT_EQ(stats.peers, std::vector<std::string>{relay_addr.ToString()});
+}
+
 // A source that refuses connections for capacity (here: 2 data connections per
 // host, and the fetcher wants 5) says when to try again; the fetcher does, on
 // the connections it has meanwhile, and does not drop it (before, each refusal

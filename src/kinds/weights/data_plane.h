@@ -315,6 +315,12 @@ struct FetchOptions {
   // Where else to find relays of the root digest (registry.h): asked at the
   // start and then every second while the neighbour set has room.
   std::shared_ptr<SwarmRegistry> registry;
+  // The relays that announced themselves to this host's own server for the
+  // root digest (they fetch from here, so they hold chunks of it too), as
+  // HOST:PORT: taken as candidates while the neighbour set has room, asked
+  // every 50 ms. Relays that start together find each other within moments
+  // of the first connection between them, not at a seed's next state answer.
+  std::function<std::vector<std::string>()> announced;
   // Each chunk from a relay, from its request reaching the front of the
   // connection's queue to its last byte. A relay that misses it is dropped at once.
   TransferDeadline chunk_deadline;

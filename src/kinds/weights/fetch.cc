@@ -84,6 +84,16 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
     }
     CheckHopeLocked();
     changed_.wait_for(lock, kCancelPoll);
+    if (options_.announced && sched_.NeighboursWanted() > 0) {
+      lock.unlock();
+      std::vector<HostPort> relays;
+      for (const std::string& text : options_.announced()) {
+        Result<HostPort> relay = ParseHostPort(text);
+        if (relay.ok()) relays.push_back(std::move(*relay));
+      }
+      AddRelays(relays);
+      lock.lock();
+    }
     if (options_.registry != nullptr && sched_.NeighboursWanted() > 0 &&
         std::chrono::steady_clock::now() >= next_registry) {
       lock.unlock();

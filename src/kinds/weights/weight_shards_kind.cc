@@ -176,6 +176,10 @@ class WeightShardsSeedable final : public Seedable {
     fetch.verify_sha256 = install_.verify_sha256;
     fetch.tls = install_.tls;
     if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
+    fetch.announced = [server = server_, root = manifest.root_digest, self = fetch.relay,
+                       limit = 2 * install_.max_neighbours] {
+      return server->Peers(root, self, limit);
+    };
     fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
     fetch.staged = [&](const std::filesystem::path& staging) {
       // Other fetchers may take what is verified already from here.
