@@ -6,7 +6,11 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 namespace seedd::metrics {
 namespace {
@@ -96,10 +100,31 @@ Families& F() {
   return *families;
 }
 
+// Family::Add locks the family and hashes its labels; a counter, once made,
+// lives as long as its family. So each thread keeps the counters it used by
+// their label values (few: every label value here comes from a fixed set).
+prometheus::Counter& Labelled(
+    prometheus::Family<prometheus::Counter>& family,
+    std::initializer_list<std::pair<const char*, std::string_view>> labels) {
+  thread_local std::unordered_map<std::string, prometheus::Counter*> cache;
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
+  for (const auto& [name, value] : labels) {
+    key += '\x1f';
+    key += value;
+  }
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  std::map<std::string, std::string> all;
+  for (const auto& [name, value] : labels) all.emplace(name, std::string(value));
+  prometheus::Counter& counter = family.Add(all);
+  cache.emplace(std::move(key), &counter);
+  return counter;
+}
+
 }  // namespace
 
 void Request(std::string_view kind, std::string_view outcome) {
-  F().requests.Add({{"kind", std::string(kind)}, {"outcome", std::string(outcome)}}).Increment();
+  Labelled(F().requests, {{"kind", kind}, {"outcome", outcome}}).Increment();
 }
 
 void AuthFailure() { F().auth_failure.Increment(); }
@@ -113,7 +138,7 @@ void ConnectionClosed(Plane plane) {
 }
 
 void ConnectionRefused(std::string_view reason) {
-  F().refused.Add({{"reason", std::string(reason)}}).Increment();
+  Labelled(F().refused, {{"reason", reason}}).Increment();
 }
 
 void BytesSent(Plane plane, uint64_t bytes) {
@@ -131,11 +156,7 @@ void ChunkVerified() { F().verified.Increment(); }
 void ChunkVerificationFailed() { F().failed.Increment(); }
 
 void StoreOperation(std::string_view backend, std::string_view op, std::string_view result) {
-  F().store_ops
-      .Add({{"backend", std::string(backend)},
-            {"op", std::string(op)},
-            {"result", std::string(result)}})
-      .Increment();
+  Labelled(F().store_ops, {{"backend", backend}, {"op", op}, {"result", result}}).Increment();
 }
 
 void Warmup(std::string_view kind, std::string_view source, double seconds) {

@@ -33,7 +33,9 @@ void ResolverPool::Supervise() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (tasks_.empty()) {
+      supervisor_idle_ = true;
       supervisor_cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+      supervisor_idle_ = false;
       continue;
     }
     // Tasks are waiting: look again when the oldest would count as stalled.
@@ -74,8 +76,12 @@ void ResolverPool::Submit(std::function<void()> task) {
     cv_.notify_one();
   } else if (Stalled(now)) {
     Spawn();
-  } else {
-    supervisor_cv_.notify_one();  // it grows the pool if this task waits too long
+  } else if (supervisor_idle_) {
+    // It grows the pool if this task waits too long. One that is timing a
+    // task queued earlier looks again when that one would stall, which is no
+    // later than this one would: waking it per task under load cost a thread
+    // switch per request.
+    supervisor_cv_.notify_one();
   }
 }
 

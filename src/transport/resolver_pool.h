@@ -69,6 +69,7 @@ class ResolverPool {
   size_t live_ = 0;                          // GUARDED_BY(mu_)
   size_t idle_ = 0;                          // GUARDED_BY(mu_)
   bool stop_ = false;                        // GUARDED_BY(mu_)
+  bool supervisor_idle_ = false;             // GUARDED_BY(mu_): waiting for a task
   std::thread supervisor_;
 };
 

@@ -1,6 +1,7 @@
 #include "transport/server.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 #include <asio.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -109,6 +111,20 @@ struct SeedServer::Rep {
         limits(LimitsFrom(o)) {}
 
   void DoAccept();
+  // Accepts what is waiting (a few at a time), then waits for more.
+  void AcceptReady();
+  // A connection accepted from `peer`: the limits, then TLS, or Admitted.
+  void Accepted(int fd, const std::string& peer);
+  // An accepted plain TCP connection from `peer`, admitted.
+  void Admitted(int fd, const std::string& peer);
+  // Whether `request` is for a stream handler (the data plane).
+  bool IsStream(const Json& request) const;
+  // A whole authenticated request read at accept (`request_bytes` of it): resolved
+  // and answered on a resolver thread, the socket never registered with the
+  // loop, unless the response does not fit the socket buffer.
+  void AnswerOffLoop(int fd, const std::string& peer, Json request, size_t request_bytes);
+  // The loop's path for `fd`, with the bytes read from it so far.
+  void OnLoop(int fd, const std::string& peer, const char* bytes, size_t n);
   void Register(Connection* c);
   void Unregister(Connection* c);
 
@@ -133,6 +149,7 @@ struct SeedServer::Rep {
   std::thread loop;
   bool started = false;
   bool closed = false;
+  bool v6 = false;  // the listener's protocol
   std::chrono::steady_clock::time_point last_cap_log{};
   size_t refused_since_log = 0;
   AddressLimits limits;
@@ -212,6 +229,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Start() {
     ArmDeadline(server_->options.request_timeout);
     DoRead();
+  }
+
+  // Start, with the first `n` bytes of the request read already (by the
+  // accepting code, which found them not a plain request it could answer).
+  void StartWith(const char* bytes, size_t n) {
+    ArmDeadline(server_->options.request_timeout);
+    if (n == 0) {
+      DoRead();
+      return;
+    }
+    std::memcpy(buf_.data(), bytes, std::min(n, buf_.size()));
+    OnRead(asio::error_code(), std::min(n, buf_.size()));
+  }
+
+  // An authenticated request answered off the loop whose response did not fit
+  // the socket buffer: the rest is written here, within the resolving deadline.
+  void FinishWriting(std::string rest, const std::string& kind) {
+    authenticated_ = true;
+    kind_ = kind;
+    outcome_ = "ok";
+    ArmDeadline(server_->options.authenticated_timeout);
+    Write(std::move(rest));
   }
 
   // Close() on the loop thread: a connection still reading its request is dropped.
@@ -528,94 +567,250 @@ void SeedServer::Rep::Unregister(Connection* c) {
 }
 
 void SeedServer::Rep::DoAccept() {
-  acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
-    if (closing || ec == asio::error::operation_aborted) {
-      return;
-    }
-    if (ec) {
+  acceptor.async_wait(tcp::acceptor::wait_read, [this](const asio::error_code& ec) {
+    if (closing || ec == asio::error::operation_aborted) return;
+    AcceptReady();
+  });
+}
+
+namespace {
+
+// Connections accepted per turn of the loop before it serves anything else.
+constexpr int kAcceptBatch = 32;
+
+std::string AddressOf(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(addr);
+    return asio::ip::address_v4(ntohl(in.sin_addr.s_addr)).to_string();
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(addr);
+    asio::ip::address_v6::bytes_type bytes;
+    std::memcpy(bytes.data(), in6.sin6_addr.s6_addr, bytes.size());
+    return asio::ip::address_v6(bytes, in6.sin6_scope_id).to_string();
+  }
+  return "?";
+}
+
+}  // namespace
+
+void SeedServer::Rep::AcceptReady() {
+  // accept4 gives the peer's address and a non-blocking, close-on-exec socket
+  // in one call (a process this one starts must not hold peers' connections).
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&addr), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        DoAccept();
+        return;
+      }
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       // Out of descriptors or a transient error: pause instead of spinning.
-      Logger().warn("Accepting a D2D connection failed: {}; retrying in 100 ms", ec.message());
+      Logger().warn("Accepting a D2D connection failed: {}; retrying in 100 ms",
+                    std::strerror(errno));
       retry_timer.expires_after(milliseconds(100));
       retry_timer.async_wait([this](const asio::error_code& wait_ec) {
         if (!wait_ec && !closing) DoAccept();
       });
       return;
     }
-    // A process this one starts (an autotune runner) must not hold peers' connections.
-    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-    size_t now_open;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      now_open = open + tls_open.load();
-    }
-    if (now_open >= options.max_connections) {
-      asio::error_code ignored;
-      socket.close(ignored);
-      metrics::ConnectionRefused("max_connections");
-      ++refused_since_log;
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_cap_log >= std::chrono::seconds(1)) {
-        Logger().warn("Refused {} D2D connection(s): {} open, the limit is {}", refused_since_log,
-                      now_open, options.max_connections);
-        last_cap_log = now;
-        refused_since_log = 0;
-      }
-    } else {
-      asio::error_code peer_ec;
-      const tcp::endpoint remote = socket.remote_endpoint(peer_ec);
-      const std::string peer =
-          AddressLimits::Key(peer_ec ? std::string("?") : remote.address().to_string());
-      std::string victim;
-      AddressLimits::Verdict verdict = limits.Admit(peer, AddressLimits::Clock::now(), &victim);
-      if (verdict == AddressLimits::Verdict::kEvict) {
-        verdict = AddressLimits::Verdict::kServerFull;
-        std::lock_guard<std::mutex> lock(mu);
-        for (Connection* c : connections) {
-          if (c->peer() == victim && c->EvictIfReading()) {
-            limits.Transfer(victim, peer);
-            verdict = AddressLimits::Verdict::kAccept;
-            break;
-          }
-        }
-      }
-      if (verdict == AddressLimits::Verdict::kAccept && Tls()) {
-        ServeTls(std::move(socket), peer);
-      } else if (verdict == AddressLimits::Verdict::kAccept) {
-        // No TCP_NODELAY: each side writes one whole frame, so Nagle never holds data back.
-        std::make_shared<Connection>(this, std::move(socket), peer)->Start();
-      } else {
-        asio::error_code ignored;
-        socket.close(ignored);
-        const AddressLimitOptions& l = limits.options();
-        switch (verdict) {
-          case AddressLimits::Verdict::kAddressFull:
-            metrics::ConnectionRefused("address_unauthenticated");
-            refused_address.Warn(
-                "Refused a D2D connection from {}: it holds {} unauthenticated, the limit per "
-                "address",
-                peer, l.max_unauthenticated_per_address);
-            break;
-          case AddressLimits::Verdict::kServerFull:
-            metrics::ConnectionRefused("unauthenticated");
-            refused_address.Warn(
-                "Refused a D2D connection from {}: {} unauthenticated connections open, the "
-                "limit (the rest of --max-connections is kept for authenticated work)",
-                peer, l.max_unauthenticated);
-            break;
-          case AddressLimits::Verdict::kThrottled:
-            metrics::ConnectionRefused("auth_failures");
-            refused_address.Warn(
-                "Refused a D2D connection from {}: more than {} failed authentications in {} s",
-                peer, l.max_auth_failures, Seconds(l.auth_failure_window));
-            break;
-          default:
-            metrics::ConnectionRefused("addresses");
-            refused_address.Warn("Refused a D2D connection from {}: too many peer addresses", peer);
-        }
-      }
-    }
-    DoAccept();
+    Accepted(fd, AddressLimits::Key(AddressOf(addr)));
+  }
+  // More may be waiting: accept them after what else the loop has to do.
+  asio::post(io, [this] {
+    if (!closing) AcceptReady();
   });
+}
+
+void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
+  size_t now_open;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    now_open = open + tls_open.load();
+  }
+  if (now_open >= options.max_connections) {
+    ::close(fd);
+    metrics::ConnectionRefused("max_connections");
+    ++refused_since_log;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_cap_log >= std::chrono::seconds(1)) {
+      Logger().warn("Refused {} D2D connection(s): {} open, the limit is {}", refused_since_log,
+                    now_open, options.max_connections);
+      last_cap_log = now;
+      refused_since_log = 0;
+    }
+    return;
+  }
+  std::string victim;
+  AddressLimits::Verdict verdict = limits.Admit(peer, AddressLimits::Clock::now(), &victim);
+  if (verdict == AddressLimits::Verdict::kEvict) {
+    verdict = AddressLimits::Verdict::kServerFull;
+    std::lock_guard<std::mutex> lock(mu);
+    for (Connection* c : connections) {
+      if (c->peer() == victim && c->EvictIfReading()) {
+        limits.Transfer(victim, peer);
+        verdict = AddressLimits::Verdict::kAccept;
+        break;
+      }
+    }
+  }
+  if (verdict == AddressLimits::Verdict::kAccept && Tls()) {
+    tcp::socket socket(io);
+    asio::error_code ec;
+    socket.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      limits.Released(peer);
+      return;
+    }
+    ServeTls(std::move(socket), peer);
+    return;
+  }
+  if (verdict == AddressLimits::Verdict::kAccept) {
+    Admitted(fd, peer);
+    return;
+  }
+  ::close(fd);
+  const AddressLimitOptions& l = limits.options();
+  switch (verdict) {
+    case AddressLimits::Verdict::kAddressFull:
+      metrics::ConnectionRefused("address_unauthenticated");
+      refused_address.Warn(
+          "Refused a D2D connection from {}: it holds {} unauthenticated, the limit per "
+          "address",
+          peer, l.max_unauthenticated_per_address);
+      break;
+    case AddressLimits::Verdict::kServerFull:
+      metrics::ConnectionRefused("unauthenticated");
+      refused_address.Warn(
+          "Refused a D2D connection from {}: {} unauthenticated connections open, the "
+          "limit (the rest of --max-connections is kept for authenticated work)",
+          peer, l.max_unauthenticated);
+      break;
+    case AddressLimits::Verdict::kThrottled:
+      metrics::ConnectionRefused("auth_failures");
+      refused_address.Warn(
+          "Refused a D2D connection from {}: more than {} failed authentications in {} s", peer,
+          l.max_auth_failures, Seconds(l.auth_failure_window));
+      break;
+    default:
+      metrics::ConnectionRefused("addresses");
+      refused_address.Warn("Refused a D2D connection from {}: too many peer addresses", peer);
+  }
+}
+
+void SeedServer::Rep::Admitted(int fd, const std::string& peer) {
+  // Clients write their request as soon as they connect, so under load it is
+  // usually here by the time the connection is accepted: a whole, authenticated
+  // request that is not for the data plane is answered without the loop (no
+  // registration, no timer, no hand-back). Anything else, and any error, takes
+  // the loop's path with the bytes read so far.
+  std::array<char, 16 * 1024> buf;
+  const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  const size_t got = n > 0 ? static_cast<size_t>(n) : 0;
+  if (got > 0 && !LooksLikeTls(buf.data(), got)) {
+    FrameReader reader(kMaxRemoteRequestBytes);
+    reader.Feed(std::string_view(buf.data(), got));
+    if (reader.done() && !reader.failed()) {
+      Result<Json> request = ParseJson(reader.body());
+      if (request.ok() && handler.Authenticate(*request) && !IsStream(*request)) {
+        AnswerOffLoop(fd, peer, std::move(*request), got);
+        return;
+      }
+    }
+  }
+  OnLoop(fd, peer, buf.data(), got);
+}
+
+void SeedServer::Rep::OnLoop(int fd, const std::string& peer, const char* bytes, size_t n) {
+  tcp::socket socket(io);
+  asio::error_code ec;
+  socket.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    limits.Released(peer);
+    return;
+  }
+  // No TCP_NODELAY: each side writes one whole frame, so Nagle never holds data back.
+  std::make_shared<Connection>(this, std::move(socket), peer)->StartWith(bytes, n);
+}
+
+void SeedServer::Rep::AnswerOffLoop(int fd, const std::string& peer, Json request,
+                                    size_t request_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++open;
+  }
+  metrics::ConnectionOpened(metrics::Plane::kControl);
+  metrics::BytesReceived(metrics::Plane::kControl, request_bytes);
+  limits.Authenticated(peer);
+  std::string kind = "-";
+  if (auto k = request.find("kind"); k != request.end() && k->is_string()) {
+    kind = k->get<std::string>().substr(0, 64);
+  }
+  pool.Submit([this, fd, peer, kind = std::move(kind),
+               metric_kind = KnownKind(handler, options, request), request = std::move(request),
+               start = std::chrono::steady_clock::now()] {
+    std::string frame = handler.HandleToFrame(request);
+    const std::string outcome = Outcome(frame);
+    metrics::Request(metric_kind, outcome);
+    metrics::BytesSent(metrics::Plane::kControl, frame.size());
+    const size_t size = frame.size();
+    size_t sent = 0;
+    bool would_block = false;
+    while (sent < frame.size()) {
+      const ssize_t w =
+          ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        sent += static_cast<size_t>(w);
+      } else if (w < 0 && errno == EINTR) {
+        continue;
+      } else {
+        would_block = w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+        break;
+      }
+    }
+    auto ended = [this] {
+      metrics::ConnectionClosed(metrics::Plane::kControl);
+      std::lock_guard<std::mutex> lock(mu);
+      --open;
+      cv.notify_all();
+    };
+    if (would_block) {
+      // The rest on the loop, which waits for the peer to read it.
+      frame.erase(0, sent);
+      asio::post(io, [this, fd, peer, kind, rest = std::move(frame), ended]() mutable {
+        tcp::socket socket(io);
+        asio::error_code ec;
+        socket.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+        if (ec) {
+          ::close(fd);
+        } else {
+          std::make_shared<Connection>(this, std::move(socket), peer)
+              ->FinishWriting(std::move(rest), kind);
+        }
+        ended();
+      });
+      return;
+    }
+    ::close(fd);
+    if (Logger().should_log(spdlog::level::debug)) {
+      Logger().debug(
+          "D2D access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    ended();
+  });
+}
+
+bool SeedServer::Rep::IsStream(const Json& request) const {
+  auto kind = request.find("kind");
+  if (kind == request.end() || !kind->is_string()) return false;
+  return options.stream_handlers.count(kind->get<std::string>()) > 0;
 }
 
 namespace {
@@ -873,6 +1068,8 @@ Result<HostPort> SeedServer::Start(const HostPort& listen) {
     return Status::Unavailable("cannot listen on " + listen.ToString() + ": " + ec.message());
   }
   tcp::endpoint bound = acceptor.local_endpoint(ec);
+  acceptor.non_blocking(true, ec);
+  rep_->v6 = endpoint.address().is_v6();
   rep_->started = true;
   rep_->DoAccept();
   rep_->loop = std::thread([rep = rep_.get()] {
