@@ -136,6 +136,7 @@ struct SeedServer::Rep {
   std::condition_variable cv;
   std::unordered_set<Connection*> connections;  // GUARDED_BY(mu)
   size_t open = 0;                              // GUARDED_BY(mu)
+  bool accepting = true;                        // GUARDED_BY(mu): until Close stops it
   bool closing = false;                         // loop thread only
 
   asio::io_context io;
@@ -1095,10 +1096,14 @@ void SeedServer::Close() {
       for (Connection* c : rep.connections) {
         c->CloseIfReading();
       }
+      rep.accepting = false;
+      rep.cv.notify_all();
     });
     {
+      // Once the loop accepts no more: until then a moment with no connection
+      // open is no sign that none will be.
       std::unique_lock<std::mutex> lock(rep.mu);
-      rep.cv.wait(lock, [&rep] { return rep.open == 0; });
+      rep.cv.wait(lock, [&rep] { return !rep.accepting && rep.open == 0; });
     }
     rep.io.stop();
     rep.loop.join();
