@@ -1,7 +1,10 @@
-// SeedServer: the listener of a SeedTransport. One event-loop thread owns every
-// socket; Resolve runs on a resolver pool so a slow one never delays other peers.
-// Each connection has a whole-frame deadline before authentication and a longer
-// one after; the number of open connections is capped.
+// SeedServer: the listener of a SeedTransport. One event-loop thread accepts and
+// owns every socket that is reading or writing; Resolve runs on a resolver pool
+// so a slow one never delays other peers. A request whole at accept goes to the
+// pool with its socket, unregistered, and returns to the loop only when its
+// response does not fit the socket buffer. Each connection has a whole-frame
+// deadline before authentication and a longer one after; the number of open
+// connections is capped.
 //
 // Thread safety: Start and Close may be called from any thread (not concurrently
 // with each other); open_connections is thread-safe.
