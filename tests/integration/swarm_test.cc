@@ -14,6 +14,7 @@
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 #include "transport/client.h"
+#include "transport/socket_io.h"
 #include "wire/frame.h"
 
 namespace seedd {
@@ -314,15 +315,6 @@ class HalfHoldingSeed {
   int followed_mid_chunk() const { return followed_.load(); }
 
  private:
-  static bool RecvExactly(int fd, char* p, size_t n) {
-    while (n > 0) {
-      ssize_t r = ::recv(fd, p, n, 0);
-      if (r <= 0) return false;
-      p += r;
-      n -= static_cast<size_t>(r);
-    }
-    return true;
-  }
   std::string Bytes(const ManifestChunk& c) const {
     std::ifstream in(dir_ / c.file, std::ios::binary);
     std::string bytes(c.length, '\0');
@@ -344,15 +336,14 @@ class HalfHoldingSeed {
     for (auto& t : conns) t.join();
   }
   void Conn(int fd) {
-    char len[8];
-    if (!RecvExactly(fd, len, 8)) return;
-    uint64_t n = 0;
-    for (char c : len) n = (n << 8) | static_cast<unsigned char>(c);
-    std::string request(std::min<uint64_t>(n, 1 << 16), '\0');
-    if (!RecvExactly(fd, request.data(), request.size())) return;
+    // The handshake: one JSON frame (not checked), answered "ok".
+    if (!ReadFrameBody(fd, 1 << 16, std::chrono::steady_clock::now() + std::chrono::seconds(5))
+             .ok()) {
+      return;
+    }
     testing::SendAll(fd, EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", m_.chunks.size()}}));
     RequestRecord req;
-    while (RecvExactly(fd, req.data(), req.size())) {
+    while (RecvAll(fd, req.data(), req.size()).ok()) {
       const std::string_view magic(req.data(), 4);
       const uint32_t index = RequestIndex(req);
       if (magic == kStateMagic) {
