@@ -70,6 +70,27 @@ class ThrottledWarning {
   size_t count_ = 0;                              // GUARDED_BY(mu_)
 };
 
+// Sends as much of `frame` as the socket takes now. Returns the bytes sent and,
+// in *would_block, whether the rest waits for the peer to read (otherwise all
+// was sent or the peer is gone).
+size_t SendWithoutWaiting(int fd, std::string_view frame, bool* would_block) {
+  size_t sent = 0;
+  *would_block = false;
+  while (sent < frame.size()) {
+    const ssize_t n =
+        ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      *would_block = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      break;
+    }
+  }
+  return sent;
+}
+
 std::string Seconds(milliseconds d) {
   double s = static_cast<double>(d.count()) / 1000.0;
   char buf[32];
@@ -117,8 +138,10 @@ struct SeedServer::Rep {
   void Accepted(int fd, const std::string& peer);
   // An accepted plain TCP connection from `peer`, admitted.
   void Admitted(int fd, const std::string& peer);
-  // Whether `request` is for a stream handler (the data plane).
-  bool IsStream(const Json& request) const;
+  // The stream handler (the data plane) `request` is for, or null.
+  const StreamHandler* FindStream(const Json& request) const;
+  // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
+  bool Wrap(int fd, tcp::socket* socket);
   // A whole authenticated request read at accept (`request_bytes` of it): resolved
   // and answered on a resolver thread, the socket never registered with the
   // loop, unless the response does not fit the socket buffer.
@@ -245,12 +268,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // An authenticated request answered off the loop whose response did not fit
-  // the socket buffer: the rest is written here, within the resolving deadline.
-  void FinishWriting(std::string rest, const std::string& kind) {
+  // the socket buffer: the rest is written here, by the connection's `deadline`.
+  void FinishWriting(std::string rest, const std::string& kind, const std::string& outcome,
+                     std::chrono::steady_clock::time_point deadline) {
     authenticated_ = true;
     kind_ = kind;
-    outcome_ = "ok";
-    ArmDeadline(server_->options.authenticated_timeout);
+    outcome_ = outcome;
+    ArmDeadline(
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()));
     Write(std::move(rest));
   }
 
@@ -356,7 +381,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       kind_ = kind->get<std::string>().substr(0, 64);
     }
     metric_kind_ = KnownKind(*request);
-    if (const StreamHandler* stream = FindStream(*request)) {
+    if (const StreamHandler* stream = server_->FindStream(*request)) {
       HandOver(*stream, std::move(*request));
       return;
     }
@@ -381,20 +406,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     metrics::Request(metric_kind_, outcome_ == "ok" || outcome_ == "miss" ? outcome_ : "error");
     metrics::BytesSent(metrics::Plane::kControl, frame.size());
-    size_t sent = 0;
     bool would_block = false;
-    while (sent < frame.size()) {
-      ssize_t n = ::send(socket_.native_handle(), frame.data() + sent, frame.size() - sent,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        would_block = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-        break;
-      }
-    }
+    const size_t sent = SendWithoutWaiting(socket_.native_handle(), frame, &would_block);
     if (!would_block) {  // all sent, or the peer is gone
       state_ = State::kDone;
       CloseSocket();
@@ -412,14 +425,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // peer's free text never becomes a label).
   std::string KnownKind(const Json& request) const {
     return seedd::KnownKind(server_->handler, server_->options, request);
-  }
-
-  const StreamHandler* FindStream(const Json& request) const {
-    auto kind = request.find("kind");
-    if (kind == request.end() || !kind->is_string()) return nullptr;
-    const auto& handlers = server_->options.stream_handlers;
-    auto it = handlers.find(kind->get<std::string>());
-    return it == handlers.end() ? nullptr : &it->second;
   }
 
   // The socket leaves the loop for a stream thread; the connection ends here.
@@ -660,10 +665,7 @@ void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
   }
   if (verdict == AddressLimits::Verdict::kAccept && Tls()) {
     tcp::socket socket(io);
-    asio::error_code ec;
-    socket.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
-    if (ec) {
-      ::close(fd);
+    if (!Wrap(fd, &socket)) {
       limits.Released(peer);
       return;
     }
@@ -717,7 +719,7 @@ void SeedServer::Rep::Admitted(int fd, const std::string& peer) {
     reader.Feed(std::string_view(buf.data(), got));
     if (reader.done() && !reader.failed()) {
       Result<Json> request = ParseJson(reader.body());
-      if (request.ok() && handler.Authenticate(*request) && !IsStream(*request)) {
+      if (request.ok() && handler.Authenticate(*request) && FindStream(*request) == nullptr) {
         AnswerOffLoop(fd, peer, std::move(*request), got);
         return;
       }
@@ -728,10 +730,7 @@ void SeedServer::Rep::Admitted(int fd, const std::string& peer) {
 
 void SeedServer::Rep::OnLoop(int fd, const std::string& peer, const char* bytes, size_t n) {
   tcp::socket socket(io);
-  asio::error_code ec;
-  socket.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
-  if (ec) {
-    ::close(fd);
+  if (!Wrap(fd, &socket)) {
     limits.Released(peer);
     return;
   }
@@ -756,45 +755,38 @@ void SeedServer::Rep::AnswerOffLoop(int fd, const std::string& peer, Json reques
                metric_kind = KnownKind(handler, options, request), request = std::move(request),
                start = std::chrono::steady_clock::now()] {
     std::string frame = handler.HandleToFrame(request);
-    const std::string outcome = Outcome(frame);
-    metrics::Request(metric_kind, outcome);
-    metrics::BytesSent(metrics::Plane::kControl, frame.size());
-    const size_t size = frame.size();
-    size_t sent = 0;
-    bool would_block = false;
-    while (sent < frame.size()) {
-      const ssize_t w =
-          ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        sent += static_cast<size_t>(w);
-      } else if (w < 0 && errno == EINTR) {
-        continue;
-      } else {
-        would_block = w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-        break;
-      }
-    }
     auto ended = [this] {
       metrics::ConnectionClosed(metrics::Plane::kControl);
       std::lock_guard<std::mutex> lock(mu);
       --open;
       cv.notify_all();
     };
+    // The connection's deadline once authenticated, as on the loop's path: a
+    // resolve that outlasted it gets no answer.
+    const auto deadline = start + options.authenticated_timeout;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd);
+      ended();
+      return;
+    }
+    const std::string outcome = Outcome(frame);
+    metrics::Request(metric_kind, outcome);
+    metrics::BytesSent(metrics::Plane::kControl, frame.size());
+    const size_t size = frame.size();
+    bool would_block = false;
+    const size_t sent = SendWithoutWaiting(fd, frame, &would_block);
     if (would_block) {
-      // The rest on the loop, which waits for the peer to read it.
+      // The rest on the loop, which waits for the peer to read it until the deadline.
       frame.erase(0, sent);
-      asio::post(io, [this, fd, peer, kind, rest = std::move(frame), ended]() mutable {
-        tcp::socket socket(io);
-        asio::error_code ec;
-        socket.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
-        if (ec) {
-          ::close(fd);
-        } else {
-          std::make_shared<Connection>(this, std::move(socket), peer)
-              ->FinishWriting(std::move(rest), kind);
-        }
-        ended();
-      });
+      asio::post(
+          io, [this, fd, peer, kind, outcome, deadline, rest = std::move(frame), ended]() mutable {
+            tcp::socket socket(io);
+            if (Wrap(fd, &socket)) {
+              std::make_shared<Connection>(this, std::move(socket), peer)
+                  ->FinishWriting(std::move(rest), kind, outcome, deadline);
+            }
+            ended();
+          });
       return;
     }
     ::close(fd);
@@ -808,10 +800,19 @@ void SeedServer::Rep::AnswerOffLoop(int fd, const std::string& peer, Json reques
   });
 }
 
-bool SeedServer::Rep::IsStream(const Json& request) const {
+bool SeedServer::Rep::Wrap(int fd, tcp::socket* socket) {
+  asio::error_code ec;
+  socket->assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (!ec) return true;
+  ::close(fd);
+  return false;
+}
+
+const StreamHandler* SeedServer::Rep::FindStream(const Json& request) const {
   auto kind = request.find("kind");
-  if (kind == request.end() || !kind->is_string()) return false;
-  return options.stream_handlers.count(kind->get<std::string>()) > 0;
+  if (kind == request.end() || !kind->is_string()) return nullptr;
+  auto it = options.stream_handlers.find(kind->get<std::string>());
+  return it == options.stream_handlers.end() ? nullptr : &it->second;
 }
 
 namespace {

@@ -408,6 +408,25 @@ TEST_F(TransportTest, AResponseOverTheClientLimitIsNoResponse) {
       << logs.Dump();
 }
 
+// Once authenticated a connection has its deadline for resolving and answering
+// (300 s by default): a resolve that outlasts it gets no answer, whichever path
+// (the loop's or off it) the request took.
+TEST_F(TransportTest, AResolveThatOutlastsTheAuthenticatedDeadlineGetsNoAnswer) {
+  server_->Close();
+  TransportOptions options;
+  options.authenticated_timeout = milliseconds(200);
+  server_ = Serve({slow_}, options);
+  Json request = {{"kind", "slow"}, {"token", kToken}};
+  UniqueFd fd = ConnectRaw(addr_);
+  ASSERT_TRUE(fd.valid());
+  SendAll(fd.get(), EncodeJsonFrame(request));
+  slow_->WaitEntered(1);
+  std::this_thread::sleep_for(milliseconds(500));
+  slow_->Release();
+  EXPECT_TRUE(ReadResponse(fd.get()).is_null());
+  ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 0; }));
+}
+
 // Requests that are whole when accepted are answered off the event loop; a
 // response larger than the socket buffer is finished by the loop. Peers that
 // ask at once and read late each get their whole response.
