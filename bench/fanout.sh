@@ -14,6 +14,8 @@
 # bytes sent by second, the targets' downlinks in use (their bytes received
 # over what their links could carry), when each target was ready and the
 # qdiscs' drops;
+# RELAY_UPLOAD_RATE (default: 90% of RATE, as an operator of shaped hosts sets
+# it; 0: no limit) is each target's --relay-upload-rate;
 # LOG_LEVEL sets the daemons' log level. Needs root (ip netns, tc).
 # Usage: bench/fanout.sh BIN_DIR
 set -euo pipefail
@@ -129,6 +131,8 @@ rate_bytes() {
   echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
     m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1; print v * m / 8 }'
 }
+# Each target's --relay-upload-rate: 90% of its uplink unless RELAY_UPLOAD_RATE says.
+relay_rate="${RELAY_UPLOAD_RATE:-$(rate_bytes | awk '{ printf "%dkbit", $1 * 8 * 0.9 / 1000 }')}"
 # Bytes the switch sent to hosts 1..N (what the targets received).
 rx_targets() {
   local n="$1"
@@ -143,7 +147,8 @@ run() {
   tx0="$(tx_bytes)"
   start="$(date +%s.%N)"
   for i in $(seq 1 "$n"); do
-    start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench
+    start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench \
+      --relay-upload-rate "$relay_rate"
   done
   if [ -n "${TRACE:-}" ]; then  # the origin's bytes sent, every half second
     (while :; do echo "$(date +%s.%N) $(tx_bytes) $(rx_targets "$n")"; sleep 0.5; done) > "$work/$label.trace" &
@@ -155,6 +160,15 @@ run() {
       sleep "${PORT_STEP:-0.5}"
     done) > "$work/$label.ports" &
     local port_tracer=$!
+    # Every host's uplink queue (its eth0 tbf backlog, bytes), every 0.2 s.
+    (while :; do
+      echo "$(date +%s.%N) $(for i in $(seq 0 "$n"); do
+        ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 | grep -o 'backlog [0-9]*b' | tr -dc '0-9'
+        echo -n ' '
+      done)"
+      sleep 0.2
+    done) > "$work/$label.queues" &
+    local queue_tracer=$!
   fi
   # Each target is ready when its ready line is written: the file's mtime.
   local polls=0
@@ -168,7 +182,7 @@ run() {
   done
   end="$(stat -c %.9Y "$work/$label"-*.out | sort -n | tail -1)"
   if [ -n "${TRACE:-}" ]; then
-    kill "$tracer" "$port_tracer"
+    kill "$tracer" "$port_tracer" "$queue_tracer"
     for i in 0 1 2; do
       echo "  host $i upload: $(ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 | grep -o 'dropped [0-9]*, overlimits [0-9]*')," \
         "download: $(ip netns exec "$sw" tc -s qdisc show dev "p$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*')" >&2
@@ -201,6 +215,23 @@ for i in range(1, n + 1):
           " ".join("%.2f/%.2f" % ((down(b, i) - down(a, i)) / (rate * (b[0] - a[0])),
                                   (up(b, i) - up(a, i)) / (rate * (b[0] - a[0]))) for a, b in pairs))
 PY
+    python3 - "$start" "$n" "$(rate_bytes)" "$work/$label.queues" \
+      $(for i in $(seq 1 "$n"); do stat -c %.9Y "$work/$label-$i.out"; done) <<'PY' >&2
+import statistics, sys
+start, n, rate = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+rows = [list(map(float, l.split())) for l in open(sys.argv[4]) if len(l.split()) == n + 2]
+ready = [float(t) - start for t in sys.argv[5:]]
+print("  uplink queue (ms at the link's rate) while pulling: median / p90 / time above 25 ms")
+for i in range(n + 1):
+    end = ready[i - 1] if i > 0 else max(ready)
+    q = [r[1 + i] / rate * 1e3 for r in rows if r[0] - start <= end]
+    if not q:
+        continue
+    q.sort()
+    print("    host %2d%s: %5.1f / %5.1f ms / %3.0f%%" % (
+        i, " (ready %.1f s)" % ready[i - 1] if i > 0 else " (origin)       ", statistics.median(q),
+        q[int(0.9 * (len(q) - 1))], 100.0 * sum(x > 25 for x in q) / len(q)))
+PY
   fi
   local sent=$(($(tx_bytes) - tx0))
   for i in $(seq 1 "$n"); do
@@ -232,11 +263,12 @@ for chunk in ${CHUNKS:-auto}; do
   wait "$origin_pid" 2> /dev/null || true
   rm -rf "${shm:?}/origin$chunk"
 done
-python3 - "$targets" "$rate" "$link_mbps" "$model_bytes" "${results[@]}" <<'PY'
+python3 - "$targets" "$rate" "$link_mbps" "$model_bytes" "$relay_rate" "${results[@]}" <<'PY'
 import collections, statistics, sys
 n, rate, link, model = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+relay_rate = sys.argv[5]
 by_chunk = collections.defaultdict(list)
-for r in sys.argv[5:]:
+for r in sys.argv[6:]:
     chunk, t1, b1, tn, bn = r.split()
     by_chunk[chunk].append((float(t1), int(b1), float(tn), int(bn)))
 print()
@@ -253,4 +285,5 @@ for chunk, rows in by_chunk.items():
           % (label, t1, tn, tn / t1, bn / model))
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
+print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
 PY

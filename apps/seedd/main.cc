@@ -187,6 +187,23 @@ int main(int argc, char** argv) {
                  "fleet's size")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  std::string relay_upload_rate = "0";
+  app.add_option("--relay-upload-rate", relay_upload_rate,
+                 "while a --pull runs, the most this daemon sends per second of that model to "
+                 "other fetchers: 45mbit, 2.5gbit, 100MB (0: no limit). Set it a little below "
+                 "the host's uplink (e.g. 90% of a VM's egress limit) when the uplink is the "
+                 "bottleneck: a full uplink queues the host's own chunk requests and TCP "
+                 "acknowledgements behind its uploads and slows its own pull. Once the pull "
+                 "completes the model is served at full speed")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            seedd::Result<uint64_t> rate = seedd::ParseRate(value, "--relay-upload-rate");
+            if (rate.ok()) return "";
+            const std::string& why = rate.status().message();
+            return why.substr(why.find(' ') + 1);  // CLI11 names the flag
+          },
+          "RATE"));
   app.add_option("--keep-versions", keep_versions,
                  "after a --pull, the versions of that model kept in the cache, current "
                  "included; older ones and staging left by abandoned pulls are removed "
@@ -361,6 +378,7 @@ int main(int argc, char** argv) {
   options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;
+  options.relay_upload_rate = *seedd::ParseRate(relay_upload_rate, "--relay-upload-rate");
   options.registry_url = registry;
   options.weight_chunk_bytes = seedd::ChunkBytesOfFlag(chunk_mib);
   options.weight_chunk_digest = chunk_digest;

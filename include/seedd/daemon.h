@@ -79,6 +79,10 @@ struct DaemonOptions {
   // Peers a --pull fetches from at once (sources and relays); other relays it
   // learns of replace those that fail.
   size_t max_neighbours = 16;
+  // Bytes per second this daemon sends of a model it is still pulling (0: no
+  // limit); a little below the uplink keeps its own requests and TCP
+  // acknowledgements from queueing behind its uploads (WeightServerOptions).
+  uint64_t relay_upload_rate = 0;
   // A redis:// URL where this daemon announces the models it serves (and those it
   // is pulling) and where its pulls find more relays; empty: the sources'
   // own lists only.

@@ -79,6 +79,12 @@ std::string_view ChunkDigestName(ChunkDigest algo);
 // InvalidArgument naming `flag` unless `name` is "xxh3" or "sha256".
 Result<ChunkDigest> ParseChunkDigest(std::string_view name, std::string_view flag);
 
+// A link rate in bytes per second: a number and a unit, kbit, mbit or gbit (bits
+// per second, as tc and cloud egress limits give them) or kB, MB or GB (bytes,
+// decimal): "45mbit", "2.5gbit", "100MB"; "0": no limit (returns 0). From 1 kB/s
+// to 10 TB/s; anything else is InvalidArgument naming `flag`.
+Result<uint64_t> ParseRate(std::string_view text, std::string_view flag);
+
 struct ManifestFile {
   std::string path;  // relative, '/'-separated
   uint64_t size = 0;

@@ -381,7 +381,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
                     m->manifest.root_digest);
       served.push_back(ServeIndexed(std::move(*m)));
     }
-    weights = std::make_shared<WeightServer>(std::move(served));
+    WeightServerOptions serving;
+    serving.relay_upload_rate = options.relay_upload_rate;
+    weights = std::make_shared<WeightServer>(std::move(served), serving);
     WeightInstallOptions install;
     install.cache_dir = options.cache_dir;
     install.token = options.seed.token;

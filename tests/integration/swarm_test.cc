@@ -185,6 +185,38 @@ TEST_F(SwarmTest, RelaysBeyondTheUploadSlotsAreToldBusy) {
   EXPECT_EQ(Ask(plain.get(), "SDRQ", 1).status, 0u);
 }
 
+// --relay-upload-rate: what a host sends of a model it is still pulling is held
+// to the rate (its own requests and acknowledgements are not queued behind its
+// uploads); a model it holds whole is sent at full speed under the same option.
+TEST_F(SwarmTest, AModelStillPulledHereIsSentAtMostAtTheRelayRate) {
+  WriteRandom(model_ / "big.bin", 4 << 20, 3);
+  WeightServerOptions options;
+  options.relay_upload_rate = 2 * 1000 * 1000;  // 2 MB/s
+  auto complete = Server(options);
+  auto pulling_set = std::make_shared<ChunkSet>(manifest_.chunks.size());
+  for (size_t i = 0; i < manifest_.chunks.size(); ++i) pulling_set->Set(i);
+  auto pulling = Server(options, pulling_set);
+  // Reads every chunk of big.bin from `server`; the seconds it took.
+  auto read_big = [&](std::shared_ptr<WeightServer> server) {
+    HostPort addr = ServeWeights(server);
+    Json answer;
+    UniqueFd fd = testing::OpenData(addr, manifest_.root_digest, &answer);
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+      if (manifest_.chunks[i].file != "big.bin") continue;
+      Record r = Ask(fd.get(), "SDRQ", i);
+      EXPECT_EQ(r.status, 0u) << i;
+      bytes += r.body.size();
+    }
+    EXPECT_EQ(bytes, 4u << 20);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // 4 MiB at 2 MB/s: 2.1 s, less the bucket's burst (at most 64 KiB here).
+  EXPECT_GE(read_big(pulling), 2.0);
+  EXPECT_LT(read_big(complete), 1.5);  // on loopback: milliseconds
+}
+
 // A relay that holds the slot keeps it with requests sent ahead (here: a second
 // connection's request waiting for its own send to end). A relay with nothing
 // arriving is turned away once, then waits in line and is served before the

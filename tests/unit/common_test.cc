@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/crypto.h"
+#include "common/rate_limiter.h"
 #include "seedd/logging.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
@@ -113,6 +114,53 @@ TEST(SeedConfig, ListenerOrSourceWithoutTokenIsAnError) {
   EXPECT_EQ(config.Validate().message(), "A daemon-to-daemon listener/source requires a token");
   config.token = "t";
   EXPECT_TRUE(config.Validate().ok());
+}
+
+// A sender asking for what the bucket holds goes at once; beyond it, each waits
+// what its bytes take at the rate, and senders that ask together are spaced in
+// the order they asked.
+TEST(RateLimiter, SendersAreSpacedAtTheRateBeyondTheBurst) {
+  using std::chrono::milliseconds;
+  RateLimiter limiter(1000 * 1000, 100 * 1000);  // 1 MB/s, 100 kB burst
+  const auto t0 = RateLimiter::Clock::time_point{} + std::chrono::seconds(100);
+  EXPECT_EQ(limiter.Reserve(100 * 1000, t0), RateLimiter::Clock::duration::zero());
+  // The bucket is empty: 10 kB waits 10 ms, the next 10 kB asked at once 20 ms.
+  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(limiter.Reserve(10 * 1000, t0)),
+            milliseconds(10));
+  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(limiter.Reserve(10 * 1000, t0)),
+            milliseconds(20));
+  // 20 ms later the debt is paid; 50 ms more refill 50 kB.
+  EXPECT_EQ(limiter.Reserve(50 * 1000, t0 + milliseconds(70)),
+            RateLimiter::Clock::duration::zero());
+  // A long idle time refills no more than the burst.
+  EXPECT_EQ(limiter.Reserve(100 * 1000, t0 + std::chrono::seconds(60)),
+            RateLimiter::Clock::duration::zero());
+  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(
+                limiter.Reserve(1000, t0 + std::chrono::seconds(60))),
+            milliseconds(1));
+}
+
+// Over a second of sends, threads sharing a bucket send what the rate allows
+// (plus the burst), whatever their number.
+TEST(RateLimiter, ThreadsSharingABucketTogetherKeepToTheRate) {
+  RateLimiter limiter(1000 * 1000, 10 * 1000);  // 1 MB/s
+  const auto t0 = RateLimiter::Clock::time_point{} + std::chrono::seconds(100);
+  std::atomic<uint64_t> sent{0};
+  std::vector<std::thread> senders;
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&] {
+      // Each sender's own clock: it sends when told, in 5 kB pieces, for 1 s.
+      auto now = t0;
+      while (true) {
+        now += limiter.Reserve(5000, now);
+        if (now > t0 + std::chrono::seconds(1)) break;
+        sent += 5000;
+      }
+    });
+  }
+  for (auto& s : senders) s.join();
+  EXPECT_GE(sent.load(), 990u * 1000);
+  EXPECT_LE(sent.load(), 1010u * 1000 + 10 * 1000);
 }
 
 }  // namespace

@@ -203,6 +203,27 @@ TEST_F(ManifestTest, AManifestNamingAnUnknownOrMismatchedChunkDigestIsRefused) {
   EXPECT_EQ(ParseChunkDigest("sha256", "--chunk-digest").value(), ChunkDigest::kSha256);
 }
 
+// --relay-upload-rate: bits per second as tc and cloud egress limits give them,
+// or bytes; a value without a unit, with an unknown one, or out of range is an
+// error that names the flag and shows the form.
+TEST(ParseRate, ReadsBitAndByteRatesAndRejectsTheRest) {
+  EXPECT_EQ(ParseRate("45mbit", "--relay-upload-rate").value(), 45u * 1000 * 1000 / 8);
+  EXPECT_EQ(ParseRate("2.5gbit", "--relay-upload-rate").value(), 2500u * 1000 * 1000 / 8);
+  EXPECT_EQ(ParseRate("800kbit", "--relay-upload-rate").value(), 100u * 1000);
+  EXPECT_EQ(ParseRate("100MB", "--relay-upload-rate").value(), 100u * 1000 * 1000);
+  EXPECT_EQ(ParseRate("3kB", "--relay-upload-rate").value(), 3000u);
+  EXPECT_EQ(ParseRate("1GB", "--relay-upload-rate").value(), 1000u * 1000 * 1000);
+  EXPECT_EQ(ParseRate("0", "--relay-upload-rate").value(), 0u);
+  for (const char* bad : {"", "45", "mbit", "45 mbit", "45Mbit", "45mb", "-5mbit", "1.2.3mbit",
+                          "4kbit", "20TB", "1e9mbit", "45mbitx"}) {
+    Result<uint64_t> r = ParseRate(bad, "--relay-upload-rate");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("--relay-upload-rate: '"), std::string::npos) << bad;
+    EXPECT_NE(r.status().message().find("e.g. 45mbit"), std::string::npos) << bad;
+  }
+}
+
 TEST_F(ManifestTest, TheFingerprintFollowsContentNotTimeAndTheCacheSparesRehashing) {
   BuildStats first, second, third;
   auto a = BuildManifest("tiny", model_, options_, &first);

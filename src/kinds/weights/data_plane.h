@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rate_limiter.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/chunk_set.h"
 #include "kinds/weights/manifest.h"
@@ -120,6 +121,12 @@ struct WeightServerOptions {
   // How long a relay's request waits for the relay's own send to end before it
   // is answered "busy".
   std::chrono::milliseconds own_slot_wait{2000};
+  // Bytes per second this server sends of a model that this host is itself still
+  // pulling (0: no limit). Set a little below the host's uplink: a full uplink
+  // queues the host's own chunk requests and TCP acknowledgements behind its
+  // uploads, and its own pull slows to a fraction of its downlink. Once the
+  // pull completes, the model is served at full speed.
+  uint64_t relay_upload_rate = 0;
 };
 
 class WeightServer {
@@ -194,6 +201,8 @@ class WeightServer {
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
   const WeightServerOptions options_;
+  // options_.relay_upload_rate's bucket; null without one.
+  const std::unique_ptr<RateLimiter> relay_limiter_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_;  // GUARDED_BY
   std::map<std::string, std::shared_ptr<const ServedModel>> by_root_;  // GUARDED_BY(mu_)
