@@ -82,6 +82,11 @@ struct Families {
           .Name("seedd_relay_bytes_sent_total")
           .Help("Weight bytes sent from models this daemon pulled (relayed to other fetchers)")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& relay_wait =
+      BuildCounter()
+          .Name("seedd_relay_upload_wait_seconds_total")
+          .Help("Time upload threads waited to keep within --relay-upload-rate, summed")
+          .Register(*registry);
 
   prometheus::Counter& auth_failure = auth_failures.Add({});
   prometheus::Gauge& open_control = connections_open.Add({{"plane", "control"}});
@@ -93,6 +98,7 @@ struct Families {
   prometheus::Counter& verified = chunks_verified.Add({});
   prometheus::Counter& failed = chunk_failures.Add({});
   prometheus::Counter& relayed = relay_bytes.Add({});
+  prometheus::Counter& relay_waited = relay_wait.Add({});
 };
 
 Families& F() {
@@ -171,6 +177,8 @@ void PullProgress(std::string_view model, double ratio) {
 }
 
 void RelayBytesSent(uint64_t bytes) { F().relayed.Increment(static_cast<double>(bytes)); }
+
+void RelayUploadWaited(double seconds) { F().relay_waited.Increment(seconds); }
 
 std::string Text() {
   prometheus::TextSerializer serializer;

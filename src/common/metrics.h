@@ -43,6 +43,8 @@ void Warmup(std::string_view kind, std::string_view source, double seconds);
 void PullProgress(std::string_view model, double ratio);
 // Weight bytes sent from a model this daemon pulled (relayed to the swarm).
 void RelayBytesSent(uint64_t bytes);
+// An upload thread waited `seconds` to keep within --relay-upload-rate.
+void RelayUploadWaited(double seconds);
 
 // Every metric in the Prometheus text exposition format (version 0.0.4).
 std::string Text();

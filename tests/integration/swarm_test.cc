@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "common/metrics.h"
 #include "kinds/weights/data_plane.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -185,6 +186,14 @@ TEST_F(SwarmTest, RelaysBeyondTheUploadSlotsAreToldBusy) {
   EXPECT_EQ(Ask(plain.get(), "SDRQ", 1).status, 0u);
 }
 
+// seedd_relay_upload_wait_seconds_total in this process's /metrics text.
+double RelayWaited() {
+  const std::string text = metrics::Text();
+  const std::string name = "\nseedd_relay_upload_wait_seconds_total ";
+  const size_t at = text.find(name);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size()));
+}
+
 // --relay-upload-rate: what a host sends of a model it is still pulling is held
 // to the rate (its own requests and acknowledgements are not queued behind its
 // uploads); a model it holds whole is sent at full speed under the same option.
@@ -212,8 +221,11 @@ TEST_F(SwarmTest, AModelStillPulledHereIsSentAtMostAtTheRelayRate) {
     EXPECT_EQ(bytes, 4u << 20);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  // 4 MiB at 2 MB/s: 2.1 s, less the bucket's burst (at most 64 KiB here).
+  // 4 MiB at 2 MB/s: 2.1 s, less the bucket's burst (at most 64 KiB here); the
+  // wait shows in /metrics.
+  const double waited = RelayWaited();
   EXPECT_GE(read_big(pulling), 2.0);
+  EXPECT_GE(RelayWaited() - waited, 1.9);
   EXPECT_LT(read_big(complete), 1.5);  // on loopback: milliseconds
 }
 

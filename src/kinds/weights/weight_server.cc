@@ -59,7 +59,10 @@ bool PacedSendFile(Conn& conn, RateLimiter& limiter, int file, off_t offset, uin
     const auto now = std::chrono::steady_clock::now();
     const auto wait = limiter.Reserve(len, now);
     if (now + wait >= deadline) return false;
-    if (wait > std::chrono::steady_clock::duration::zero()) std::this_thread::sleep_for(wait);
+    if (wait > std::chrono::steady_clock::duration::zero()) {
+      std::this_thread::sleep_for(wait);
+      metrics::RelayUploadWaited(std::chrono::duration<double>(wait).count());
+    }
     if (!conn.SendFileBy(file, offset + static_cast<off_t>(done), len, deadline, sent)) {
       return false;
     }
