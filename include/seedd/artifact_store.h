@@ -49,6 +49,17 @@ class ArtifactStore {
 
   // The value, nullopt on a miss, or an error (I/O, over the size limit, ...).
   virtual Result<std::optional<std::string>> Get(const ArtifactKey& key) = 0;
+  // Get, when the store can answer without blocking: true with *value set (the
+  // bytes, or nullopt on a miss); false when the answer could block (a network
+  // store, a name or bytes not in the kernel's caches), the value is larger than
+  // `max_bytes`, or anything went wrong: then ask Get. The listener answers small
+  // local artifacts on its own thread with it. The default: false.
+  virtual bool GetNow(const ArtifactKey& key, size_t max_bytes, std::optional<std::string>* value) {
+    (void)key;
+    (void)max_bytes;
+    (void)value;
+    return false;
+  }
   // Stores `value` atomically: readers see the old value or the new one, whole.
   virtual Status Put(const ArtifactKey& key, std::string_view value) = 0;
   // Every key whose text ("<kind>/<config_hash>/<filename>") starts with `prefix`,
@@ -68,6 +79,10 @@ class ArtifactStoreWrapper : public ArtifactStore {
   explicit ArtifactStoreWrapper(ArtifactStorePtr inner) : inner_(std::move(inner)) {}
   Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
     return inner_->Get(key);
+  }
+  bool GetNow(const ArtifactKey& key, size_t max_bytes,
+              std::optional<std::string>* value) override {
+    return inner_->GetNow(key, max_bytes, value);
   }
   Status Put(const ArtifactKey& key, std::string_view value) override {
     return inner_->Put(key, value);

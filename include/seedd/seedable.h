@@ -39,6 +39,14 @@ class Seedable {
   // serialize once, not per request; the default serializes Resolve's.
   virtual Result<std::optional<std::string>> ResolveText(const Json& request) const;
 
+  // Source side: ResolveText when the answer is at hand without blocking (no
+  // network, nothing read that is not in the kernel's caches, a small payload):
+  // true with *text set. False when it is not: the listener then calls
+  // ResolveText on a resolver thread. The listener calls this on its own thread
+  // for requests whole when their connection is accepted, so an implementation
+  // must return within microseconds. The default: false.
+  virtual bool ResolveTextNow(const Json& request, Result<std::optional<std::string>>* text) const;
+
   // Target side: check what arrived; returns the payload to install.
   virtual Result<Json> ValidatePayload(const Json& payload) const = 0;
 

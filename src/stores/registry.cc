@@ -43,6 +43,12 @@ class CountingStore final : public ArtifactStoreWrapper {
     metrics::StoreOperation(backend_, "get", !r.ok() ? "error" : r->has_value() ? "ok" : "miss");
     return r;
   }
+  bool GetNow(const ArtifactKey& key, size_t max_bytes,
+              std::optional<std::string>* value) override {
+    if (!inner().GetNow(key, max_bytes, value)) return false;
+    metrics::StoreOperation(backend_, "get", value->has_value() ? "ok" : "miss");
+    return true;
+  }
   Status Put(const ArtifactKey& key, std::string_view value) override {
     Status s = inner().Put(key, value);
     metrics::StoreOperation(backend_, "put", s.ok() ? "ok" : "error");

@@ -69,6 +69,12 @@ Json RequestHandler::Handle(const Json& request) const {
   }
 }
 
+bool Seedable::ResolveTextNow(const Json& request, Result<std::optional<std::string>>* text) const {
+  (void)request;
+  (void)text;
+  return false;
+}
+
 Result<std::optional<std::string>> Seedable::ResolveText(const Json& request) const {
   Result<std::optional<Json>> payload = Resolve(request);
   if (!payload.ok()) return payload.status();
@@ -76,20 +82,42 @@ Result<std::optional<std::string>> Seedable::ResolveText(const Json& request) co
   return std::optional<std::string>(DumpJson(**payload));
 }
 
+namespace {
+
+// A seedable's payload text (or miss, or error) as the response frame.
+std::string ResponseFrame(const Result<std::optional<std::string>>& payload) {
+  if (!payload.ok()) return EncodeJsonFrame(ErrorResponse(payload.status().message()));
+  if (!payload->has_value()) return EncodeJsonFrame(Json{{"status", "miss"}});
+  // The same object Handle answers, keys in the same (sorted) order.
+  std::string body;
+  body.reserve((*payload)->size() + 32);
+  body += "{\"payload\":";
+  body += **payload;
+  body += ",\"status\":\"ok\"}";
+  return EncodeFrame(body);
+}
+
+}  // namespace
+
 std::string RequestHandler::HandleToFrame(const Json& request) const {
   const Seedable* seedable = FindFor(request);
   if (seedable == nullptr) return EncodeJsonFrame(ErrorResponse("unsupported seed kind"));
   try {
-    Result<std::optional<std::string>> payload = seedable->ResolveText(request);
-    if (!payload.ok()) return EncodeJsonFrame(ErrorResponse(payload.status().message()));
-    if (!payload->has_value()) return EncodeJsonFrame(Json{{"status", "miss"}});
-    // The same object Handle answers, keys in the same (sorted) order.
-    std::string body;
-    body.reserve((*payload)->size() + 32);
-    body += "{\"payload\":";
-    body += **payload;
-    body += ",\"status\":\"ok\"}";
-    return EncodeFrame(body);
+    return ResponseFrame(seedable->ResolveText(request));
+  } catch (const std::exception& e) {
+    Logger().error("Resolving {} threw: {}", seedable->kind(), e.what());
+    return EncodeJsonFrame(
+        ErrorResponse("internal error resolving " + std::string(seedable->kind())));
+  }
+}
+
+std::optional<std::string> RequestHandler::HandleToFrameNow(const Json& request) const {
+  const Seedable* seedable = FindFor(request);
+  if (seedable == nullptr) return EncodeJsonFrame(ErrorResponse("unsupported seed kind"));
+  try {
+    Result<std::optional<std::string>> payload = std::optional<std::string>();
+    if (!seedable->ResolveTextNow(request, &payload)) return std::nullopt;
+    return ResponseFrame(payload);
   } catch (const std::exception& e) {
     Logger().error("Resolving {} threw: {}", seedable->kind(), e.what());
     return EncodeJsonFrame(

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,9 @@ class RequestHandler {
   Json Handle(const Json& request) const;
   // Handle's response as frame bytes, the payload from the seedable's ResolveText.
   std::string HandleToFrame(const Json& request) const;
+  // HandleToFrame when the seedable can answer without blocking
+  // (Seedable::ResolveTextNow), or the request's kind is unknown; else nullopt.
+  std::optional<std::string> HandleToFrameNow(const Json& request) const;
 
   // The whole source-side exchange for one received frame body: parse,
   // authenticate, handle. Used by the fuzzer and by tests.

@@ -142,10 +142,16 @@ struct SeedServer::Rep {
   const StreamHandler* FindStream(const Json& request) const;
   // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
   bool Wrap(int fd, tcp::socket* socket);
-  // A whole authenticated request read at accept (`request_bytes` of it): resolved
-  // and answered on a resolver thread, the socket never registered with the
-  // loop, unless the response does not fit the socket buffer.
+  // A whole authenticated request read at accept (`request_bytes` of it): answered
+  // at once when its seedable can without blocking (a small artifact in the page
+  // cache), else resolved and answered on a resolver thread; the socket is never
+  // registered with the loop unless the response does not fit the socket buffer.
   void AnswerOffLoop(int fd, const std::string& peer, Json request, size_t request_bytes);
+  // Sends `frame` on `fd` (accepted at `start`) and closes it, or hands the rest
+  // to the loop; then the connection is over.
+  void Respond(int fd, const std::string& peer, const std::string& kind,
+               const std::string& metric_kind, std::string frame,
+               std::chrono::steady_clock::time_point start);
   // The loop's path for `fd`, with the bytes read from it so far.
   void OnLoop(int fd, const std::string& peer, const char* bytes, size_t n);
   void Register(Connection* c);
@@ -388,12 +394,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Authenticated handlers (a manifest of a large model) may be slow.
     state_ = State::kResolving;
     ArmDeadline(server_->options.authenticated_timeout);
+    if (std::optional<std::string> frame = server_->handler.HandleToFrameNow(*request)) {
+      FinishOnResolver(std::move(*frame));  // at hand (a small cached artifact): no hand-off
+      return;
+    }
     server_->pool.Submit([self = shared_from_this(), req = std::move(*request)] {
       self->FinishOnResolver(self->server_->handler.HandleToFrame(req));
     });
   }
 
-  // On a resolver thread. A response that fits the socket buffer (the common case)
+  // On a resolver thread (or on the loop, for an answer at hand without
+  // blocking). A response that fits the socket buffer (the common case)
   // is written and the connection closed right here, sparing a hop back to the
   // loop; a larger one is handed to the loop to finish under the same deadline.
   void FinishOnResolver(std::string frame) {
@@ -751,53 +762,64 @@ void SeedServer::Rep::AnswerOffLoop(int fd, const std::string& peer, Json reques
   if (auto k = request.find("kind"); k != request.end() && k->is_string()) {
     kind = k->get<std::string>().substr(0, 64);
   }
-  pool.Submit([this, fd, peer, kind = std::move(kind),
-               metric_kind = KnownKind(handler, options, request), request = std::move(request),
-               start = std::chrono::steady_clock::now()] {
-    std::string frame = handler.HandleToFrame(request);
-    auto ended = [this] {
-      metrics::ConnectionClosed(metrics::Plane::kControl);
-      std::lock_guard<std::mutex> lock(mu);
-      --open;
-      cv.notify_all();
-    };
-    // The connection's deadline once authenticated, as on the loop's path: a
-    // resolve that outlasted it gets no answer.
-    const auto deadline = start + options.authenticated_timeout;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::close(fd);
-      ended();
-      return;
-    }
-    const std::string outcome = Outcome(frame);
-    metrics::Request(metric_kind, outcome);
-    metrics::BytesSent(metrics::Plane::kControl, frame.size());
-    const size_t size = frame.size();
-    bool would_block = false;
-    const size_t sent = SendWithoutWaiting(fd, frame, &would_block);
-    if (would_block) {
-      // The rest on the loop, which waits for the peer to read it until the deadline.
-      frame.erase(0, sent);
-      asio::post(
-          io, [this, fd, peer, kind, outcome, deadline, rest = std::move(frame), ended]() mutable {
-            tcp::socket socket(io);
-            if (Wrap(fd, &socket)) {
-              std::make_shared<Connection>(this, std::move(socket), peer)
-                  ->FinishWriting(std::move(rest), kind, outcome, deadline);
-            }
-            ended();
-          });
-      return;
-    }
-    ::close(fd);
-    if (Logger().should_log(spdlog::level::debug)) {
-      Logger().debug(
-          "D2D access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count());
-    }
-    ended();
+  std::string metric_kind = KnownKind(handler, options, request);
+  const auto start = std::chrono::steady_clock::now();
+  if (std::optional<std::string> frame = handler.HandleToFrameNow(request)) {
+    // No hand-off: a thread switch costs more than the answer here.
+    Respond(fd, peer, kind, metric_kind, std::move(*frame), start);
+    return;
+  }
+  pool.Submit([this, fd, peer, kind = std::move(kind), metric_kind = std::move(metric_kind),
+               request = std::move(request), start] {
+    Respond(fd, peer, kind, metric_kind, handler.HandleToFrame(request), start);
   });
+}
+
+void SeedServer::Rep::Respond(int fd, const std::string& peer, const std::string& kind,
+                              const std::string& metric_kind, std::string frame,
+                              std::chrono::steady_clock::time_point start) {
+  auto ended = [this] {
+    metrics::ConnectionClosed(metrics::Plane::kControl);
+    std::lock_guard<std::mutex> lock(mu);
+    --open;
+    cv.notify_all();
+  };
+  // The connection's deadline once authenticated, as on the loop's path: a
+  // resolve that outlasted it gets no answer.
+  const auto deadline = start + options.authenticated_timeout;
+  if (std::chrono::steady_clock::now() >= deadline) {
+    ::close(fd);
+    ended();
+    return;
+  }
+  const std::string outcome = Outcome(frame);
+  metrics::Request(metric_kind, outcome);
+  metrics::BytesSent(metrics::Plane::kControl, frame.size());
+  const size_t size = frame.size();
+  bool would_block = false;
+  const size_t sent = SendWithoutWaiting(fd, frame, &would_block);
+  if (would_block) {
+    // The rest on the loop, which waits for the peer to read it until the deadline.
+    frame.erase(0, sent);
+    asio::post(io,
+               [this, fd, peer, kind, outcome, deadline, rest = std::move(frame), ended]() mutable {
+                 tcp::socket socket(io);
+                 if (Wrap(fd, &socket)) {
+                   std::make_shared<Connection>(this, std::move(socket), peer)
+                       ->FinishWriting(std::move(rest), kind, outcome, deadline);
+                 }
+                 ended();
+               });
+    return;
+  }
+  ::close(fd);
+  if (Logger().should_log(spdlog::level::debug)) {
+    Logger().debug(
+        "D2D access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  ended();
 }
 
 bool SeedServer::Rep::Wrap(int fd, tcp::socket* socket) {

@@ -427,6 +427,63 @@ TEST_F(TransportTest, AResolveThatOutlastsTheAuthenticatedDeadlineGetsNoAnswer) 
   ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 0; }));
 }
 
+// A small artifact the local disk store holds in the page cache is answered on
+// the listener's thread (no hand-off to a resolver), so it is answered even
+// while every resolver thread is held by a slow request; so is a miss with no
+// shared store to ask. One the store cannot read without blocking, or another
+// kind, waits for a resolver.
+TEST_F(TransportTest, ASmallCachedArtifactIsAnsweredWhileEveryResolverIsBusy) {
+  testing::TempDir cache;
+  const std::string bytes = "tuned kernels";
+  auto disk = NewArtifactSeedable(cache.path());
+  ASSERT_TRUE(disk->Install(KeyFields("kernels.bin"), Json{{"filename", "kernels.bin"},
+                                                           {"size", bytes.size()},
+                                                           {"sha256", Sha256Hex(bytes)},
+                                                           {"data", Base64Encode(bytes)}})
+                  .ok());
+  server_->Close();
+  TransportOptions options;
+  options.min_resolver_threads = 1;
+  options.max_resolver_threads = 1;
+  server_ = Serve({disk, slow_}, options);
+  auto ask = [&](const Json& request, bool* answered) {
+    UniqueFd fd = ConnectRaw(addr_);
+    EXPECT_TRUE(fd.valid());
+    timeval tv{2, 0};  // a request waiting for the resolver gets nothing in 2 s
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    Json with_token = request;
+    with_token["token"] = kToken;
+    SendAll(fd.get(), EncodeJsonFrame(with_token));
+    Json response = ReadResponse(fd.get());
+    *answered = !response.is_null();
+    return response;
+  };
+  bool answered = false;
+  // A name never looked up may need the disk to tell it is absent: asked once
+  // while the resolver is free, its absence is known to the kernel's caches.
+  EXPECT_EQ(ask(ArtifactRequest("absent.bin"), &answered)["status"], "miss");
+  UniqueFd held = ConnectRaw(addr_);
+  ASSERT_TRUE(held.valid());
+  SendAll(held.get(), EncodeJsonFrame(Json{{"kind", "slow"}, {"token", kToken}}));
+  slow_->WaitEntered(1);  // the one resolver thread is taken
+  Json hit = ask(ArtifactRequest("kernels.bin"), &answered);
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(hit["status"], "ok");
+  EXPECT_EQ(Base64Decode(hit["payload"]["data"].get<std::string>()), bytes);
+  EXPECT_EQ(hit["payload"]["sha256"], Sha256Hex(bytes));
+  Json miss = ask(ArtifactRequest("absent.bin"), &answered);
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(miss["status"], "miss");
+  Json bad = ask(Json{{"kind", "artifact"}, {"namespace", "../x"}}, &answered);
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(bad["status"], "error");
+  // A second slow request waits for the busy resolver.
+  ask(Json{{"kind", "slow"}}, &answered);
+  EXPECT_FALSE(answered);
+  slow_->Release();
+  EXPECT_EQ(ReadResponse(held.get())["payload"], "slow answer");
+}
+
 // Requests that are whole when accepted are answered off the event loop; a
 // response larger than the socket buffer is finished by the loop. Peers that
 // ask at once and read late each get their whole response.

@@ -95,6 +95,47 @@ TEST(DiskArtifactStore, NeverFollowsLinksOutOfTheRoot) {
   EXPECT_FALSE(store->Get(Key()).ok());
 }
 
+// GetNow answers what it can without blocking (a value or a miss it finds in the
+// kernel's caches) and leaves the rest to Get: a value over its bound, a link,
+// something that is not a file.
+TEST(DiskArtifactStore, GetNowAnswersFromTheCachesAndLeavesTheRestToGet) {
+  TempDir dir;
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path() / "root");
+  std::optional<std::string> value = "stale";
+  ASSERT_TRUE(store->GetNow(Key(), 1024, &value));  // no root yet: a miss
+  EXPECT_FALSE(value.has_value());
+  ASSERT_TRUE(store->Put(Key(), "tuned").ok());  // just written: in the page cache
+  ASSERT_TRUE(store->GetNow(Key(), 1024, &value));
+  EXPECT_EQ(value, "tuned");
+  ASSERT_TRUE(store->Put(Key("empty.json"), "").ok());
+  ASSERT_TRUE(store->GetNow(Key("empty.json"), 1024, &value));
+  EXPECT_EQ(value, "");
+  // A name never looked up may need the disk to tell; once Get looked, it is known.
+  if (!store->GetNow(Key("absent.json"), 1024, &value)) {
+    EXPECT_FALSE(store->Get(Key("absent.json"))->has_value());
+  }
+  value = "stale";
+  ASSERT_TRUE(store->GetNow(Key("absent.json"), 1024, &value));
+  EXPECT_FALSE(value.has_value());
+  // Over the bound: Get reads it.
+  ASSERT_TRUE(store->Put(Key("big.json"), std::string(2048, 'x')).ok());
+  EXPECT_FALSE(store->GetNow(Key("big.json"), 1024, &value));
+  EXPECT_EQ(store->Get(Key("big.json"))->value().size(), 2048u);
+  // A link is not followed: Get says why.
+  TempDir outside;
+  std::ofstream(outside.path() / "secret") << "secret";
+  std::filesystem::create_symlink(outside.path() / "secret",
+                                  dir.path() / "root" / "0123456789abcdef" / "link.json");
+  EXPECT_FALSE(store->GetNow(Key("link.json"), 1024, &value));
+  EXPECT_FALSE(store->Get(Key("link.json")).ok());
+  std::filesystem::create_directory(dir.path() / "root" / "0123456789abcdef" / "dir.json");
+  EXPECT_FALSE(store->GetNow(Key("dir.json"), 1024, &value));
+  // A store that cannot answer without blocking (here: in memory, by default) says so.
+  auto memory = NewMemoryArtifactStore();
+  ASSERT_TRUE(memory->Put(Key(), "tuned").ok());
+  EXPECT_FALSE(memory->GetNow(Key(), 1024, &value));
+}
+
 TEST(DiskArtifactStore, RefusesFilesOverTheSizeLimit) {
   TempDir dir;
   DiskStoreOptions options;
