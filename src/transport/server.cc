@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <array>
 #include <asio.hpp>
@@ -136,8 +139,16 @@ struct SeedServer::Rep {
   void AcceptReady();
   // A connection accepted from `peer`: the limits, then TLS, or Admitted.
   void Accepted(int fd, const std::string& peer);
-  // An accepted plain TCP connection from `peer`, admitted.
-  void Admitted(int fd, const std::string& peer);
+  // An accepted plain TCP connection from `peer`, admitted. Off the loop (the
+  // second acceptor), what needs the loop is posted to it.
+  void Admitted(int fd, const std::string& peer, bool on_loop = true);
+  // The second acceptor: a thread that accepts beside the loop and answers
+  // what it can at once (as the loop does), so that two cores answer small
+  // requests together; anything else it posts to the loop. Until stop_fd.
+  void AcceptBesideTheLoop();
+  // Admits a connection the second acceptor took, or false when the loop must
+  // decide (TLS, a cap reached, a refusal to log, an eviction).
+  bool AdmitBesideTheLoop(int fd, const std::string& peer);
   // The stream handler (the data plane) `request` is for, or null.
   const StreamHandler* FindStream(const Json& request) const;
   // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
@@ -177,6 +188,8 @@ struct SeedServer::Rep {
   std::unordered_set<int> stream_fds;  // GUARDED_BY(streams_mu): sockets of running handlers
   bool streams_closing = false;        // GUARDED_BY(streams_mu)
   std::thread loop;
+  std::thread second_acceptor;
+  int stop_fd = -1;  // an eventfd: written to stop the second acceptor
   bool started = false;
   bool closed = false;
   bool v6 = false;  // the listener's protocol
@@ -716,7 +729,7 @@ void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
   }
 }
 
-void SeedServer::Rep::Admitted(int fd, const std::string& peer) {
+void SeedServer::Rep::Admitted(int fd, const std::string& peer, bool on_loop) {
   // Clients write their request as soon as they connect, so under load it is
   // usually here by the time the connection is accepted: a whole, authenticated
   // request that is not for the data plane is answered without the loop (no
@@ -736,7 +749,52 @@ void SeedServer::Rep::Admitted(int fd, const std::string& peer) {
       }
     }
   }
-  OnLoop(fd, peer, buf.data(), got);
+  if (on_loop) {
+    OnLoop(fd, peer, buf.data(), got);
+    return;
+  }
+  asio::post(io, [this, fd, peer, bytes = std::string(buf.data(), got)] {
+    OnLoop(fd, peer, bytes.data(), bytes.size());
+  });
+}
+
+void SeedServer::Rep::AcceptBesideTheLoop() {
+  pollfd fds[2] = {{acceptor.native_handle(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
+  for (;;) {
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
+    for (int i = 0; i < kAcceptBatch; ++i) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      const int fd = ::accept4(fds[0].fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+        // Out of descriptors or the like: the loop's acceptor logs it and pauses;
+        // this one pauses too instead of spinning on a readable listener.
+        if (errno != EAGAIN && errno != EWOULDBLOCK) ::poll(&fds[1], 1, 100);
+        break;
+      }
+      std::string peer = AddressLimits::Key(AddressOf(addr));
+      if (!AdmitBesideTheLoop(fd, peer)) {
+        asio::post(io, [this, fd, peer = std::move(peer)] { Accepted(fd, peer); });
+      }
+    }
+  }
+}
+
+bool SeedServer::Rep::AdmitBesideTheLoop(int fd, const std::string& peer) {
+  if (Tls()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (open + tls_open.load() >= options.max_connections) return false;
+  }
+  std::string victim;
+  if (limits.Admit(peer, AddressLimits::Clock::now(), &victim) != AddressLimits::Verdict::kAccept) {
+    return false;  // a refusal is counted nowhere: the loop asks again, logs, evicts
+  }
+  Admitted(fd, peer, /*on_loop=*/false);
+  return true;
 }
 
 void SeedServer::Rep::OnLoop(int fd, const std::string& peer, const char* bytes, size_t n) {
@@ -1100,6 +1158,10 @@ Result<HostPort> SeedServer::Start(const HostPort& listen) {
     auto guard = asio::make_work_guard(rep->io);
     rep->io.run();
   });
+  rep_->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (rep_->stop_fd >= 0) {
+    rep_->second_acceptor = std::thread([rep = rep_.get()] { rep->AcceptBesideTheLoop(); });
+  }
   return HostPort{bound.address().to_string(), bound.port()};
 }
 
@@ -1109,6 +1171,14 @@ void SeedServer::Close() {
     return;
   }
   rep.closed = true;
+  if (rep.second_acceptor.joinable()) {
+    // Stopped first: what it posted to the loop runs before the loop closes.
+    const uint64_t one = 1;
+    (void)!::write(rep.stop_fd, &one, sizeof(one));
+    rep.second_acceptor.join();
+  }
+  if (rep.stop_fd >= 0) ::close(rep.stop_fd);
+  rep.stop_fd = -1;
   if (rep.started) {
     asio::post(rep.io, [&rep] {
       rep.closing = true;
