@@ -1,8 +1,12 @@
 // SeedServer: the listener of a SeedTransport. One event-loop thread accepts and
 // owns every socket that is reading or writing; Resolve runs on a resolver pool
-// so a slow one never delays other peers. A request whole at accept goes to the
-// pool with its socket, unregistered, and returns to the loop only when its
-// response does not fit the socket buffer. Each connection has a whole-frame
+// so a slow one never delays other peers. A request whole at accept is answered
+// at once when its seedable can without blocking (Seedable::ResolveTextNow: a
+// small artifact in the page cache), else goes to the pool with its socket,
+// unregistered; either returns to the loop only when its response does not fit
+// the socket buffer. A second thread accepts beside the loop and does the same,
+// posting anything else (TLS, refusals, partial requests) to the loop, so that
+// two cores answer small requests together. Each connection has a whole-frame
 // deadline before authentication and a longer one after; the number of open
 // connections is capped.
 //
