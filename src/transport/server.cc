@@ -605,8 +605,10 @@ void SeedServer::Rep::DoAccept() {
 
 namespace {
 
-// Connections accepted per turn of the loop before it serves anything else.
-constexpr int kAcceptBatch = 32;
+// Connections accepted per turn before anything else is served: a few, since
+// small requests are answered as they are accepted (with 32, a request that a
+// turn took last waited ~1 ms behind the others: p99 1.22 ms against 0.98 ms).
+constexpr int kAcceptBatch = 4;
 
 std::string AddressOf(const sockaddr_storage& addr) {
   if (addr.ss_family == AF_INET) {
