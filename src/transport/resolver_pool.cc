@@ -38,8 +38,14 @@ void ResolverPool::Supervise() {
       supervisor_idle_ = false;
       continue;
     }
-    // Tasks are waiting: look again when the oldest would count as stalled.
-    supervisor_cv_.wait_until(lock, StallTime());
+    // Tasks are waiting: look again when the oldest would count as stalled. A
+    // time already past (the pool at its maximum, or a worker about to take
+    // the task) is no reason to look again at once: that spun a core for as
+    // long as the pool stayed full.
+    Clock::time_point until = StallTime();
+    const Clock::time_point now = Clock::now();
+    if (until <= now) until = now + stall_after_;
+    supervisor_cv_.wait_until(lock, until);
     if (!stop_ && Stalled(Clock::now())) Spawn();
   }
 }

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -149,6 +150,10 @@ struct SeedServer::Rep {
   // Admits a connection the second acceptor took, or false when the loop must
   // decide (TLS, a cap reached, a refusal to log, an eviction).
   bool AdmitBesideTheLoop(int fd, const std::string& peer);
+  // Posts `fn` (a connection the second acceptor took) to the loop, counted
+  // open from now until `fn` has run: the connection is open all along, for
+  // the cap, for open_connections and for Close.
+  void PostCounted(std::function<void()> fn);
   // The stream handler (the data plane) `request` is for, or null.
   const StreamHandler* FindStream(const Json& request) const;
   // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
@@ -755,7 +760,7 @@ void SeedServer::Rep::Admitted(int fd, const std::string& peer, bool on_loop) {
     OnLoop(fd, peer, buf.data(), got);
     return;
   }
-  asio::post(io, [this, fd, peer, bytes = std::string(buf.data(), got)] {
+  PostCounted([this, fd, peer, bytes = std::string(buf.data(), got)] {
     OnLoop(fd, peer, bytes.data(), bytes.size());
   });
 }
@@ -779,10 +784,23 @@ void SeedServer::Rep::AcceptBesideTheLoop() {
       }
       std::string peer = AddressLimits::Key(AddressOf(addr));
       if (!AdmitBesideTheLoop(fd, peer)) {
-        asio::post(io, [this, fd, peer = std::move(peer)] { Accepted(fd, peer); });
+        PostCounted([this, fd, peer = std::move(peer)] { Accepted(fd, peer); });
       }
     }
   }
+}
+
+void SeedServer::Rep::PostCounted(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++open;
+  }
+  asio::post(io, [this, fn = std::move(fn)] {
+    fn();
+    std::lock_guard<std::mutex> lock(mu);
+    --open;
+    cv.notify_all();
+  });
 }
 
 bool SeedServer::Rep::AdmitBesideTheLoop(int fd, const std::string& peer) {

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <ctime>
+#include <thread>
 
 #include "support/test_util.h"
 
@@ -71,6 +73,29 @@ TEST(ResolverPool, NeverExceedsItsMaximum) {
   gate.Open();
   pool.Shutdown();
   EXPECT_EQ(gate.waiting(), 10);
+}
+
+// A pool at its maximum with tasks waiting idles until a thread is free: its
+// supervisor spun a core for as long as the pool stayed full (a stream pool
+// held by slow peers).
+TEST(ResolverPool, AFullPoolWithTasksWaitingDoesNotSpin) {
+  ResolverPool pool(1, 2, milliseconds(5));
+  Gate gate;
+  for (int i = 0; i < 3; ++i) pool.Submit([&] { gate.Wait(); });
+  ASSERT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 2; }));
+  ASSERT_EQ(pool.queued(), 1u);
+  auto cpu = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;  // ms
+  };
+  const double before = cpu();
+  std::this_thread::sleep_for(milliseconds(500));
+  // Spinning, the process spends about the 500 ms; idle, about nothing.
+  EXPECT_LT(cpu() - before, 100.0);
+  gate.Open();
+  pool.Shutdown();
+  EXPECT_EQ(gate.waiting(), 3);
 }
 
 TEST(ResolverPool, ShortTasksDoNotGrowThePool) {
