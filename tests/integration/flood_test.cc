@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <thread>
 
+#include "common/metrics.h"
 #include "kinds/weights/data_plane.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/seed_transport.h"
@@ -175,8 +176,18 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
   ASSERT_TRUE(WaitUntil([&] { return running == 1; }));
   UniqueFd b = open();
   ASSERT_TRUE(WaitUntil([&] { return running == 2; }));
+  // Handed to the data plane: counted in /metrics as it leaves the loop.
+  auto handed = [] {
+    const std::string text = metrics::Text();
+    const std::string name = "\nseedd_requests_total{kind=\"weight_data\",outcome=\"data\"} ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + name.size()));
+  };
+  const double before = handed();
   UniqueFd queued = open();
-  // Handed to the stream pool (it left the event loop), where it waits.
+  // Handed to the stream pool (it left the event loop), where it waits. (Its
+  // connection may not even be accepted yet when no connection is open.)
+  ASSERT_TRUE(WaitUntil([&] { return handed() == before + 1; }));
   ASSERT_TRUE(WaitUntil([&] { return server->open_connections() == 0; }));
   UniqueFd refused = open();
   Json answer = testing::ReadResponse(refused.get());
