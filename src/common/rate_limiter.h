@@ -46,7 +46,6 @@ class RateLimiter {
   }
 
   uint64_t bytes_per_second() const { return static_cast<uint64_t>(rate_); }
-  uint64_t burst_bytes() const { return static_cast<uint64_t>(burst_); }
 
  private:
   std::mutex mu_;

@@ -147,8 +147,9 @@ struct SeedServer::Rep {
   // what it can at once (as the loop does), so that two cores answer small
   // requests together; anything else it posts to the loop. Until stop_fd.
   void AcceptBesideTheLoop();
-  // Admits a connection the second acceptor took, or false when the loop must
-  // decide (TLS, a cap reached, a refusal to log, an eviction).
+  // Admits a connection the second acceptor took (on a plain listener), or
+  // false when the loop must decide (a cap reached, a refusal to log, an
+  // eviction).
   bool AdmitBesideTheLoop(int fd, const std::string& peer);
   // Posts `fn` (a connection the second acceptor took) to the loop, counted
   // open from now until `fn` has run: the connection is open all along, for
@@ -804,7 +805,6 @@ void SeedServer::Rep::PostCounted(std::function<void()> fn) {
 }
 
 bool SeedServer::Rep::AdmitBesideTheLoop(int fd, const std::string& peer) {
-  if (Tls()) return false;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (open + tls_open.load() >= options.max_connections) return false;
@@ -1178,7 +1178,9 @@ Result<HostPort> SeedServer::Start(const HostPort& listen) {
     auto guard = asio::make_work_guard(rep->io);
     rep->io.run();
   });
-  rep_->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // A TLS listener's connections all go to stream threads from the loop: a
+  // second acceptor would only add a hop.
+  rep_->stop_fd = rep_->Tls() ? -1 : ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (rep_->stop_fd >= 0) {
     rep_->second_acceptor = std::thread([rep = rep_.get()] { rep->AcceptBesideTheLoop(); });
   }

@@ -4,11 +4,11 @@
 // at once when its seedable can without blocking (Seedable::ResolveTextNow: a
 // small artifact in the page cache), else goes to the pool with its socket,
 // unregistered; either returns to the loop only when its response does not fit
-// the socket buffer. A second thread accepts beside the loop and does the same,
-// posting anything else (TLS, refusals, partial requests) to the loop, so that
-// two cores answer small requests together. Each connection has a whole-frame
-// deadline before authentication and a longer one after; the number of open
-// connections is capped.
+// the socket buffer. On a plain listener a second thread accepts beside the loop
+// and does the same, posting anything else (refusals, partial requests) to the
+// loop, so that two cores answer small requests together. Each connection has
+// a whole-frame deadline before authentication and a longer one after; the
+// number of open connections is capped.
 //
 // Thread safety: Start and Close may be called from any thread (not concurrently
 // with each other); open_connections is thread-safe.

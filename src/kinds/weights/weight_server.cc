@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <thread>
 
@@ -72,6 +73,41 @@ bool PacedSendFile(Conn& conn, RateLimiter& limiter, int file, off_t offset, uin
 }
 
 }  // namespace
+
+Result<uint64_t> ParseRate(std::string_view text, std::string_view flag) {
+  auto bad = [&](std::string_view why) {
+    return Status::InvalidArgument(std::string(flag) + ": '" + std::string(text.substr(0, 64)) +
+                                   "' " + std::string(why) +
+                                   " (a number and a unit: kbit, mbit, gbit, kB, MB or GB, "
+                                   "e.g. 45mbit or 2.5gbit; 0 for no limit)");
+  };
+  if (text == "0") return uint64_t{0};
+  size_t digits = 0;
+  while (digits < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
+    ++digits;
+  }
+  if (digits == 0 || digits > 20) return bad("is not a rate");
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(std::string(text.substr(0, digits)), &used);
+    if (used != digits) return bad("is not a rate");
+  } catch (const std::exception&) {
+    return bad("is not a rate");
+  }
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8},
+      {"kB", 1e3},       {"MB", 1e6},       {"GB", 1e9}};
+  const std::string_view unit = text.substr(digits);
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = value * scale;
+    if (bytes < 1e3 || bytes > 1e13) return bad("is out of range (1 kB/s to 10 TB/s)");
+    return static_cast<uint64_t>(bytes);
+  }
+  return bad(unit.empty() ? "has no unit" : "has an unknown unit");
+}
 
 WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
     : options_(options), relay_limiter_(LimiterFor(options.relay_upload_rate)) {
