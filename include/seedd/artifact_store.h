@@ -49,15 +49,28 @@ class ArtifactStore {
 
   // The value, nullopt on a miss, or an error (I/O, over the size limit, ...).
   virtual Result<std::optional<std::string>> Get(const ArtifactKey& key) = 0;
-  // Get, when the store can answer without blocking: true with *value set (the
-  // bytes, or nullopt on a miss); false when the answer could block (a network
-  // store, a name or bytes not in the kernel's caches), the value is larger than
-  // `max_bytes`, or anything went wrong: then ask Get. The listener answers small
-  // local artifacts on its own thread with it. The default: false.
-  virtual bool GetNow(const ArtifactKey& key, size_t max_bytes, std::optional<std::string>* value) {
+  // What GetNow found.
+  struct Now {
+    // The bytes; nullopt on a miss, or when `unchanged`.
+    std::optional<std::string> value;
+    // Identifies the stored bytes (a disk store: the file's device, inode, size,
+    // modification and change times): it differs whenever they may have changed.
+    // Empty on a miss, or where the store keeps no such identity.
+    std::string version;
+    // The stored bytes still have the caller's `known` version: not read again.
+    bool unchanged = false;
+  };
+  // Get, when the store can answer without blocking: true with *now set (the
+  // bytes, or a miss, or that they are unchanged since the caller read them with
+  // version `known`); false when the answer could block (a network store, a name
+  // or bytes not in the kernel's caches), the value is larger than `max_bytes`,
+  // or anything went wrong: then ask Get. The listener answers small local
+  // artifacts on its own thread with it. The default: false.
+  virtual bool GetNow(const ArtifactKey& key, size_t max_bytes, std::string_view known, Now* now) {
     (void)key;
     (void)max_bytes;
-    (void)value;
+    (void)known;
+    (void)now;
     return false;
   }
   // Stores `value` atomically: readers see the old value or the new one, whole.
@@ -80,9 +93,8 @@ class ArtifactStoreWrapper : public ArtifactStore {
   Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
     return inner_->Get(key);
   }
-  bool GetNow(const ArtifactKey& key, size_t max_bytes,
-              std::optional<std::string>* value) override {
-    return inner_->GetNow(key, max_bytes, value);
+  bool GetNow(const ArtifactKey& key, size_t max_bytes, std::string_view known, Now* now) override {
+    return inner_->GetNow(key, max_bytes, known, now);
   }
   Status Put(const ArtifactKey& key, std::string_view value) override {
     return inner_->Put(key, value);

@@ -43,10 +43,9 @@ class CountingStore final : public ArtifactStoreWrapper {
     metrics::StoreOperation(backend_, "get", !r.ok() ? "error" : r->has_value() ? "ok" : "miss");
     return r;
   }
-  bool GetNow(const ArtifactKey& key, size_t max_bytes,
-              std::optional<std::string>* value) override {
-    if (!inner().GetNow(key, max_bytes, value)) return false;
-    metrics::StoreOperation(backend_, "get", value->has_value() ? "ok" : "miss");
+  bool GetNow(const ArtifactKey& key, size_t max_bytes, std::string_view known, Now* now) override {
+    if (!inner().GetNow(key, max_bytes, known, now)) return false;
+    metrics::StoreOperation(backend_, "get", now->unchanged || now->value ? "ok" : "miss");
     return true;
   }
   Status Put(const ArtifactKey& key, std::string_view value) override {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/crypto.h"
+#include "seedd/json_text.h"
 #include "support/test_util.h"
 #include "transport/handler.h"
 
@@ -106,6 +107,34 @@ TEST(ArtifactSeedable, InstallWritesTheRequestedKeyAndRefusesAnotherFile) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "bytes");
   Status s = seedable->Install(KeyFields(), Payload("bytes", "other.bin"));
   EXPECT_EQ(s.message(), "payload is for 'other.bin', not the requested 'kernels.bin'");
+}
+
+// Answered on the listener's thread, an artifact's answer is kept and given
+// again while its bytes are unchanged; bytes written in place (same size, same
+// name) or a new value are read and answered anew.
+TEST(ArtifactSeedable, AKeptAnswerIsMadeAgainWhenTheBytesChange) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "triton" / kHash);
+  const auto file = dir.path() / "triton" / kHash / "kernels.bin";
+  std::ofstream(file) << "compiled kernels v1";
+  auto seedable = NewArtifactSeedable(dir.path());
+  auto now = [&] {
+    Result<std::optional<std::string>> text = std::optional<std::string>();
+    EXPECT_TRUE(seedable->ResolveTextNow(KeyFields(), &text));
+    EXPECT_TRUE(text.ok() && text->has_value());
+    return text.ok() && text->has_value() ? ParseJson(**text).value() : Json();
+  };
+  EXPECT_EQ(now(), Payload("compiled kernels v1"));
+  EXPECT_EQ(now(), Payload("compiled kernels v1"));  // the kept answer
+  { std::ofstream(file, std::ios::in | std::ios::out) << "compiled kernels v2"; }
+  EXPECT_EQ(now(), Payload("compiled kernels v2"));
+  ASSERT_TRUE(seedable->Install(KeyFields(), Payload("new kernels")).ok());
+  EXPECT_EQ(now(), Payload("new kernels"));
+  std::filesystem::remove(file);
+  Result<std::optional<std::string>> text = std::optional<std::string>("stale");
+  ASSERT_TRUE(seedable->ResolveTextNow(KeyFields(), &text));
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->has_value());
 }
 
 TEST(ArtifactSeedable, ResolveRefusesFilesOverSixteenMebibytes) {

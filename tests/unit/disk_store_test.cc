@@ -101,39 +101,83 @@ TEST(DiskArtifactStore, NeverFollowsLinksOutOfTheRoot) {
 TEST(DiskArtifactStore, GetNowAnswersFromTheCachesAndLeavesTheRestToGet) {
   TempDir dir;
   auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path() / "root");
-  std::optional<std::string> value = "stale";
-  ASSERT_TRUE(store->GetNow(Key(), 1024, &value));  // no root yet: a miss
-  EXPECT_FALSE(value.has_value());
+  ArtifactStore::Now now;
+  now.value = "stale";
+  ASSERT_TRUE(store->GetNow(Key(), 1024, {}, &now));  // no root yet: a miss
+  EXPECT_FALSE(now.value.has_value());
   ASSERT_TRUE(store->Put(Key(), "tuned").ok());  // just written: in the page cache
-  ASSERT_TRUE(store->GetNow(Key(), 1024, &value));
-  EXPECT_EQ(value, "tuned");
+  ASSERT_TRUE(store->GetNow(Key(), 1024, {}, &now));
+  EXPECT_EQ(now.value, "tuned");
+  EXPECT_FALSE(now.version.empty());
   ASSERT_TRUE(store->Put(Key("empty.json"), "").ok());
-  ASSERT_TRUE(store->GetNow(Key("empty.json"), 1024, &value));
-  EXPECT_EQ(value, "");
+  ASSERT_TRUE(store->GetNow(Key("empty.json"), 1024, {}, &now));
+  EXPECT_EQ(now.value, "");
   // A name never looked up may need the disk to tell; once Get looked, it is known.
-  if (!store->GetNow(Key("absent.json"), 1024, &value)) {
+  if (!store->GetNow(Key("absent.json"), 1024, {}, &now)) {
     EXPECT_FALSE(store->Get(Key("absent.json"))->has_value());
   }
-  value = "stale";
-  ASSERT_TRUE(store->GetNow(Key("absent.json"), 1024, &value));
-  EXPECT_FALSE(value.has_value());
+  now.value = "stale";
+  ASSERT_TRUE(store->GetNow(Key("absent.json"), 1024, {}, &now));
+  EXPECT_FALSE(now.value.has_value());
+  EXPECT_TRUE(now.version.empty());
   // Over the bound: Get reads it.
   ASSERT_TRUE(store->Put(Key("big.json"), std::string(2048, 'x')).ok());
-  EXPECT_FALSE(store->GetNow(Key("big.json"), 1024, &value));
+  EXPECT_FALSE(store->GetNow(Key("big.json"), 1024, {}, &now));
   EXPECT_EQ(store->Get(Key("big.json"))->value().size(), 2048u);
   // A link is not followed: Get says why.
   TempDir outside;
   std::ofstream(outside.path() / "secret") << "secret";
   std::filesystem::create_symlink(outside.path() / "secret",
                                   dir.path() / "root" / "0123456789abcdef" / "link.json");
-  EXPECT_FALSE(store->GetNow(Key("link.json"), 1024, &value));
+  EXPECT_FALSE(store->GetNow(Key("link.json"), 1024, {}, &now));
   EXPECT_FALSE(store->Get(Key("link.json")).ok());
   std::filesystem::create_directory(dir.path() / "root" / "0123456789abcdef" / "dir.json");
-  EXPECT_FALSE(store->GetNow(Key("dir.json"), 1024, &value));
+  EXPECT_FALSE(store->GetNow(Key("dir.json"), 1024, {}, &now));
   // A store that cannot answer without blocking (here: in memory, by default) says so.
   auto memory = NewMemoryArtifactStore();
   ASSERT_TRUE(memory->Put(Key(), "tuned").ok());
-  EXPECT_FALSE(memory->GetNow(Key(), 1024, &value));
+  EXPECT_FALSE(memory->GetNow(Key(), 1024, {}, &now));
+}
+
+// With the version of bytes read before, GetNow tells whether they are still
+// what is stored: unchanged only for the same file with the same size and
+// times; a new value, a write in place of the same size, a removal or a link
+// put in its place are read (or refused) as without a version.
+TEST(DiskArtifactStore, GetNowTellsWhetherTheBytesOfAKnownVersionAreStillStored) {
+  TempDir dir;
+  auto store = NewDiskArtifactStore("flashinfer_autotune", dir.path() / "root");
+  const auto file = dir.path() / "root" / "0123456789abcdef" / "table.json";
+  ASSERT_TRUE(store->Put(Key(), "tuned-1").ok());
+  ArtifactStore::Now first;
+  ASSERT_TRUE(store->GetNow(Key(), 1024, {}, &first));
+  ArtifactStore::Now again;
+  ASSERT_TRUE(store->GetNow(Key(), 1024, first.version, &again));
+  EXPECT_TRUE(again.unchanged);
+  EXPECT_FALSE(again.value.has_value());
+  EXPECT_EQ(again.version, first.version);
+  // A new value (a new file renamed into place).
+  ASSERT_TRUE(store->Put(Key(), "tuned-2").ok());
+  ASSERT_TRUE(store->GetNow(Key(), 1024, first.version, &again));
+  EXPECT_FALSE(again.unchanged);
+  EXPECT_EQ(again.value, "tuned-2");
+  EXPECT_NE(again.version, first.version);
+  // Written in place, same size.
+  const std::string second = again.version;
+  { std::ofstream(file, std::ios::in | std::ios::out) << "tuned-3"; }
+  ASSERT_TRUE(store->GetNow(Key(), 1024, second, &again));
+  EXPECT_FALSE(again.unchanged);
+  EXPECT_EQ(again.value, "tuned-3");
+  // Removed: a miss, whatever the version said.
+  const std::string third = again.version;
+  ASSERT_TRUE(store->Delete(Key()).ok());
+  ASSERT_TRUE(store->GetNow(Key(), 1024, third, &again));
+  EXPECT_FALSE(again.unchanged);
+  EXPECT_FALSE(again.value.has_value());
+  // A link to a file outside, in its place: refused, not unchanged.
+  TempDir outside;
+  std::ofstream(outside.path() / "secret") << "tuned-3";
+  std::filesystem::create_symlink(outside.path() / "secret", file);
+  EXPECT_FALSE(store->GetNow(Key(), 1024, third, &again));
 }
 
 TEST(DiskArtifactStore, RefusesFilesOverTheSizeLimit) {

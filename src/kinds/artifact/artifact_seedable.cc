@@ -1,3 +1,6 @@
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "common/crypto.h"
 #include "seedd/artifact_kind.h"
@@ -62,7 +65,10 @@ class ArtifactSeedable final : public Seedable {
   }
 
   // A key that does not parse, an artifact in the local store's caches (up to
-  // kAnswerNowBytes), or a miss there with no shared store to ask.
+  // kAnswerNowBytes), or a miss there with no shared store to ask. The answer to
+  // an artifact is kept with the version of the bytes it was made from: while
+  // they are unchanged, the next request costs a stat instead of a read, a
+  // SHA-256, base64 and JSON.
   bool ResolveTextNow(const Json& request,
                       Result<std::optional<std::string>>* text) const override {
     Result<ArtifactKey> key = ArtifactKeyFromFields(request);
@@ -70,14 +76,25 @@ class ArtifactSeedable final : public Seedable {
       *text = key.status();
       return true;
     }
-    std::optional<std::string> data;
-    if (!store_->GetNow(*key, kAnswerNowBytes, &data)) return false;
-    if (!data.has_value()) {
+    std::string name = key->ToString();
+    std::shared_ptr<const Answered> kept = FindAnswered(name);
+    ArtifactStore::Now now;
+    if (!store_->GetNow(*key, kAnswerNowBytes, kept ? kept->version : std::string_view(), &now)) {
+      return false;
+    }
+    if (now.unchanged) {
+      *text = std::optional<std::string>(kept->text);
+      return true;
+    }
+    if (!now.value.has_value()) {
       if (!shared_.empty()) return false;
       *text = std::optional<std::string>();
       return true;
     }
-    *text = std::optional<std::string>(DumpJson(Payload(key->filename(), *data)));
+    auto made = std::make_shared<Answered>(
+        Answered{std::move(now.version), DumpJson(Payload(key->filename(), *now.value))});
+    *text = std::optional<std::string>(made->text);
+    if (!made->version.empty()) KeepAnswered(std::move(name), std::move(made));
     return true;
   }
 
@@ -146,8 +163,39 @@ class ArtifactSeedable final : public Seedable {
                 {"data", Base64Encode(bytes)}};
   }
 
+  struct Answered {
+    std::string version;  // of the stored bytes it was made from
+    std::string text;     // the payload's JSON
+  };
+  // Kept answers take at most this much memory (then all are dropped).
+  static constexpr size_t kAnsweredBytes = 16u << 20;
+
+  std::shared_ptr<const Answered> FindAnswered(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(answered_mu_);
+    auto it = answered_.find(name);
+    return it == answered_.end() ? nullptr : it->second;
+  }
+
+  void KeepAnswered(std::string name, std::shared_ptr<const Answered> answer) const {
+    const size_t bytes = name.size() + answer->version.size() + answer->text.size();
+    std::lock_guard<std::mutex> lock(answered_mu_);
+    if (auto it = answered_.find(name); it != answered_.end()) {
+      answered_bytes_ -= it->first.size() + it->second->version.size() + it->second->text.size();
+      answered_.erase(it);
+    }
+    if (answered_bytes_ + bytes > kAnsweredBytes) {
+      answered_.clear();
+      answered_bytes_ = 0;
+    }
+    answered_bytes_ += bytes;
+    answered_.emplace(std::move(name), std::move(answer));
+  }
+
   ArtifactStorePtr store_;
   std::vector<std::shared_ptr<ArtifactStore>> shared_;
+  mutable std::mutex answered_mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const Answered>> answered_;
+  mutable size_t answered_bytes_ = 0;
 };
 
 }  // namespace
