@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # weights (one to one): a generated model directory (SIZE_GIB, default 4) served by
 # one daemon and pulled by seedctl on loopback, destination on tmpfs, then on disk;
-# baseline: iperf3 -P 4 on loopback in the same run. Peak RSS of both sides.
+# baselines in the same run: iperf3 -P 4 on loopback, and the least a verifying
+# puller can do here (bench/weights/minimal_pull.cc: the same files over 4
+# connections, received, hashed and written, or only received). Peak RSS of both sides.
 # Then the same model served with SHA-256 chunk digests (--chunk-digest sha256)
 # against XXH3-128 in the same run: indexing time, pull time and the fetcher's CPU.
 # Last, the same model over TLS 1.3 against plain TCP in the same run (a CA and
@@ -43,7 +45,32 @@ port="$(free_port)"
 iperf3 -s -B 127.0.0.1 -p "$port" > /dev/null 2>&1 &
 pids+=($!)
 wait_port "$port"
-iperf_gbps="$(iperf3 -c 127.0.0.1 -p "$port" -P 4 -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')"
+# Gbit/s and the receiver's CPU seconds per GiB.
+read -r iperf_gbps iperf_rx_cpu <<< "$(iperf3 -c 127.0.0.1 -p "$port" -P 4 -t 5 -J | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["end"]
+r = e["sum_received"]
+print(r["bits_per_second"] / 1e9, e["cpu_utilization_percent"]["remote_total"] / 100 * r["seconds"] / (r["bytes"] / 2**30))')"
+# The least a puller can do here (bench/weights/minimal_pull.cc): the same files
+# over 4 connections with sendfile, received and dropped ("network"), or
+# received, hashed with XXH3-128 and written ("write"). Prints "Gbit/s cpu/GiB".
+minimal_pull() {  # minimal_pull network | write DEST
+  local out
+  if [ "$1" = write ]; then
+    mkdir -p "$2"
+    out="$("$bin/minimal_pull" write "$2" "$shm"/model/*.safetensors)"
+    rm -rf "$2"
+  else
+    out="$("$bin/minimal_pull" network "$shm"/model/*.safetensors)"
+  fi
+  sed -n 's/.*: \([0-9.]*\) Gbit\/s, receiver CPU \([0-9.]*\) s\/GiB.*/\1 \2/p' <<< "$out"
+}
+median_minimal() {  # median_minimal network | write DEST: the median of REPS runs
+  local rows=()
+  for _ in $(seq 1 "${REPS:-3}"); do rows+=("$(minimal_pull "$@")"); done
+  printf '%s\n' "${rows[@]}" | sort -n | sed -n "$(((${REPS:-3} + 1) / 2))p"
+}
+read -r net_gbps net_cpu <<< "$(median_minimal network)"
 
 t0="$(date +%s.%N)"
 start_seedd W --model "bench=$shm/model" --log-level warn
@@ -71,8 +98,10 @@ median_pull() {  # median_pull DEST [FLAGS]: prints "seconds peak_rss_kib cpu" (
 }
 read -r first_s first_rss <<< "$(pull "$shm/dest")"
 rm -rf "$shm/dest"
+read -r min_tmpfs_gbps min_tmpfs_cpu <<< "$(median_minimal write "$shm/minimal")"
 read -r tmpfs_s pull_rss xxh3_cpu <<< "$(median_pull "$shm/dest")"
 read -r sha_s sha_rss <<< "$(median_pull "$shm/dest" --verify sha256)"
+read -r min_disk_gbps _ <<< "$(median_minimal write "$work/minimal")"
 read -r disk_s disk_rss <<< "$(median_pull "$work/dest")"
 # A tmpfs with 2 MiB pages (huge=always): the destination's page allocation, a
 # third of the fetcher's CPU on 4 KiB pages, mostly goes away. Needs root.
@@ -128,26 +157,34 @@ else
   export KTLS="not offered by this kernel: OpenSSL encrypts in user space"
 fi
 index_sha="$(python3 -c "print($t3 - $t2)")"
-python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" <<'PY'
+python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" "$iperf_rx_cpu" "$net_gbps" "$net_cpu" "$min_tmpfs_gbps" "$min_tmpfs_cpu" "$min_disk_gbps" <<'PY'
 import sys
 (gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss, sha_s, first_s, huge_first, huge_s, reps,
  xxh3_cpu, sha_chunks_s, sha_cpu, index_xxh3, index_sha, tls_s, tls_cpu, tls_server_cpu,
- plain_s, plain_cpu, plain_server_cpu) = map(float, sys.argv[1:])
+ plain_s, plain_cpu, plain_server_cpu, iperf_rx_cpu, net_gbps, net_cpu, min_tmpfs_gbps,
+ min_tmpfs_cpu, min_disk_gbps) = map(float, sys.argv[1:])
 bits = gib * (1 << 30) * 8
 t = bits / tmpfs_s / 1e9
 d = bits / disk_s / 1e9
 print()
 print("weights, one to one on loopback (%d GiB model; medians of %d but the first pulls)" % (gib, reps))
-print("  iperf3 -P 4 (baseline)              %6.2f Gbit/s" % iperf)
+print("  iperf3 -P 4 (baseline)              %6.2f Gbit/s  receiver CPU %.2f s/GiB" % (iperf, iperf_rx_cpu))
+print("  minimal puller, network only        %6.2f Gbit/s  receiver CPU %.2f s/GiB (%.2fx iperf3)"
+      % (net_gbps, net_cpu, net_gbps / iperf))
+print("  minimal puller, XXH3 + tmpfs        %6.2f Gbit/s  receiver CPU %.2f s/GiB (%.2fx iperf3)"
+      % (min_tmpfs_gbps, min_tmpfs_cpu, min_tmpfs_gbps / iperf))
+print("  minimal puller, XXH3 + disk         %6.2f Gbit/s  (%.2fx iperf3)" % (min_disk_gbps, min_disk_gbps / iperf))
 f = bits / first_s / 1e9
 print("  seedctl pull, tmpfs, first pull     %6.2f Gbit/s  (%.2fx iperf3)" % (f, f / iperf))
-print("  seedctl pull, destination tmpfs     %6.2f Gbit/s  (%.2fx iperf3; target >= 0.85x)" % (t, t / iperf))
+print("  seedctl pull, destination tmpfs     %6.2f Gbit/s  (%.2fx iperf3; target >= 0.85x; %.2fx the minimal"
+      " puller)  fetcher CPU %.2f s/GiB" % (t, t / iperf, t / min_tmpfs_gbps, xxh3_cpu / gib))
 if huge_s > 0:
     hf = bits / huge_first / 1e9
     h = bits / huge_s / 1e9
     print("  tmpfs huge=always, first pull       %6.2f Gbit/s  (%.2fx iperf3)" % (hf, hf / iperf))
     print("  tmpfs huge=always (2 MiB pages)     %6.2f Gbit/s  (%.2fx iperf3)" % (h, h / iperf))
-print("  seedctl pull, destination disk      %6.2f Gbit/s  (%.2fx iperf3)" % (d, d / iperf))
+print("  seedctl pull, destination disk      %6.2f Gbit/s  (%.2fx iperf3; %.2fx the minimal puller)"
+      % (d, d / iperf, d / min_disk_gbps))
 v = bits / sha_s / 1e9
 print("  pull --verify sha256, tmpfs         %6.2f Gbit/s  (%.2f s vs %.2f s without: %+.0f%%)"
       % (v, sha_s, tmpfs_s, 100 * (sha_s - tmpfs_s) / tmpfs_s))

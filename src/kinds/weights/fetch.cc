@@ -314,7 +314,7 @@ void Fetch::EndWrite(uint32_t index) {
 
 Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
   const ManifestChunk& c = m_.chunks[index];
-  Status journaled = staging_.Journal(index);
+  Status journaled = staging_.Commit(index);
   std::lock_guard<std::mutex> lock(mu_);
   changed_.notify_all();
   if (!journaled.ok()) {

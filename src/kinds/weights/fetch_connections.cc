@@ -309,7 +309,6 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
         continue;
       }
       Status st = staging_.Zero(c);
-      if (st.ok()) st = staging_.Sync(c);
       if (st.ok()) st = Record(index, true, source);
       EndWrite(index);
       if (!st.ok()) return LocalFailure(st);
@@ -369,8 +368,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
       continue;
     }
-    Status stored = staging_.Sync(c);
-    if (stored.ok()) stored = Record(index, false, source);
+    Status stored = Record(index, false, source);
     EndWrite(index);
     if (!stored.ok()) {
       Returned(index, source);

@@ -52,6 +52,9 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
     return Status::Unavailable(
         "every source failed before the model was complete; rerun to resume");
   }
+  if (Status journaled = staging.Flush(); !journaled.ok()) {
+    return journaled.WithContext("the pull into " + into.string() + " stopped; rerun to resume");
+  }
   SEEDD_RETURN_IF_ERROR(staging.Seal(options.verify_sha256));
   return InstallStaged(*plan);
 }

@@ -281,25 +281,76 @@ Status Staging::Zero(const ManifestChunk& c) {
   return Status::Ok();
 }
 
-Status Staging::Sync(const ManifestChunk& c) {
-  Result<std::shared_ptr<UniqueFd>> file = File(c.file);
-  if (!file.ok()) return file.status();
-  if (::fdatasync((*file)->get()) != 0) {
-    return ErrnoStatus("sync " + (dir_ / c.file).string(), errno);
+Staging::~Staging() {
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    stopping_ = true;
   }
+  commit_cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
+}
+
+Status Staging::Commit(uint32_t index) {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  if (!commit_error_.ok()) return commit_error_;
+  to_commit_.push_back(index);
+  ++submitted_;
+  if (!committer_.joinable()) committer_ = std::thread([this] { CommitLoop(); });
+  commit_cv_.notify_all();
   return Status::Ok();
 }
 
-Status Staging::Journal(uint32_t index) {
-  const auto rec = JournalRecord(index, m_.root_digest);
+Status Staging::Flush() {
+  std::unique_lock<std::mutex> lock(commit_mu_);
+  commit_cv_.wait(lock, [&] { return committed_ == submitted_; });
+  return commit_error_;
+}
+
+void Staging::CommitLoop() {
+  std::unique_lock<std::mutex> lock(commit_mu_);
+  for (;;) {
+    // Stopping, what was committed is still journaled.
+    commit_cv_.wait(lock, [&] { return stopping_ || !to_commit_.empty(); });
+    if (to_commit_.empty()) return;
+    std::vector<uint32_t> batch;
+    batch.swap(to_commit_);
+    Status st = commit_error_;
+    lock.unlock();
+    if (st.ok()) st = CommitBatch(batch);
+    lock.lock();
+    if (!st.ok() && commit_error_.ok()) commit_error_ = st;
+    committed_ += batch.size();
+    commit_cv_.notify_all();
+  }
+}
+
+Status Staging::CommitBatch(const std::vector<uint32_t>& chunks) {
+  std::set<std::string> files;
+  for (uint32_t i : chunks) files.insert(m_.chunks[i].file);
+  for (const std::string& path : files) {
+    Result<std::shared_ptr<UniqueFd>> file = File(path);
+    if (!file.ok()) return file.status();
+    if (::fdatasync((*file)->get()) != 0)
+      return ErrnoStatus("sync " + (dir_ / path).string(), errno);
+  }
+  std::string records;
+  records.reserve(chunks.size() * 8);
+  for (uint32_t i : chunks) {
+    const auto rec = JournalRecord(i, m_.root_digest);
+    records.append(rec.data(), rec.size());
+  }
   std::lock_guard<std::mutex> lock(journal_mu_);
-  if (::write(journal_.get(), rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) {
-    return ErrnoStatus("journal chunk " + std::to_string(index), errno);
+  for (size_t done = 0; done < records.size();) {
+    const ssize_t n = ::write(journal_.get(), records.data() + done, records.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus("journal " + std::to_string(chunks.size()) + " chunks", errno);
+    done += static_cast<size_t>(n);
   }
   return Status::Ok();
 }
 
 Status Staging::Seal(bool verify_sha256) {
+  SEEDD_RETURN_IF_ERROR(Flush());
   {
     std::lock_guard<std::mutex> lock(files_mu_);
     open_.clear();

@@ -18,11 +18,12 @@
 // Files and directories inside staging are created with openat walks that never
 // follow a link.
 //
-// Thread safety: Write, Sync and Journal may be called from many threads once
-// Open returned; Open and Commit from one thread.
+// Thread safety: File, Write, Zero, Commit and Flush may be called from many
+// threads once Open returned; Open and Seal from one thread.
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <list>
@@ -30,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -44,6 +46,10 @@ inline constexpr uint32_t kJournalVersion = 1;
 class Staging {
  public:
   Staging(const Manifest& manifest, std::filesystem::path dir);
+  // Journals what was committed (waits for the disk).
+  ~Staging();
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
 
   // Creates the directory or resumes it (FailedPrecondition while another Staging
   // holds it: the directory is locked with flock until this object goes), checks there is space for
@@ -62,11 +68,16 @@ class Staging {
   // hole answered by a source is not written, but an earlier attempt at the
   // chunk (a forged copy, a connection cut mid-chunk) may have left bytes there.
   Status Zero(const ManifestChunk& c);
-  // Syncs chunk `c`'s file: call before Journal, so that a crash never journals
-  // an unwritten chunk.
-  Status Sync(const ManifestChunk& c);
-  Status Journal(uint32_t index);
-  // Syncs every file and directory, checks each file's SHA-256 when asked (a
+  // Journals chunk `index` (written and verified) once its file is synced, so
+  // that a crash never journals an unwritten chunk. The caller does not wait for
+  // the disk: a committer thread syncs each file the waiting chunks are in once
+  // and writes their records in one write. Returns the error of an earlier
+  // commit, if any (then nothing more is journaled).
+  Status Commit(uint32_t index);
+  // Waits until every chunk passed to Commit is journaled; the first error of a
+  // commit, if any.
+  Status Flush();
+  // Flushes the commits, syncs every file and directory, checks each file's SHA-256 when asked (a
   // mismatch removes the staging directory: every chunk passed its digest, so start
   // over) and removes the journal: the directory is then ready to move into
   // place (destination.h).
@@ -97,8 +108,21 @@ class Staging {
   };
   std::map<std::string, OpenFile, std::less<>> open_;            // GUARDED_BY(files_mu_)
   std::map<std::string, std::unique_ptr<std::mutex>> write_mu_;  // one per file
+  // The committer: syncs the files of the chunks committed since its last turn,
+  // then journals them.
+  void CommitLoop();
+  Status CommitBatch(const std::vector<uint32_t>& chunks);
+
   std::mutex journal_mu_;
   UniqueFd journal_;  // GUARDED_BY(journal_mu_)
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  std::vector<uint32_t> to_commit_;  // GUARDED_BY(commit_mu_)
+  uint64_t committed_ = 0;           // GUARDED_BY(commit_mu_): chunks journaled (or failed)
+  uint64_t submitted_ = 0;           // GUARDED_BY(commit_mu_): chunks passed to Commit
+  Status commit_error_;              // GUARDED_BY(commit_mu_)
+  bool stopping_ = false;            // GUARDED_BY(commit_mu_)
+  std::thread committer_;            // started by the first Commit
 };
 
 }  // namespace seedd
