@@ -25,6 +25,7 @@
 #include "seedd/logging.h"
 #include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
+#include "transport/server_rep.h"
 #include "transport/socket_io.h"
 #include "transport/tls.h"
 #include "wire/frame.h"
@@ -34,45 +35,6 @@ namespace {
 
 using asio::ip::tcp;
 using std::chrono::milliseconds;
-
-// A peer whose request was bad gets this long to read our error response.
-constexpr milliseconds kErrorWriteTimeout{1000};
-// When a peer refused for capacity (a full data plane) is told to try again.
-constexpr int kBusyRetryMs = 2000;
-
-AddressLimitOptions LimitsFrom(const TransportOptions& o) {
-  AddressLimitOptions l;
-  l.max_unauthenticated_per_address = o.max_unauthenticated_per_address;
-  l.max_unauthenticated = o.max_unauthenticated != 0
-                              ? o.max_unauthenticated
-                              : std::max<size_t>(1, o.max_connections * 3 / 4);
-  l.max_streams_per_address = o.max_streams_per_address;
-  l.max_auth_failures = o.max_auth_failures;
-  l.auth_failure_window = o.auth_failure_window;
-  return l;
-}
-
-// A warning that a flood would repeat: logged at most once a second, with how
-// many times it happened since.
-class ThrottledWarning {
- public:
-  template <typename... Args>
-  void Warn(fmt::format_string<Args...> format, Args&&... args) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++count_;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::seconds(1)) return;
-    Logger().warn("{} (x{} in the last second)", fmt::format(format, std::forward<Args>(args)...),
-                  count_);
-    last_ = now;
-    count_ = 0;
-  }
-
- private:
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point last_{};  // GUARDED_BY(mu_)
-  size_t count_ = 0;                              // GUARDED_BY(mu_)
-};
 
 // Sends as much of `frame` as the socket takes now. Returns the bytes sent and,
 // in *would_block, whether the rest waits for the peer to read (otherwise all
@@ -95,16 +57,26 @@ size_t SendWithoutWaiting(int fd, std::string_view frame, bool* would_block) {
   return sent;
 }
 
+}  // namespace
+
+AddressLimitOptions LimitsFrom(const TransportOptions& o) {
+  AddressLimitOptions l;
+  l.max_unauthenticated_per_address = o.max_unauthenticated_per_address;
+  l.max_unauthenticated = o.max_unauthenticated != 0
+                              ? o.max_unauthenticated
+                              : std::max<size_t>(1, o.max_connections * 3 / 4);
+  l.max_streams_per_address = o.max_streams_per_address;
+  l.max_auth_failures = o.max_auth_failures;
+  l.auth_failure_window = o.auth_failure_window;
+  return l;
+}
+
 std::string Seconds(milliseconds d) {
   double s = static_cast<double>(d.count()) / 1000.0;
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", s);
   return buf;
 }
-
-}  // namespace
-
-class Connection;
 
 // The request's kind as a metric label: one served here, else "unknown" (a
 // peer's free text never becomes a label).
@@ -124,116 +96,6 @@ std::string Outcome(const std::string& frame) {
   const std::string status = frame.substr(at + 10, frame.find('"', at + 10) - (at + 10));
   return status == "ok" || status == "miss" ? status : "error";
 }
-
-struct SeedServer::Rep {
-  Rep(const RequestHandler& h, const TransportOptions& o)
-      : handler(h),
-        options(o),
-        acceptor(io),
-        retry_timer(io),
-        pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads),
-        streams(1, std::max<size_t>(1, o.max_streams)),
-        limits(LimitsFrom(o)) {}
-
-  void DoAccept();
-  // Accepts what is waiting (a few at a time), then waits for more.
-  void AcceptReady();
-  // A connection accepted from `peer`: the limits, then TLS, or Admitted.
-  void Accepted(int fd, const std::string& peer);
-  // An accepted plain TCP connection from `peer`, admitted. Off the loop (the
-  // second acceptor), what needs the loop is posted to it.
-  void Admitted(int fd, const std::string& peer, bool on_loop = true);
-  // The second acceptor: a thread that accepts beside the loop and answers
-  // what it can at once (as the loop does), so that two cores answer small
-  // requests together; anything else it posts to the loop. Until stop_fd.
-  void AcceptBesideTheLoop();
-  // Admits a connection the second acceptor took (on a plain listener), or
-  // false when the loop must decide (a cap reached, a refusal to log, an
-  // eviction).
-  bool AdmitBesideTheLoop(int fd, const std::string& peer);
-  // Posts `fn` (a connection the second acceptor took) to the loop, counted
-  // open from now until `fn` has run: the connection is open all along, for
-  // the cap, for open_connections and for Close.
-  void PostCounted(std::function<void()> fn);
-  // The stream handler (the data plane) `request` is for, or null.
-  const StreamHandler* FindStream(const Json& request) const;
-  // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
-  bool Wrap(int fd, tcp::socket* socket);
-  // A whole authenticated request read at accept (`request_bytes` of it): answered
-  // at once when its seedable can without blocking (a small artifact in the page
-  // cache), else resolved and answered on a resolver thread; the socket is never
-  // registered with the loop unless the response does not fit the socket buffer.
-  void AnswerOffLoop(int fd, const std::string& peer, Json request, size_t request_bytes);
-  // Sends `frame` on `fd` (accepted at `start`) and closes it, or hands the rest
-  // to the loop; then the connection is over.
-  void Respond(int fd, const std::string& peer, const std::string& kind,
-               const std::string& metric_kind, std::string frame,
-               std::chrono::steady_clock::time_point start);
-  // The loop's path for `fd`, with the bytes read from it so far.
-  void OnLoop(int fd, const std::string& peer, const char* bytes, size_t n);
-  void Register(Connection* c);
-  void Unregister(Connection* c);
-
-  const RequestHandler& handler;
-  const TransportOptions options;
-
-  // Declared before the I/O objects: connections unregister while those are destroyed.
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::unordered_set<Connection*> connections;  // GUARDED_BY(mu)
-  size_t open = 0;                              // GUARDED_BY(mu)
-  bool accepting = true;                        // GUARDED_BY(mu): until Close stops it
-  bool closing = false;                         // loop thread only
-
-  asio::io_context io;
-  tcp::acceptor acceptor;
-  asio::steady_timer retry_timer;
-  ResolverPool pool;
-  ResolverPool streams;  // data-plane connections handed to a StreamHandler
-  std::mutex streams_mu;
-  std::unordered_set<int> stream_fds;  // GUARDED_BY(streams_mu): sockets of running handlers
-  bool streams_closing = false;        // GUARDED_BY(streams_mu)
-  std::thread loop;
-  std::thread second_acceptor;
-  int stop_fd = -1;  // an eventfd: written to stop the second acceptor
-  bool started = false;
-  bool closed = false;
-  bool v6 = false;  // the listener's protocol
-  std::chrono::steady_clock::time_point last_cap_log{};
-  size_t refused_since_log = 0;
-  AddressLimits limits;
-  ThrottledWarning refused_address;  // per-address limits
-  ThrottledWarning failed_auth;
-  ThrottledWarning busy_streams;
-  ThrottledWarning tls_failures;
-  ThrottledWarning tls_evictions;
-  ThrottledWarning tls_refusals;    // apart: a flood of refusals must not hide an eviction
-  std::atomic<size_t> tls_open{0};  // TLS sessions on stream threads (count in max_connections)
-  // TLS sessions not yet authenticated: each holds a stream thread (the
-  // handshake blocks), so at most a quarter of them; a newcomer past that takes
-  // the place of one from the host holding the most (as the plain listener's
-  // eviction does), so that hosts holding idle handshakes cannot starve others.
-  struct PendingTls {
-    std::string peer;
-    int fd;
-  };
-  std::mutex tls_mu;
-  std::map<uint64_t, PendingTls> tls_pending;  // GUARDED_BY(tls_mu): by session id
-  uint64_t tls_next_id = 0;                    // GUARDED_BY(tls_mu)
-  size_t MaxPendingTls() const { return std::max<size_t>(4, options.max_streams / 4); }
-  // Admits a session for `peer` on `fd`; 0 when it is refused.
-  uint64_t AdmitTls(const std::string& peer, int fd);
-  void EndPendingTls(uint64_t id);
-
-  bool Tls() const {
-    return options.tls != nullptr && options.tls->rep() != nullptr &&
-           options.tls->rep()->server != nullptr;
-  }
-  // An admitted connection on a TLS listener: handshake, request and answer
-  // (or the data plane) on a stream thread.
-  void ServeTls(tcp::socket socket, const std::string& peer);
-  void TlsSession(int fd, const std::string& peer, uint64_t id);
-};
 
 // One peer's exchange: read one frame, authenticate, resolve off the loop, write
 // one response, close. Lives in shared_ptrs held by its pending handlers.
@@ -913,217 +775,6 @@ const StreamHandler* SeedServer::Rep::FindStream(const Json& request) const {
   if (kind == request.end() || !kind->is_string()) return nullptr;
   auto it = options.stream_handlers.find(kind->get<std::string>());
   return it == options.stream_handlers.end() ? nullptr : &it->second;
-}
-
-namespace {
-
-// Ends a connection whose peer may still be sending (a request we did not read)
-// without a reset: a reset would discard what we sent last (an alert, an error
-// frame) before the peer reads it. Reads and drops for at most 200 ms.
-void LingeringClose(int fd) {
-  ::shutdown(fd, SHUT_WR);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  char sink[4096];
-  while (ArmRecvTimeout(fd, until) && ::recv(fd, sink, sizeof(sink), 0) > 0) {
-  }
-}
-
-}  // namespace
-
-uint64_t SeedServer::Rep::AdmitTls(const std::string& peer, int fd) {
-  std::lock_guard<std::mutex> lock(tls_mu);
-  if (tls_pending.size() >= MaxPendingTls()) {
-    std::map<std::string, size_t> per_peer;
-    for (const auto& [id, p] : tls_pending) ++per_peer[p.peer];
-    auto heaviest =
-        std::max_element(per_peer.begin(), per_peer.end(),
-                         [](const auto& a, const auto& b) { return a.second < b.second; });
-    if (heaviest->second <= per_peer[peer] + 1) return 0;  // the newcomer's host is the heaviest
-    for (auto it = tls_pending.begin(); it != tls_pending.end(); ++it) {
-      if (it->second.peer != heaviest->first) continue;
-      ::shutdown(it->second.fd, SHUT_RDWR);  // its thread sees the end and returns
-      tls_evictions.Warn(
-          "Closed a TLS handshake from {} to make room for {}: {} connections were in TLS "
-          "handshakes, the limit",
-          it->second.peer, peer, MaxPendingTls());
-      metrics::ConnectionRefused("tls_handshakes_evicted");
-      tls_pending.erase(it);
-      break;
-    }
-  }
-  const uint64_t id = ++tls_next_id;
-  tls_pending.emplace(id, PendingTls{peer, fd});
-  return id;
-}
-
-void SeedServer::Rep::EndPendingTls(uint64_t id) {
-  std::lock_guard<std::mutex> lock(tls_mu);
-  tls_pending.erase(id);
-}
-
-void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
-  asio::error_code ec;
-  if (streams.queued() >= options.max_queued_streams) {
-    socket.close(ec);
-    limits.Released(peer);
-    metrics::ConnectionRefused("data_queue_full");
-    busy_streams.Warn("Refused a TLS connection from {}: {} waiting, the limit is {}", peer,
-                      streams.queued(), options.max_queued_streams);
-    return;
-  }
-  const int fd = socket.release(ec);
-  if (ec) {
-    limits.Released(peer);
-    return;
-  }
-  const uint64_t id = AdmitTls(peer, fd);
-  if (id == 0) {
-    ::close(fd);
-    limits.Released(peer);
-    metrics::ConnectionRefused("tls_handshakes");
-    tls_refusals.Warn(
-        "Refused a TLS connection from {}: {} connections are in TLS handshakes, "
-        "the most from it",
-        peer, MaxPendingTls());
-    return;
-  }
-  ++tls_open;
-  streams.Submit([this, fd, peer, id] { TlsSession(fd, peer, id); });
-}
-
-void SeedServer::Rep::TlsSession(int fd, const std::string& peer, uint64_t id) {
-  metrics::ConnectionOpened(metrics::Plane::kControl);
-  bool authenticated = false;
-  bool streaming = false;
-  struct Ended {
-    Rep* rep;
-    int fd;
-    uint64_t id;
-    const std::string& peer;
-    bool& authenticated;
-    bool& streaming;
-    ~Ended() {
-      rep->EndPendingTls(id);  // before the close: an eviction never meets a reused fd
-      if (!authenticated) rep->limits.Released(peer);
-      if (streaming) rep->limits.StreamEnded(peer);
-      {
-        std::lock_guard<std::mutex> lock(rep->streams_mu);
-        rep->stream_fds.erase(fd);
-      }
-      ::close(fd);
-      --rep->tls_open;
-      metrics::ConnectionClosed(metrics::Plane::kControl);
-    }
-  } ended{this, fd, id, peer, authenticated, streaming};
-  {
-    std::lock_guard<std::mutex> lock(streams_mu);
-    if (streams_closing) return;
-    stream_fds.insert(fd);
-  }
-  // OpenSSL writes with write(): a peer that has gone raises SIGPIPE, blocked
-  // on this thread and drained (see HandOver).
-  sigset_t pipe;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-  struct Drain {
-    sigset_t* set;
-    ~Drain() {
-      timespec zero{0, 0};
-      while (sigtimedwait(set, nullptr, &zero) == SIGPIPE) {
-      }
-    }
-  } drain{&pipe};
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const auto deadline = std::chrono::steady_clock::now() + options.request_timeout;
-  // A plain client (its frame starts with a zero byte) is told, in plain words.
-  char first[2] = {0, 0};
-  ArmRecvTimeout(fd, deadline);
-  const ssize_t peeked = ::recv(fd, first, sizeof(first), MSG_PEEK | MSG_WAITALL);
-  if (peeked <= 0) return;
-  if (!LooksLikeTls(first, static_cast<size_t>(peeked))) {
-    tls_failures.Warn(
-        "A plain client connected from {} to this TLS port: it needs --tls-ca (seedctl, seedd), "
-        "or a plain listener (--listen-plain)",
-        peer);
-    metrics::ConnectionRefused("plain_on_tls_port");
-    const std::string frame = EncodeJsonFrame(ErrorResponse(
-        "this port speaks TLS: connect with TLS (--tls-ca), or to the daemon's plain port"));
-    SendAllBy(fd, frame.data(), frame.size(), deadline);
-    LingeringClose(fd);
-    return;
-  }
-  Result<std::unique_ptr<Conn>> conn = Conn::Accept(fd, *options.tls, deadline);
-  if (!conn.ok()) {
-    tls_failures.Warn("TLS handshake with {} failed: {}", peer, conn.status().message());
-    metrics::ConnectionRefused("tls_handshake");
-    LingeringClose(fd);
-    return;
-  }
-  auto respond = [&](const Json& response, std::chrono::steady_clock::time_point by) {
-    const std::string frame = EncodeJsonFrame(response);
-    metrics::BytesSent(metrics::Plane::kControl, frame.size());
-    (*conn)->SendAllBy(frame.data(), frame.size(), by);
-    (*conn)->Shutdown();
-  };
-  Result<std::string> body = ReadFrameBody(**conn, kMaxRemoteRequestBytes, deadline);
-  if (!body.ok()) {
-    if (body.status().code() == StatusCode::kDeadlineExceeded) {
-      respond(ErrorResponse("Timed out after " + Seconds(options.request_timeout) +
-                            " s reading the request"),
-              std::chrono::steady_clock::now() + kErrorWriteTimeout);
-    }
-    return;
-  }
-  metrics::BytesReceived(metrics::Plane::kControl, body->size() + 8);
-  Result<Json> request = ParseJson(*body);
-  if (!request.ok()) {
-    metrics::Request("unknown", "invalid");
-    respond(ErrorResponse("Invalid request: " + request.status().message()),
-            std::chrono::steady_clock::now() + kErrorWriteTimeout);
-    return;
-  }
-  const std::string kind = KnownKind(handler, options, *request);
-  if (!handler.Authenticate(*request)) {
-    const size_t failures = limits.AuthFailed(peer, AddressLimits::Clock::now());
-    failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer, failures,
-                     Seconds(limits.options().auth_failure_window));
-    metrics::AuthFailure();
-    metrics::Request(kind, "unauthorized");
-    respond(ErrorResponse("Unauthorized request"),
-            std::chrono::steady_clock::now() + kErrorWriteTimeout);
-    return;
-  }
-  authenticated = true;
-  limits.Authenticated(peer);
-  EndPendingTls(id);
-  auto stream = options.stream_handlers.find(kind);
-  if (stream != options.stream_handlers.end()) {
-    if (!limits.AdmitStream(peer)) {
-      busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", peer,
-                        options.max_streams_per_address);
-      metrics::ConnectionRefused("data_per_address");
-      metrics::Request(kind, "busy");
-      Json busy = ErrorResponse("too many data connections from " + peer + " (at most " +
-                                std::to_string(options.max_streams_per_address) + ")");
-      busy["retry_ms"] = kBusyRetryMs;
-      respond(busy, std::chrono::steady_clock::now() + kErrorWriteTimeout);
-      return;
-    }
-    streaming = true;
-    metrics::Request(kind, "data");
-    metrics::ConnectionOpened(metrics::Plane::kData);
-    stream->second(**conn, *request);
-    metrics::ConnectionClosed(metrics::Plane::kData);
-    (*conn)->Shutdown();
-    return;
-  }
-  const std::string frame = handler.HandleToFrame(*request);
-  metrics::Request(kind, Outcome(frame));
-  metrics::BytesSent(metrics::Plane::kControl, frame.size());
-  (*conn)->SendAllBy(frame.data(), frame.size(),
-                     std::chrono::steady_clock::now() + options.authenticated_timeout);
-  (*conn)->Shutdown();
 }
 
 SeedServer::SeedServer(const RequestHandler& handler, const TransportOptions& options)

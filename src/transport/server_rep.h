@@ -1,0 +1,175 @@
+// The server's private parts, shared by server.cc (the listeners, the loop and
+// its connections) and server_tls.cc (the TLS listener's sessions). Not part
+// of any interface: include it from those two files only.
+#pragma once
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include "seedd/logging.h"
+#include "transport/address_limits.h"
+#include "transport/resolver_pool.h"
+#include "transport/server.h"
+#include "transport/tls.h"
+
+namespace seedd {
+
+// A peer whose request was bad gets this long to read our error response.
+inline constexpr std::chrono::milliseconds kErrorWriteTimeout{1000};
+// When a peer refused for capacity (a full data plane) is told to try again.
+inline constexpr int kBusyRetryMs = 2000;
+
+// A warning that a flood would repeat: logged at most once a second, with how
+// many times it happened since.
+class ThrottledWarning {
+ public:
+  template <typename... Args>
+  void Warn(fmt::format_string<Args...> format, Args&&... args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++count_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    Logger().warn("{} (x{} in the last second)", fmt::format(format, std::forward<Args>(args)...),
+                  count_);
+    last_ = now;
+    count_ = 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_{};  // GUARDED_BY(mu_)
+  size_t count_ = 0;                              // GUARDED_BY(mu_)
+};
+
+// The per-address limits `o` asks for.
+AddressLimitOptions LimitsFrom(const TransportOptions& o);
+// `d` in seconds, for messages ("1.5").
+std::string Seconds(std::chrono::milliseconds d);
+// The request's kind as a metric label: one served here, else "unknown" (a
+// peer's free text never becomes a label).
+std::string KnownKind(const RequestHandler& handler, const TransportOptions& options,
+                      const Json& request);
+// A response frame's status ("ok", "miss"; anything else "error"), for metrics.
+std::string Outcome(const std::string& frame);
+
+class Connection;
+
+struct SeedServer::Rep {
+  Rep(const RequestHandler& h, const TransportOptions& o)
+      : handler(h),
+        options(o),
+        acceptor(io),
+        retry_timer(io),
+        pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads),
+        streams(1, std::max<size_t>(1, o.max_streams)),
+        limits(LimitsFrom(o)) {}
+
+  void DoAccept();
+  // Accepts what is waiting (a few at a time), then waits for more.
+  void AcceptReady();
+  // A connection accepted from `peer`: the limits, then TLS, or Admitted.
+  void Accepted(int fd, const std::string& peer);
+  // An accepted plain TCP connection from `peer`, admitted. Off the loop (the
+  // second acceptor), what needs the loop is posted to it.
+  void Admitted(int fd, const std::string& peer, bool on_loop = true);
+  // The second acceptor: a thread that accepts beside the loop and answers
+  // what it can at once (as the loop does), so that two cores answer small
+  // requests together; anything else it posts to the loop. Until stop_fd.
+  void AcceptBesideTheLoop();
+  // Admits a connection the second acceptor took (on a plain listener), or
+  // false when the loop must decide (a cap reached, a refusal to log, an
+  // eviction).
+  bool AdmitBesideTheLoop(int fd, const std::string& peer);
+  // Posts `fn` (a connection the second acceptor took) to the loop, counted
+  // open from now until `fn` has run: the connection is open all along, for
+  // the cap, for open_connections and for Close.
+  void PostCounted(std::function<void()> fn);
+  // The stream handler (the data plane) `request` is for, or null.
+  const StreamHandler* FindStream(const Json& request) const;
+  // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
+  bool Wrap(int fd, asio::ip::tcp::socket* socket);
+  // A whole authenticated request read at accept (`request_bytes` of it): answered
+  // at once when its seedable can without blocking (a small artifact in the page
+  // cache), else resolved and answered on a resolver thread; the socket is never
+  // registered with the loop unless the response does not fit the socket buffer.
+  void AnswerOffLoop(int fd, const std::string& peer, Json request, size_t request_bytes);
+  // Sends `frame` on `fd` (accepted at `start`) and closes it, or hands the rest
+  // to the loop; then the connection is over.
+  void Respond(int fd, const std::string& peer, const std::string& kind,
+               const std::string& metric_kind, std::string frame,
+               std::chrono::steady_clock::time_point start);
+  // The loop's path for `fd`, with the bytes read from it so far.
+  void OnLoop(int fd, const std::string& peer, const char* bytes, size_t n);
+  void Register(Connection* c);
+  void Unregister(Connection* c);
+
+  const RequestHandler& handler;
+  const TransportOptions options;
+
+  // Declared before the I/O objects: connections unregister while those are destroyed.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_set<Connection*> connections;  // GUARDED_BY(mu)
+  size_t open = 0;                              // GUARDED_BY(mu)
+  bool accepting = true;                        // GUARDED_BY(mu): until Close stops it
+  bool closing = false;                         // loop thread only
+
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;
+  ResolverPool pool;
+  ResolverPool streams;  // data-plane connections handed to a StreamHandler
+  std::mutex streams_mu;
+  std::unordered_set<int> stream_fds;  // GUARDED_BY(streams_mu): sockets of running handlers
+  bool streams_closing = false;        // GUARDED_BY(streams_mu)
+  std::thread loop;
+  std::thread second_acceptor;
+  int stop_fd = -1;  // an eventfd: written to stop the second acceptor
+  bool started = false;
+  bool closed = false;
+  bool v6 = false;  // the listener's protocol
+  std::chrono::steady_clock::time_point last_cap_log{};
+  size_t refused_since_log = 0;
+  AddressLimits limits;
+  ThrottledWarning refused_address;  // per-address limits
+  ThrottledWarning failed_auth;
+  ThrottledWarning busy_streams;
+  ThrottledWarning tls_failures;
+  ThrottledWarning tls_evictions;
+  ThrottledWarning tls_refusals;    // apart: a flood of refusals must not hide an eviction
+  std::atomic<size_t> tls_open{0};  // TLS sessions on stream threads (count in max_connections)
+  // TLS sessions not yet authenticated: each holds a stream thread (the
+  // handshake blocks), so at most a quarter of them; a newcomer past that takes
+  // the place of one from the host holding the most (as the plain listener's
+  // eviction does), so that hosts holding idle handshakes cannot starve others.
+  struct PendingTls {
+    std::string peer;
+    int fd;
+  };
+  std::mutex tls_mu;
+  std::map<uint64_t, PendingTls> tls_pending;  // GUARDED_BY(tls_mu): by session id
+  uint64_t tls_next_id = 0;                    // GUARDED_BY(tls_mu)
+  size_t MaxPendingTls() const { return std::max<size_t>(4, options.max_streams / 4); }
+  // Admits a session for `peer` on `fd`; 0 when it is refused.
+  uint64_t AdmitTls(const std::string& peer, int fd);
+  void EndPendingTls(uint64_t id);
+
+  bool Tls() const {
+    return options.tls != nullptr && options.tls->rep() != nullptr &&
+           options.tls->rep()->server != nullptr;
+  }
+  // An admitted connection on a TLS listener: handshake, request and answer
+  // (or the data plane) on a stream thread.
+  void ServeTls(asio::ip::tcp::socket socket, const std::string& peer);
+  void TlsSession(int fd, const std::string& peer, uint64_t id);
+};
+
+}  // namespace seedd
