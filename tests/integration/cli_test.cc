@@ -364,7 +364,7 @@ TEST_F(CliTest, AMisspelledFlagSuggestsTheRightOneAndGlobalFlagsComeAnywhere) {
 // /etc/hosts (bound over it in a private mount namespace), one pull connects to
 // every one of them.
 TEST_F(CliTest, ASourceNameWithSeveralAddressesIsASeedAtEach) {
-  testing::WriteRandom(model() / "w.bin", 32 << 20, 4);  // long enough to reach all three
+  testing::WriteRandom(model() / "w.bin", 128 << 20, 4);  // long enough to reach all three
   std::string first;
   auto a = Daemon("127.0.0.2:0", {"--model", "m=" + model().string(), "--log-level", "debug"},
                   &first, dir_.path() / "a");
