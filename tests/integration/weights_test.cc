@@ -99,6 +99,9 @@ TEST_F(WeightsTest, AMultiFileModelArrivesByteIdentical) {
 }
 
 TEST_F(WeightsTest, ChunksFromAFaultySourceAreDetectedAndFetchedFromAGoodOne) {
+  // Enough chunks (64 more) that the faulty source is asked for several before
+  // the good one has sent everything: it is dropped after its third bad chunk.
+  WriteRandom(model_ / "large.bin", 16 << 20, 9);
   HostPort good = Serve(model_);
   Manifest m = ManifestFrom(good);
   // The faulty source hands out the good manifest but has flipped bytes in its
