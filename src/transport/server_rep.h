@@ -49,6 +49,10 @@ class ThrottledWarning {
   size_t count_ = 0;                              // GUARDED_BY(mu_)
 };
 
+// Sends as much of `frame` as the socket takes now. Returns the bytes sent and,
+// in *would_block, whether the rest waits for the peer to read (otherwise all
+// was sent or the peer is gone).
+size_t SendWithoutWaiting(int fd, std::string_view frame, bool* would_block);
 // The per-address limits `o` asks for.
 AddressLimitOptions LimitsFrom(const TransportOptions& o);
 // `d` in seconds, for messages ("1.5").
