@@ -32,12 +32,9 @@
 #include "wire/frame.h"
 
 namespace seedd {
-namespace {
 
 using asio::ip::tcp;
 using std::chrono::milliseconds;
-
-}  // namespace
 
 size_t SendWithoutWaiting(int fd, std::string_view frame, bool* would_block) {
   size_t sent = 0;
@@ -76,8 +73,6 @@ std::string Seconds(milliseconds d) {
   return buf;
 }
 
-// The request's kind as a metric label: one served here, else "unknown" (a
-// peer's free text never becomes a label).
 std::string KnownKind(const RequestHandler& handler, const TransportOptions& options,
                       const Json& request) {
   auto kind = request.find("kind");
@@ -87,7 +82,6 @@ std::string KnownKind(const RequestHandler& handler, const TransportOptions& opt
   return "unknown";
 }
 
-// A response frame's status ("ok", "miss"; anything else "error"), for metrics.
 std::string Outcome(const std::string& frame) {
   const size_t at = frame.rfind("\"status\":\"");
   if (at == std::string::npos) return "error";

@@ -87,6 +87,7 @@ class ArtifactSeedable final : public Seedable {
       return true;
     }
     if (!now.value.has_value()) {
+      if (kept) ForgetAnswered(name);
       if (!shared_.empty()) return false;
       *text = std::optional<std::string>();
       return true;
@@ -176,19 +177,33 @@ class ArtifactSeedable final : public Seedable {
     return it == answered_.end() ? nullptr : it->second;
   }
 
+  static size_t SizeOf(const std::string& name, const Answered& answer) {
+    return name.size() + answer.version.size() + answer.text.size();
+  }
+
   void KeepAnswered(std::string name, std::shared_ptr<const Answered> answer) const {
-    const size_t bytes = name.size() + answer->version.size() + answer->text.size();
     std::lock_guard<std::mutex> lock(answered_mu_);
-    if (auto it = answered_.find(name); it != answered_.end()) {
-      answered_bytes_ -= it->first.size() + it->second->version.size() + it->second->text.size();
-      answered_.erase(it);
-    }
+    ForgetLocked(name);
+    const size_t bytes = SizeOf(name, *answer);
     if (answered_bytes_ + bytes > kAnsweredBytes) {
       answered_.clear();
       answered_bytes_ = 0;
     }
     answered_bytes_ += bytes;
     answered_.emplace(std::move(name), std::move(answer));
+  }
+
+  // The artifact is gone: its kept answer too.
+  void ForgetAnswered(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(answered_mu_);
+    ForgetLocked(name);
+  }
+
+  void ForgetLocked(const std::string& name) const {
+    if (auto it = answered_.find(name); it != answered_.end()) {
+      answered_bytes_ -= SizeOf(it->first, *it->second);
+      answered_.erase(it);
+    }
   }
 
   ArtifactStorePtr store_;
