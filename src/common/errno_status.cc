@@ -19,6 +19,7 @@ Status ErrnoStatus(std::string_view what, int err) {
       return Status::PermissionDenied(std::move(msg));
     case ENOSPC:
     case EDQUOT:
+    case EFBIG:
     case EMFILE:
     case ENFILE:
       return Status::ResourceExhausted(std::move(msg));

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 
@@ -105,6 +107,60 @@ TEST_F(StagingTest, CommittedChunksAreJournaledAndResumedAfterFlushOrTheEnd) {
   std::vector<uint32_t> chunks = *resumed;
   std::sort(chunks.begin(), chunks.end());
   EXPECT_EQ(chunks, (std::vector<uint32_t>{0, 2, 3}));
+}
+
+// A journal that cannot be written (here: the file-size limit, EFBIG, as a full
+// or failing disk would refuse it) is reported by Flush and by every later
+// Commit, nothing after the failure is journaled, and a rerun resumes exactly
+// the chunks journaled before it.
+TEST_F(StagingTest, AJournalWriteThatFailsIsReportedAndNothingAfterItIsJournaled) {
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  ASSERT_GE(m.chunks.size(), 4u);
+  auto write = [&](Staging& stage, uint32_t i) {
+    const ManifestChunk& c = m.chunks[i];
+    const std::string data = ReadAll(model_ / c.file).substr(c.offset, c.length);
+    auto file = stage.File(c.file);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_OK(stage.Write(**file, c, 0, data.data(), data.size()));
+  };
+  const auto journal = staging() / ".seedd-journal";
+  {
+    Staging stage(m, staging());
+    ASSERT_TRUE(stage.Open().ok());
+    write(stage, 0);
+    write(stage, 1);
+    ASSERT_OK(stage.Commit(0));
+    ASSERT_OK(stage.Commit(1));
+    ASSERT_OK(stage.Flush());
+    write(stage, 2);
+    // From here on no file of this process may grow past the journal's size.
+    const auto journaled = std::filesystem::file_size(journal);
+    struct rlimit before {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+    auto* const xfsz = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = before;
+    limit.rlim_cur = journaled;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0) << std::strerror(errno);
+    ASSERT_OK(stage.Commit(2));  // queued: the committer's write fails
+    Status flushed = stage.Flush();
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+    ::signal(SIGXFSZ, xfsz);
+    EXPECT_EQ(flushed.code(), StatusCode::kResourceExhausted) << flushed.ToString();
+    EXPECT_NE(flushed.message().find(journal.string()), std::string::npos) << flushed.message();
+    EXPECT_NE(flushed.message().find("File too large"), std::string::npos) << flushed.message();
+    write(stage, 3);
+    Status later = stage.Commit(3);  // the disk is fine again: still refused
+    EXPECT_EQ(later.code(), StatusCode::kResourceExhausted) << later.ToString();
+    EXPECT_EQ(stage.Flush().code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(std::filesystem::file_size(journal), journaled);
+  }
+  Staging stage(m, staging());
+  auto resumed = stage.Open();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  std::vector<uint32_t> chunks = *resumed;
+  std::sort(chunks.begin(), chunks.end());
+  EXPECT_EQ(chunks, (std::vector<uint32_t>{0, 1}));
 }
 
 TEST_F(StagingTest, ATornJournalTailIsTruncatedAndTheRecordsBeforeItResume) {

@@ -343,7 +343,11 @@ Status Staging::CommitBatch(const std::vector<uint32_t>& chunks) {
   for (size_t done = 0; done < records.size();) {
     const ssize_t n = ::write(journal_.get(), records.data() + done, records.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoStatus("journal " + std::to_string(chunks.size()) + " chunks", errno);
+    if (n <= 0) {
+      return ErrnoStatus("journal " + (dir_ / kJournal).string() + ": recording " +
+                             std::to_string(chunks.size()) + " verified chunks",
+                         errno);
+    }
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
