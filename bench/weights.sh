@@ -3,7 +3,8 @@
 # one daemon and pulled by seedctl on loopback, destination on tmpfs, then on disk;
 # baselines in the same run: iperf3 -P 4 on loopback, and the least a verifying
 # puller can do here (bench/weights/minimal_pull.cc: the same files over 4
-# connections, received, hashed and written, or only received). Peak RSS of both sides.
+# connections, received, hashed and written, or only received), and landing the
+# bytes alone (written and synced from memory: no puller is faster). Peak RSS of both sides.
 # Then the same model served with SHA-256 chunk digests (--chunk-digest sha256)
 # against XXH3-128 in the same run: indexing time, pull time and the fetcher's CPU.
 # Last, the same model over TLS 1.3 against plain TCP in the same run (a CA and
@@ -45,27 +46,31 @@ port="$(free_port)"
 iperf3 -s -B 127.0.0.1 -p "$port" > /dev/null 2>&1 &
 pids+=($!)
 wait_port "$port"
-# Gbit/s and the receiver's CPU seconds per GiB.
-read -r iperf_gbps iperf_rx_cpu <<< "$(iperf3 -c 127.0.0.1 -p "$port" -P 4 -t 5 -J | python3 -c '
+# Gbit/s and the receiver's CPU seconds per GiB: the median of REPS runs.
+iperf_once() {
+  iperf3 -c 127.0.0.1 -p "$port" -P 4 -t 5 -J | python3 -c '
 import json, sys
 e = json.load(sys.stdin)["end"]
 r = e["sum_received"]
-print(r["bits_per_second"] / 1e9, e["cpu_utilization_percent"]["remote_total"] / 100 * r["seconds"] / (r["bytes"] / 2**30))')"
+print(r["bits_per_second"] / 1e9, e["cpu_utilization_percent"]["remote_total"] / 100 * r["seconds"] / (r["bytes"] / 2**30))'
+}
+read -r iperf_gbps iperf_rx_cpu <<< "$(for _ in $(seq 1 "${REPS:-3}"); do iperf_once; done |
+  sort -n | sed -n "$(((${REPS:-3} + 1) / 2))p")"
 # The least a puller can do here (bench/weights/minimal_pull.cc): the same files
 # over 4 connections with sendfile, received and dropped ("network"), or
 # received, hashed with XXH3-128 and written ("write"). Prints "Gbit/s cpu/GiB".
-minimal_pull() {  # minimal_pull network | write DEST
+minimal_pull() {  # minimal_pull network | write DEST | land DEST
   local out
-  if [ "$1" = write ]; then
+  if [ "$1" = write ] || [ "$1" = land ]; then
     mkdir -p "$2"
-    out="$("$bin/minimal_pull" write "$2" "$shm"/model/*.safetensors)"
+    out="$("$bin/minimal_pull" "$1" "$2" "$shm"/model/*.safetensors)"
     rm -rf "$2"
   else
     out="$("$bin/minimal_pull" network "$shm"/model/*.safetensors)"
   fi
   sed -n 's/.*: \([0-9.]*\) Gbit\/s, receiver CPU \([0-9.]*\) s\/GiB.*/\1 \2/p' <<< "$out"
 }
-median_minimal() {  # median_minimal network | write DEST: the median of REPS runs
+median_minimal() {  # median_minimal network | write DEST | land DEST: the median of REPS runs
   local rows=()
   for _ in $(seq 1 "${REPS:-3}"); do rows+=("$(minimal_pull "$@")"); done
   printf '%s\n' "${rows[@]}" | sort -n | sed -n "$(((${REPS:-3} + 1) / 2))p"
@@ -99,9 +104,11 @@ median_pull() {  # median_pull DEST [FLAGS]: prints "seconds peak_rss_kib cpu" (
 read -r first_s first_rss <<< "$(pull "$shm/dest")"
 rm -rf "$shm/dest"
 read -r min_tmpfs_gbps min_tmpfs_cpu <<< "$(median_minimal write "$shm/minimal")"
+read -r land_tmpfs_gbps land_tmpfs_cpu <<< "$(median_minimal land "$shm/minimal")"
 read -r tmpfs_s pull_rss xxh3_cpu <<< "$(median_pull "$shm/dest")"
 read -r sha_s sha_rss <<< "$(median_pull "$shm/dest" --verify sha256)"
 read -r min_disk_gbps _ <<< "$(median_minimal write "$work/minimal")"
+read -r land_disk_gbps land_disk_cpu <<< "$(median_minimal land "$work/minimal")"
 read -r disk_s disk_rss <<< "$(median_pull "$work/dest")"
 # A tmpfs with 2 MiB pages (huge=always): the destination's page allocation, a
 # third of the fetcher's CPU on 4 KiB pages, mostly goes away. Needs root.
@@ -157,12 +164,13 @@ else
   export KTLS="not offered by this kernel: OpenSSL encrypts in user space"
 fi
 index_sha="$(python3 -c "print($t3 - $t2)")"
-python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" "$iperf_rx_cpu" "$net_gbps" "$net_cpu" "$min_tmpfs_gbps" "$min_tmpfs_cpu" "$min_disk_gbps" <<'PY'
+python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" "$iperf_rx_cpu" "$net_gbps" "$net_cpu" "$min_tmpfs_gbps" "$min_tmpfs_cpu" "$min_disk_gbps" "$land_tmpfs_gbps" "$land_tmpfs_cpu" "$land_disk_gbps" "$land_disk_cpu" <<'PY'
 import sys
 (gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss, sha_s, first_s, huge_first, huge_s, reps,
  xxh3_cpu, sha_chunks_s, sha_cpu, index_xxh3, index_sha, tls_s, tls_cpu, tls_server_cpu,
  plain_s, plain_cpu, plain_server_cpu, iperf_rx_cpu, net_gbps, net_cpu, min_tmpfs_gbps,
- min_tmpfs_cpu, min_disk_gbps) = map(float, sys.argv[1:])
+ min_tmpfs_cpu, min_disk_gbps, land_tmpfs_gbps, land_tmpfs_cpu, land_disk_gbps,
+ land_disk_cpu) = map(float, sys.argv[1:])
 bits = gib * (1 << 30) * 8
 t = bits / tmpfs_s / 1e9
 d = bits / disk_s / 1e9
@@ -174,6 +182,11 @@ print("  minimal puller, network only        %6.2f Gbit/s  receiver CPU %.2f s/G
 print("  minimal puller, XXH3 + tmpfs        %6.2f Gbit/s  receiver CPU %.2f s/GiB (%.2fx iperf3)"
       % (min_tmpfs_gbps, min_tmpfs_cpu, min_tmpfs_gbps / iperf))
 print("  minimal puller, XXH3 + disk         %6.2f Gbit/s  (%.2fx iperf3)" % (min_disk_gbps, min_disk_gbps / iperf))
+print("  landing alone (no network, no hash; the bound of any puller):")
+print("    into tmpfs                        %6.2f Gbit/s  CPU %.2f s/GiB (%.2fx iperf3)"
+      % (land_tmpfs_gbps, land_tmpfs_cpu, land_tmpfs_gbps / iperf))
+print("    onto disk, synced                 %6.2f Gbit/s  CPU %.2f s/GiB (%.2fx iperf3)"
+      % (land_disk_gbps, land_disk_cpu, land_disk_gbps / iperf))
 f = bits / first_s / 1e9
 print("  seedctl pull, tmpfs, first pull     %6.2f Gbit/s  (%.2fx iperf3)" % (f, f / iperf))
 print("  seedctl pull, destination tmpfs     %6.2f Gbit/s  (%.2fx iperf3; target >= 0.85x; %.2fx the minimal"
@@ -183,8 +196,8 @@ if huge_s > 0:
     h = bits / huge_s / 1e9
     print("  tmpfs huge=always, first pull       %6.2f Gbit/s  (%.2fx iperf3)" % (hf, hf / iperf))
     print("  tmpfs huge=always (2 MiB pages)     %6.2f Gbit/s  (%.2fx iperf3)" % (h, h / iperf))
-print("  seedctl pull, destination disk      %6.2f Gbit/s  (%.2fx iperf3; %.2fx the minimal puller)"
-      % (d, d / iperf, d / min_disk_gbps))
+print("  seedctl pull, destination disk      %6.2f Gbit/s  (%.2fx iperf3; target >= 0.5x; %.2fx the minimal"
+      " puller; %.2fx landing alone)" % (d, d / iperf, d / min_disk_gbps, d / land_disk_gbps))
 v = bits / sha_s / 1e9
 print("  pull --verify sha256, tmpfs         %6.2f Gbit/s  (%.2f s vs %.2f s without: %+.0f%%)"
       % (v, sha_s, tmpfs_s, 100 * (sha_s - tmpfs_s) / tmpfs_s))

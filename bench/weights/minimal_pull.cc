@@ -2,11 +2,15 @@
 // a forked sender sends the given files over 4 loopback TCP connections with
 // sendfile (connection k sends files k, k+4, ...); the receiver's 4 threads
 // receive them in 256 KiB pieces (MSG_WAITALL) and, in mode `write`, hash each
-// piece with XXH3-128 and pwrite it into DEST/<file name>, as a pull does; in
-// mode `network` they drop what arrives. No protocol, no journal, no deadlines.
+// piece with XXH3-128 and pwrite it into DEST/<file name>, then sync each file,
+// as a pull does; in mode `network` they drop what arrives. No protocol, no
+// journal, no deadlines. Mode `land` is the bound of landing the bytes at all:
+// no network and no hash, 4 threads pwrite the files' sizes from one 256 KiB
+// buffer each into DEST and sync them; no puller lands bytes faster than this.
 //
 //   minimal_pull network FILE...
 //   minimal_pull write DEST FILE...
+//   minimal_pull land DEST FILE...
 // Prints "minimal_pull: MODE B bytes in S s: G Gbit/s, receiver CPU R s/GiB,
 // sender CPU T s/GiB".
 #include <arpa/inet.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -60,6 +65,14 @@ void Send(int conn, const std::vector<std::string>& files, int k) {
   }
 }
 
+int Create(const char* dest, const std::string& file, uint64_t size) {
+  const std::string name = file.substr(file.rfind('/') + 1);
+  int out = ::open((std::string(dest) + "/" + name).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+                   0644);
+  if (out < 0 || ::ftruncate(out, static_cast<off_t>(size)) != 0) Die("minimal_pull: create");
+  return out;
+}
+
 void Receive(int conn, const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
              int k, const char* dest) {
   std::vector<char> buf(kPiece);
@@ -67,12 +80,7 @@ void Receive(int conn, const std::vector<std::string>& files, const std::vector<
   for (size_t i = static_cast<size_t>(k); i < files.size(); i += kConnections) {
     int out = -1;
     if (dest != nullptr) {
-      const std::string name = files[i].substr(files[i].rfind('/') + 1);
-      out = ::open((std::string(dest) + "/" + name).c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
-                   0644);
-      if (out < 0 || ::ftruncate(out, static_cast<off_t>(sizes[i])) != 0) {
-        Die("minimal_pull: create");
-      }
+      out = Create(dest, files[i], sizes[i]);
       XXH3_128bits_reset(state);
     }
     for (uint64_t at = 0; at < sizes[i];) {
@@ -90,20 +98,40 @@ void Receive(int conn, const std::vector<std::string>& files, const std::vector<
     if (out >= 0) {
       volatile uint64_t digest = XXH3_128bits_digest(state).low64;
       (void)digest;
+      if (::fdatasync(out) != 0) Die("minimal_pull: fdatasync");
       ::close(out);
     }
   }
   XXH3_freeState(state);
 }
 
+// Mode `land`: files k, k + 4, ... written from one buffer and synced.
+void Land(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes, int k,
+          const char* dest) {
+  std::vector<char> buf(kPiece, static_cast<char>(0x5a + k));
+  for (size_t i = static_cast<size_t>(k); i < files.size(); i += kConnections) {
+    const int out = Create(dest, files[i], sizes[i]);
+    for (uint64_t at = 0; at < sizes[i];) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, sizes[i] - at));
+      if (::pwrite(out, buf.data(), n, static_cast<off_t>(at)) != static_cast<ssize_t>(n)) {
+        Die("minimal_pull: pwrite");
+      }
+      at += n;
+    }
+    if (::fdatasync(out) != 0) Die("minimal_pull: fdatasync");
+    ::close(out);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool write = mode == "write";
+  const bool write = mode == "write" || mode == "land";
   if ((mode != "network" && !write) || argc < (write ? 4 : 3)) {
     std::fprintf(stderr,
-                 "usage: minimal_pull network FILE...\n       minimal_pull write DEST FILE...\n");
+                 "usage: minimal_pull network FILE...\n       minimal_pull write DEST FILE...\n"
+                 "       minimal_pull land DEST FILE...\n");
     return 2;
   }
   const char* dest = write ? argv[2] : nullptr;
@@ -115,6 +143,19 @@ int main(int argc, char** argv) {
     if (::stat(f.c_str(), &st) != 0) Die("minimal_pull: stat");
     sizes.push_back(static_cast<uint64_t>(st.st_size));
     total += sizes.back();
+  }
+  const double gib = static_cast<double>(total) / (1u << 30);
+  if (mode == "land") {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int k = 0; k < kConnections; ++k) threads.emplace_back(Land, files, sizes, k, dest);
+    for (auto& t : threads) t.join();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("minimal_pull: land %llu bytes in %.3f s: %.2f Gbit/s, receiver CPU %.3f s/GiB\n",
+                static_cast<unsigned long long>(total), seconds,
+                static_cast<double>(total) * 8 / seconds / 1e9, CpuSeconds(RUSAGE_SELF) / gib);
+    return 0;
   }
   int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -159,7 +200,6 @@ int main(int argc, char** argv) {
   int status = 0;
   ::waitpid(sender, &status, 0);
   const double sender_cpu = CpuSeconds(RUSAGE_CHILDREN);
-  const double gib = static_cast<double>(total) / (1u << 30);
   std::printf(
       "minimal_pull: %s %llu bytes in %.3f s: %.2f Gbit/s, receiver CPU %.3f s/GiB, sender CPU "
       "%.3f s/GiB\n",
