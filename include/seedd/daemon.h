@@ -20,6 +20,7 @@
 #include "seedd/seedable.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
+#include "seedd/tokens.h"
 
 namespace seedd {
 
@@ -105,15 +106,6 @@ struct DaemonOptions {
 
 // $XDG_CACHE_HOME/seedd, else $HOME/.cache/seedd, else ./.seedd-cache.
 std::filesystem::path DefaultCacheDir();
-
-// Reads the shared tokens from `token_file` when given (at most 4 KiB; one per
-// line, the first the one sent, any accepted; blank lines skipped, trailing
-// whitespace dropped), else from the environment variable SEEDD_TOKEN (one
-// token); empty when neither is set. An unreadable file, a file without a
-// token or a token with a byte outside printable ASCII is an error naming it.
-Result<std::vector<std::string>> LoadTokens(const std::optional<std::filesystem::path>& token_file);
-// The first of LoadTokens (the one sent); empty when there is none.
-Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
 
 class Daemon {
  public:

@@ -1,5 +1,6 @@
-// TokenRing: the shared tokens a daemon accepts and the one it sends, which may
-// change while it runs (a rotation: a token file re-read on SIGHUP).
+// The shared tokens: read from a token file or SEEDD_TOKEN (LoadTokens), and
+// TokenRing, those a daemon accepts and the one it sends, which may change while
+// it runs (a rotation: a token file re-read on SIGHUP).
 //
 // A rotation without a restart, every daemon re-reading its file after each
 // step: (1) "OLD\nNEW" — NEW is accepted everywhere, OLD still sent; (2)
@@ -8,11 +9,15 @@
 // Thread safety: every method may be called from any thread at once.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "seedd/status.h"
 
 namespace seedd {
 
@@ -32,5 +37,14 @@ class TokenRing {
   mutable std::mutex mu_;
   std::vector<std::string> tokens_;  // GUARDED_BY(mu_)
 };
+
+// Reads the shared tokens from `token_file` when given (at most 4 KiB; one per
+// line, the first the one sent, any accepted; blank lines skipped, trailing
+// whitespace dropped), else from the environment variable SEEDD_TOKEN (one
+// token); empty when neither is set. An unreadable file, a file without a
+// token or a token with a byte outside printable ASCII is an error naming it.
+Result<std::vector<std::string>> LoadTokens(const std::optional<std::filesystem::path>& token_file);
+// The first of LoadTokens (the one sent); empty when there is none.
+Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
 
 }  // namespace seedd

@@ -1,8 +1,14 @@
 #include "seedd/tokens.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "common/crypto.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 
@@ -29,6 +35,70 @@ bool TokenRing::Accepts(std::string_view token) const {
 size_t TokenRing::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return tokens_.size();
+}
+
+Result<std::vector<std::string>> LoadTokens(
+    const std::optional<std::filesystem::path>& token_file) {
+  constexpr size_t kMaxTokenBytes = 4096;
+  std::string text;
+  const std::string where = token_file.has_value() ? token_file->string() : "SEEDD_TOKEN";
+  if (token_file.has_value()) {
+    std::ifstream in(*token_file, std::ios::binary);
+    if (!in) return Status::NotFound("cannot read the token file " + where);
+    text.resize(kMaxTokenBytes + 1);
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxTokenBytes) {
+      return Status::InvalidArgument("the token file " + where + " is larger than 4 KiB");
+    }
+    struct stat st {};
+    if (::stat(token_file->c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      Logger().warn("The token file {} is readable by others (mode {}): chmod 600 {}", where, mode,
+                    where);
+    }
+  } else if (const char* env = std::getenv("SEEDD_TOKEN"); env != nullptr) {
+    text = env;
+  }
+  std::vector<std::string> tokens;
+  size_t line_no = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
+      line.pop_back();
+    }
+    if (line.empty()) continue;
+    // Sent inside JSON, a byte outside printable ASCII would be escaped or
+    // rejected on the way, and every request would then be "Unauthorized".
+    for (size_t i = 0; i < line.size(); ++i) {
+      const auto c = static_cast<unsigned char>(line[i]);
+      if (c < 0x20 || c > 0x7e) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "0x%02x", c);
+        return Status::InvalidArgument(
+            "the token in " + where +
+            (token_file.has_value() ? " (line " + std::to_string(line_no) + ")" : "") +
+            " holds a byte that is not printable ASCII (" + hex + " at offset " +
+            std::to_string(i) + "); use printable ASCII, e.g. openssl rand -hex 32");
+      }
+    }
+    tokens.push_back(std::move(line));
+  }
+  if (token_file.has_value() && tokens.empty()) {
+    return Status::InvalidArgument("the token file " + where + " is empty");
+  }
+  return tokens;
+}
+
+Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file) {
+  Result<std::vector<std::string>> tokens = LoadTokens(token_file);
+  if (!tokens.ok()) return tokens.status();
+  return tokens->empty() ? std::string() : tokens->front();
 }
 
 }  // namespace seedd

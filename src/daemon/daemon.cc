@@ -1,20 +1,11 @@
 #include "seedd/daemon.h"
 
-#include <sys/stat.h>
-
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <thread>
 
-#include "common/backoff.h"
 #include "common/metrics.h"
-#include "daemon/admin_server.h"
-#include "kinds/autotune/flashinfer_cache.h"
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/local_copy.h"
-#include "kinds/weights/registry.h"
+#include "daemon/daemon_rep.h"
+#include "daemon/pull_at_start.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/catalog.h"
 #include "seedd/logging.h"
@@ -31,180 +22,7 @@ std::filesystem::path DefaultCacheDir() {
   return ".seedd-cache";
 }
 
-Result<std::vector<std::string>> LoadTokens(
-    const std::optional<std::filesystem::path>& token_file) {
-  constexpr size_t kMaxTokenBytes = 4096;
-  std::string text;
-  const std::string where = token_file.has_value() ? token_file->string() : "SEEDD_TOKEN";
-  if (token_file.has_value()) {
-    std::ifstream in(*token_file, std::ios::binary);
-    if (!in) return Status::NotFound("cannot read the token file " + where);
-    text.resize(kMaxTokenBytes + 1);
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxTokenBytes) {
-      return Status::InvalidArgument("the token file " + where + " is larger than 4 KiB");
-    }
-    struct stat st {};
-    if (::stat(token_file->c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-      char mode[8];
-      std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      Logger().warn("The token file {} is readable by others (mode {}): chmod 600 {}", where, mode,
-                    where);
-    }
-  } else if (const char* env = std::getenv("SEEDD_TOKEN"); env != nullptr) {
-    text = env;
-  }
-  std::vector<std::string> tokens;
-  size_t line_no = 0;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
-      line.pop_back();
-    }
-    if (line.empty()) continue;
-    // Sent inside JSON, a byte outside printable ASCII would be escaped or
-    // rejected on the way, and every request would then be "Unauthorized".
-    for (size_t i = 0; i < line.size(); ++i) {
-      const auto c = static_cast<unsigned char>(line[i]);
-      if (c < 0x20 || c > 0x7e) {
-        char hex[8];
-        std::snprintf(hex, sizeof(hex), "0x%02x", c);
-        return Status::InvalidArgument(
-            "the token in " + where +
-            (token_file.has_value() ? " (line " + std::to_string(line_no) + ")" : "") +
-            " holds a byte that is not printable ASCII (" + hex + " at offset " +
-            std::to_string(i) + "); use printable ASCII, e.g. openssl rand -hex 32");
-      }
-    }
-    tokens.push_back(std::move(line));
-  }
-  if (token_file.has_value() && tokens.empty()) {
-    return Status::InvalidArgument("the token file " + where + " is empty");
-  }
-  return tokens;
-}
-
-Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file) {
-  Result<std::vector<std::string>> tokens = LoadTokens(token_file);
-  if (!tokens.ok()) return tokens.status();
-  return tokens->empty() ? std::string() : tokens->front();
-}
-
 namespace {
-
-// One round of adopting model `name` (kind weight_shards) from the first source
-// that has it: its Install fetches the bytes from every source and the relays,
-// serving what is verified so far meanwhile (as a relay when `relay` is set).
-AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>& sources,
-                       const Json& ctx, Seedable& weight_shards, std::string* why) {
-  AdoptOutcome outcome = AdoptOutcome::kNoResponse;
-  for (const HostPort& source : sources) {
-    SeedConfig client;
-    client.source = source;
-    client.token = options.seed.token;
-    TransportOptions sends;
-    sends.tokens = options.transport.tokens;  // the current token, after a rotation too
-    sends.tls = options.transport.tls;
-    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client, sends);
-    if (!transport.ok()) return AdoptOutcome::kNoResponse;
-    std::string said;
-    outcome = (*transport)->Adopt(weight_shards, ctx, &said);
-    if (!said.empty()) *why = source.ToString() + ": " + said;
-    if (outcome == AdoptOutcome::kAdopted) return outcome;
-    if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
-  }
-  return outcome;
-}
-
-// A --pull NAME[@ROOT_DIGEST]: the name and the pin (empty: none).
-std::pair<std::string, std::string> SplitPin(const std::string& pull) {
-  const size_t at = pull.find('@');
-  if (at == std::string::npos) return {pull, ""};
-  return {pull.substr(0, at), pull.substr(at + 1)};
-}
-
-// Serves the copy of `name` pulled before, if it is unchanged since (and is
-// `pin` when given), under the manifest recorded with it. NotFound when there
-// is none.
-Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, const std::string& pin,
-                      WeightServer& server) {
-  const std::filesystem::path base = options.cache_dir / "weights" / name;
-  std::error_code ec;
-  const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
-  if (ec || !version.has_filename() || version.filename() != version) {
-    return Status::NotFound("no local copy");
-  }
-  if (!pin.empty() && version.string() != pin) return Status::NotFound("no local copy of the pin");
-  Result<ServedModel> local = LoadLocalCopy(base / version, version.string());
-  if (!local.ok()) {
-    return Status::Unavailable("the local copy " + (base / version).string() +
-                               " cannot be served: " + local.status().message());
-  }
-  Logger().warn("Cannot pull model {}; serving the local copy {} (root digest {})", name,
-                (base / version).string(), local->manifest.root_digest);
-  server.Publish(std::move(*local));
-  return Status::Ok();
-}
-
-// Pulls model `name` at start. Sources may start later or go away and come back:
-// while none has served the model, rounds are retried with capped exponential
-// backoff and jitter until options.pull_timeout (a pull resumes from its
-// journal each round). A restart whose sources are down serves the copy it
-// pulled before, if unchanged, at once.
-Status PullAtStart(const DaemonOptions& options, const std::string& pull, const std::string& relay,
-                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel) {
-  if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
-  std::vector<HostPort> sources = {*options.seed.source};
-  sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
-  const auto [name, pin] = SplitPin(pull);
-  Json ctx = {{"model", name}};
-  if (!pin.empty()) ctx["root_digest"] = pin;
-  if (!relay.empty()) ctx["relay"] = relay;
-  const auto deadline = std::chrono::steady_clock::now() + options.pull_timeout;
-  Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
-  std::string local_problem;
-  for (int round = 1;; ++round) {
-    std::string said;
-    const AdoptOutcome outcome = AdoptOnce(options, sources, ctx, weight_shards, &said);
-    if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
-    if (cancel.load()) {
-      return Status::Cancelled(
-          "the pull was stopped; its verified chunks are kept and the next "
-          "start resumes from them");
-    }
-    if (outcome == AdoptOutcome::kMiss) {
-      return Status::NotFound("no source serves model '" + name + "'");
-    }
-    if (round == 1) {
-      Status local = ServeLocalCopy(options, name, pin, server);
-      if (local.ok()) return local;
-      if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
-    }
-    const std::string why = outcome == AdoptOutcome::kRejected ? "the pull failed (" + said + ")"
-                            : outcome == AdoptOutcome::kNotOk
-                                ? "a source answered with an error (" + said + ")"
-                                : "no source answered";
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      return Status::Unavailable(why + ", and --pull-timeout (" +
-                                 std::to_string(options.pull_timeout.count()) + " s) has passed" +
-                                 local_problem);
-    }
-    const auto wait = std::min<std::chrono::steady_clock::duration>(backoff.Next(), deadline - now);
-    Logger().warn("Model {}: {}; retrying in {:.1f} s (round {}; giving up in {} s)", name, why,
-                  std::chrono::duration<double>(wait).count(), round + 1,
-                  std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count());
-    for (const auto until = now + wait; std::chrono::steady_clock::now() < until;) {
-      if (cancel.load()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-}
 
 // What `seedctl ls` shows: the models served, and the artifact keys that a peer
 // could adopt (the local cache's, then the shared stores') under `prefix`.
@@ -245,42 +63,6 @@ bool IsWildcard(const HostPort& hp) {
 }
 
 }  // namespace
-
-struct Daemon::Rep {
-  DaemonOptions options_;
-  std::unique_ptr<SeedTransport> transport_;
-  std::shared_ptr<FlashInferWarmupCache> autotune_;
-  std::vector<std::shared_ptr<ArtifactStore>> shared_;  // the --store list, in order
-  std::shared_ptr<WeightServer> weights_;               // null when no model is served or pulled
-  SeedablePtr weight_shards_;                           // null likewise
-  std::shared_ptr<std::atomic<bool>> cancel_;
-  std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
-  std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
-  std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
-  std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
-  struct WarmupRecord {
-    std::string kind, state, source, error;  // state: "running", "done", "failed"
-    double seconds = 0;
-  };
-  void RecordWarmup(WarmupRecord record);
-  mutable std::mutex warmups_mu_;
-  std::vector<WarmupRecord> warmups_;  // GUARDED_BY(warmups_mu_)
-  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
-  std::unique_ptr<AdminServer> admin_;
-  std::atomic<bool> ready_{false};
-  bool stopped_ = false;
-};
-
-void Daemon::Rep::RecordWarmup(WarmupRecord record) {
-  std::lock_guard<std::mutex> lock(warmups_mu_);
-  for (WarmupRecord& w : warmups_) {
-    if (w.kind == record.kind) {
-      w = std::move(record);
-      return;
-    }
-  }
-  warmups_.push_back(std::move(record));
-}
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::vector<std::string> accepted = {options.seed.token};
@@ -459,68 +241,6 @@ std::string SourceLabel(const std::string& source) {
 }
 
 }  // namespace
-
-std::optional<HostPort> Daemon::admin_address() const {
-  if (rep_->admin_ == nullptr) return std::nullopt;
-  return rep_->admin_->address();
-}
-
-Json Daemon::StatusJson() const {
-  Json models = Json::array();
-  if (rep_->weights_ != nullptr) {
-    for (const auto& m : rep_->weights_->Models()) {
-      const uint64_t chunks = m->manifest.chunks.size();
-      const uint64_t have = m->available == nullptr ? chunks : m->available->Count();
-      models.push_back({{"name", m->manifest.model},
-                        {"root_digest", m->manifest.root_digest},
-                        {"files", m->manifest.files.size()},
-                        {"bytes", m->manifest.total_size},
-                        {"chunks", chunks},
-                        {"chunks_served", have},
-                        {"complete", m->available == nullptr},
-                        {"pulled", m->pulled},
-                        {"chunk_digest", std::string(ChunkDigestName(m->manifest.chunk_digest))}});
-    }
-  }
-  Json pulls = Json::array();
-  for (const PullBoard::Entry& p : rep_->pulls_->Snapshot()) {
-    const double fetched = static_cast<double>(p.verified_bytes - p.resumed_bytes);
-    Json entry = {{"model", p.model},
-                  {"root_digest", p.root_digest},
-                  {"state", p.state},
-                  {"bytes_total", p.total_bytes},
-                  {"bytes_verified", p.verified_bytes},
-                  {"bytes_resumed", p.resumed_bytes},
-                  {"seconds", p.seconds},
-                  {"rate_bytes_per_second", p.seconds > 0 ? fetched / p.seconds : 0.0},
-                  {"sources", p.seeds},
-                  {"relays", p.relays}};
-    if (!p.error.empty()) entry["error"] = p.error;
-    pulls.push_back(std::move(entry));
-  }
-  Json warmups = Json::array();
-  {
-    std::lock_guard<std::mutex> lock(rep_->warmups_mu_);
-    for (const Rep::WarmupRecord& w : rep_->warmups_) {
-      Json entry = {{"kind", w.kind}, {"state", w.state}, {"seconds", w.seconds}};
-      if (!w.source.empty()) entry["source"] = w.source;
-      if (!w.error.empty()) entry["error"] = w.error;
-      warmups.push_back(std::move(entry));
-    }
-  }
-  Json stores =
-      Json::array({{{"backend", "disk"}, {"location", rep_->options_.cache_dir.string()}}});
-  for (const std::string& url : rep_->options_.store_urls) {
-    stores.push_back(
-        {{"backend", url.substr(0, url.find("://"))}, {"location", RedactStoreUrl(url)}});
-  }
-  return Json{{"ready", ready()},
-              {"listen", rep_->bound_.has_value() ? rep_->bound_->ToString() : ""},
-              {"models", std::move(models)},
-              {"pulls", std::move(pulls)},
-              {"warmups", std::move(warmups)},
-              {"stores", std::move(stores)}};
-}
 
 Result<std::optional<HostPort>> Daemon::Start() {
   if (rep_->options_.admin_listen.has_value() && rep_->admin_ == nullptr) {

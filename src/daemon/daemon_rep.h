@@ -1,0 +1,45 @@
+// The daemon's state (Daemon::Rep), shared by daemon.cc (Create, Start, Stop)
+// and daemon_status.cc (what /status reports).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/admin_server.h"
+#include "kinds/autotune/flashinfer_cache.h"
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/registry.h"
+#include "seedd/daemon.h"
+
+namespace seedd {
+
+struct Daemon::Rep {
+  DaemonOptions options_;
+  std::unique_ptr<SeedTransport> transport_;
+  std::shared_ptr<FlashInferWarmupCache> autotune_;
+  std::vector<std::shared_ptr<ArtifactStore>> shared_;  // the --store list, in order
+  std::shared_ptr<WeightServer> weights_;               // null when no model is served or pulled
+  SeedablePtr weight_shards_;                           // null likewise
+  std::shared_ptr<std::atomic<bool>> cancel_;
+  std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
+  std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
+  std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
+  std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
+  struct WarmupRecord {
+    std::string kind, state, source, error;  // state: "running", "done", "failed"
+    double seconds = 0;
+  };
+  void RecordWarmup(WarmupRecord record);
+  mutable std::mutex warmups_mu_;
+  std::vector<WarmupRecord> warmups_;  // GUARDED_BY(warmups_mu_)
+  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
+  std::unique_ptr<AdminServer> admin_;
+  std::atomic<bool> ready_{false};
+  bool stopped_ = false;
+};
+
+}  // namespace seedd

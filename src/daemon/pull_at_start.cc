@@ -1,0 +1,118 @@
+#include "daemon/pull_at_start.h"
+
+#include <thread>
+
+#include "common/backoff.h"
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/local_copy.h"
+#include "seedd/logging.h"
+
+namespace seedd {
+namespace {
+
+// One round of adopting model `name` (kind weight_shards) from the first source
+// that has it: its Install fetches the bytes from every source and the relays,
+// serving what is verified so far meanwhile (as a relay when `relay` is set).
+AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>& sources,
+                       const Json& ctx, Seedable& weight_shards, std::string* why) {
+  AdoptOutcome outcome = AdoptOutcome::kNoResponse;
+  for (const HostPort& source : sources) {
+    SeedConfig client;
+    client.source = source;
+    client.token = options.seed.token;
+    TransportOptions sends;
+    sends.tokens = options.transport.tokens;  // the current token, after a rotation too
+    sends.tls = options.transport.tls;
+    Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client, sends);
+    if (!transport.ok()) return AdoptOutcome::kNoResponse;
+    std::string said;
+    outcome = (*transport)->Adopt(weight_shards, ctx, &said);
+    if (!said.empty()) *why = source.ToString() + ": " + said;
+    if (outcome == AdoptOutcome::kAdopted) return outcome;
+    if (outcome == AdoptOutcome::kRejected) break;  // the bytes come from every source at once
+  }
+  return outcome;
+}
+
+// Serves the copy of `name` pulled before, if it is unchanged since (and is
+// `pin` when given), under the manifest recorded with it. NotFound when there
+// is none.
+Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, const std::string& pin,
+                      WeightServer& server) {
+  const std::filesystem::path base = options.cache_dir / "weights" / name;
+  std::error_code ec;
+  const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
+  if (ec || !version.has_filename() || version.filename() != version) {
+    return Status::NotFound("no local copy");
+  }
+  if (!pin.empty() && version.string() != pin) return Status::NotFound("no local copy of the pin");
+  Result<ServedModel> local = LoadLocalCopy(base / version, version.string());
+  if (!local.ok()) {
+    return Status::Unavailable("the local copy " + (base / version).string() +
+                               " cannot be served: " + local.status().message());
+  }
+  Logger().warn("Cannot pull model {}; serving the local copy {} (root digest {})", name,
+                (base / version).string(), local->manifest.root_digest);
+  server.Publish(std::move(*local));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> SplitPin(const std::string& pull) {
+  const size_t at = pull.find('@');
+  if (at == std::string::npos) return {pull, ""};
+  return {pull.substr(0, at), pull.substr(at + 1)};
+}
+
+Status PullAtStart(const DaemonOptions& options, const std::string& pull, const std::string& relay,
+                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel) {
+  if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
+  std::vector<HostPort> sources = {*options.seed.source};
+  sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
+  const auto [name, pin] = SplitPin(pull);
+  Json ctx = {{"model", name}};
+  if (!pin.empty()) ctx["root_digest"] = pin;
+  if (!relay.empty()) ctx["relay"] = relay;
+  const auto deadline = std::chrono::steady_clock::now() + options.pull_timeout;
+  Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
+  std::string local_problem;
+  for (int round = 1;; ++round) {
+    std::string said;
+    const AdoptOutcome outcome = AdoptOnce(options, sources, ctx, weight_shards, &said);
+    if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
+    if (cancel.load()) {
+      return Status::Cancelled(
+          "the pull was stopped; its verified chunks are kept and the next "
+          "start resumes from them");
+    }
+    if (outcome == AdoptOutcome::kMiss) {
+      return Status::NotFound("no source serves model '" + name + "'");
+    }
+    if (round == 1) {
+      Status local = ServeLocalCopy(options, name, pin, server);
+      if (local.ok()) return local;
+      if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
+    }
+    const std::string why = outcome == AdoptOutcome::kRejected ? "the pull failed (" + said + ")"
+                            : outcome == AdoptOutcome::kNotOk
+                                ? "a source answered with an error (" + said + ")"
+                                : "no source answered";
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return Status::Unavailable(why + ", and --pull-timeout (" +
+                                 std::to_string(options.pull_timeout.count()) + " s) has passed" +
+                                 local_problem);
+    }
+    const auto wait = std::min<std::chrono::steady_clock::duration>(backoff.Next(), deadline - now);
+    Logger().warn("Model {}: {}; retrying in {:.1f} s (round {}; giving up in {} s)", name, why,
+                  std::chrono::duration<double>(wait).count(), round + 1,
+                  std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count());
+    for (const auto until = now + wait; std::chrono::steady_clock::now() < until;) {
+      if (cancel.load()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+}  // namespace seedd
