@@ -38,6 +38,14 @@ std::string HexEncode(std::string_view bytes) {
   return ToHex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
+bool IsLowerHex(std::string_view s, size_t n) {
+  if (s.size() != n) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 std::string Sha256Hex(std::string_view data) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> digest{};
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data());

@@ -9,6 +9,8 @@ namespace seedd {
 
 // Lowercase hex of raw bytes.
 std::string HexEncode(std::string_view bytes);
+// Whether `s` is exactly `n` lowercase hex digits (as HexEncode writes them).
+bool IsLowerHex(std::string_view s, size_t n);
 
 // Lowercase hex SHA-256 of data.
 std::string Sha256Hex(std::string_view data);
