@@ -1,0 +1,141 @@
+// The fetching side of the weight data plane (the protocol: data_plane.h):
+// FetchModel pulls a model's chunks from seeds and relays into a staging
+// directory, verifies each, and moves the model into place.
+//
+// Thread safety: FetchModel is self-contained; the callbacks of FetchOptions are
+// called from its threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kinds/weights/chunk_set.h"
+#include "kinds/weights/manifest.h"
+#include "kinds/weights/records.h"
+#include "seedd/seed_config.h"
+#include "seedd/status.h"
+#include "seedd/tokens.h"
+#include "transport/tls.h"
+
+namespace seedd {
+
+class SwarmRegistry;
+
+struct FetchOptions {
+  std::string token;
+  // Connect with TLS, verifying the sources and relays against its CA; null:
+  // plain TCP.
+  std::shared_ptr<const TlsContext> tls;
+  // When set, the token sent is its first, read at each new connection (a
+  // rotation reaches a pull that is running); else `token`.
+  std::shared_ptr<const TokenRing> tokens;
+  int connections_per_source = 4;  // to each seed (a source given by the caller)
+  int pipeline = 4;                // chunk requests in flight per seed connection
+  // The same to a relay. One: a relay sends a few chunks at once (its upload
+  // slots), and a request queued behind another at one relay is a chunk that
+  // another relay with a free slot could be sending (simulated with swarm_sim:
+  // 100 hosts p99 5.18x the bound with 4, 2.01x with 1).
+  int peer_pipeline = 1;
+  int connections_per_peer = 1;  // to each relay learnt from the manifest or a state
+  // Chunk requests in flight to relays in all (0: no bound; a seed's are not
+  // counted). Matches the servers' upload slots: a downlink split among many
+  // senders makes each transfer slow and holds their few slots for longer
+  // (simulated, 1,000 hosts: p99 1.57x the bound unbounded, 1.33x with 4).
+  int swarm_requests = 4;
+  // Requests beyond swarm_requests while this host holds fewer chunks than its
+  // relay neighbours on average: a host that fell behind takes a larger share of
+  // their uplinks, and the last host of a fleet comes in sooner (simulated, 16
+  // hosts on 50 Mbit/s links with 20 ms latency: the last at 1.27-1.38x the
+  // bound without, 1.19-1.23x with 2).
+  int swarm_catch_up = 2;
+  std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
+  // A source that refuses connections for capacity (its data plane is full) is
+  // tried again as it says, for this long before each refusal counts as a
+  // failure.
+  std::chrono::milliseconds capacity_patience{120000};
+  // Neighbours (seeds and relays) fetched from at once; the other relays learnt
+  // wait as candidates and replace those dropped. Each neighbour costs one watch
+  // connection (what it newly has) and its data connections.
+  size_t max_neighbours = 16;
+  // How often a seed is asked for more relays while the neighbour set has room.
+  std::chrono::milliseconds state_interval{500};
+  // A source given by name that resolves to several addresses (a Kubernetes
+  // headless service) is a seed at each address; names are resolved again this
+  // often while the fetch runs, and new addresses join as seeds.
+  std::chrono::milliseconds resolve_interval{30000};
+  // Where else to find relays of the root digest (registry.h): asked at the
+  // start and then every second while the neighbour set has room.
+  std::shared_ptr<SwarmRegistry> registry;
+  // The relays that announced themselves to this host's own server for the
+  // root digest (they fetch from here, so they hold chunks of it too), as
+  // HOST:PORT: taken as candidates while the neighbour set has room, asked
+  // every 50 ms. Relays that start together find each other within moments
+  // of the first connection between them, not at a seed's next state answer.
+  std::function<std::vector<std::string>()> announced;
+  // Each chunk from a relay, from its request reaching the front of the
+  // connection's queue to its last byte. A relay that misses it is dropped at once.
+  TransferDeadline chunk_deadline;
+  // The same for a seed (a source the caller gave), with a floor low enough that
+  // a seed whose link many fetchers share is not taken for one that stalls (16
+  // fetchers at 50 Mbit/s missed the relays' floor). Three misses drop it.
+  TransferDeadline seed_deadline{std::chrono::milliseconds(10000), 16 * 1024};
+  // A chunk a seed says another fetcher claimed (it is being sent there) is
+  // asked of the seed plainly once the claim is older than the chunk's length at
+  // this rate (5 s to 120 s): on a congested seed an honest claim takes that
+  // long, and a claim holder that stalls is not waited for beyond it.
+  uint64_t claim_floor_rate = 64 * 1024;  // bytes per second
+  // Also check every file's SHA-256 against the manifest before committing (for
+  // those who distrust their peers; costs one more read of the model).
+  bool verify_sha256 = false;
+  // This fetcher's own data-plane address when it serves what it fetches (a
+  // relay): announced to the sources, and seeds are then asked one chunk at a
+  // time per connection so that each chunk leaves the seed about once.
+  std::string relay;
+  // When set (size = the manifest's chunk count), verified chunks are added as
+  // they land (a server publishes it to relay them).
+  std::shared_ptr<ChunkSet> verified;
+  // Called from fetch threads with the bytes verified so far, with the fetch's
+  // lock held (FetchStats may be read there).
+  std::function<void(uint64_t verified_bytes)> progress;
+  // Called once the staging directory is ready, before any chunk is fetched (a
+  // server publishes it to relay the chunks verified there).
+  std::function<void(const std::filesystem::path& staging)> staged;
+  // Set to stop the fetch: it returns Cancelled within about 50 ms, the staging
+  // directory and its journal kept for a rerun.
+  std::shared_ptr<const std::atomic<bool>> cancel;
+  // `into` may hold other files: they are replaced by the model (see FetchModel).
+  bool replace = false;
+};
+
+// `into` without "." and ".." components or a trailing '/'.
+std::filesystem::path NormalizeDestination(const std::filesystem::path& into);
+
+// Where FetchModel stages a new `into`: a hidden directory beside it.
+std::filesystem::path StagingDir(const std::filesystem::path& into);
+
+// Fetches the files of `manifest` into `into` from the seeds `sources` and from
+// the relays listed in the manifest or learnt from the sources' states,
+// preferring relays that have a chunk over the seeds: staged with a journal of
+// verified chunks (a rerun fetches only what is missing), each chunk's XXH3-128
+// checked as it lands and refetched (from another source when there is one) on
+// a mismatch, a source that keeps failing dropped, free space checked first,
+// and moved into place only when every chunk is verified. `into` may be:
+//  - absent: staged in StagingDir(into), renamed into place;
+//  - an existing empty directory (a volume's mount point): staged in
+//    <into>/.seedd-staging, its entries renamed into `into`;
+//  - a directory holding exactly this version (every file's chunks match the
+//    manifest): Ok with stats->up_to_date, nothing moved;
+//  - anything else: AlreadyExists before any byte moves, unless
+//    options.replace: then a directory is swapped for the staged one atomically
+//    (renameat2 RENAME_EXCHANGE) and a mount point's entries are replaced.
+Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
+                  const std::filesystem::path& into, const FetchOptions& options,
+                  FetchStats* stats = nullptr);
+
+}  // namespace seedd

@@ -1,0 +1,189 @@
+// The serving side of the weight data plane (the protocol: data_plane.h): the
+// models served, each chunk sent with sendfile from below the model's directory,
+// the bounds on peers, and the upload slots relays take turns for.
+//
+// Thread safety: WeightServer serves many connections at once and Publish may be
+// called meanwhile.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/rate_limiter.h"
+#include "common/unique_fd.h"
+#include "kinds/weights/chunk_set.h"
+#include "kinds/weights/manifest.h"
+#include "kinds/weights/model_index.h"
+#include "kinds/weights/records.h"
+#include "seedd/status.h"
+#include "transport/tls.h"
+
+namespace seedd {
+
+struct ServedModel {
+  Manifest manifest;
+  std::filesystem::path dir;  // the bytes are read below it, never through a link
+  // The chunks that may be served; null when the model is complete. A daemon
+  // that is fetching a model serves what it has verified so far.
+  std::shared_ptr<const ChunkSet> available;
+  // By manifest path: where the file's bytes are below `dir` and their size and
+  // mtime when indexed. A file whose size or mtime changed since is not served
+  // (its chunks' digests no longer describe it). A file not listed is read at its
+  // manifest path, unchecked (a staging copy still being written).
+  std::map<std::string, IndexedFile, std::less<>> files;
+  // `dir`, opened when published: paths resolve below what was there then, even
+  // if `dir` is renamed (a staging directory committed) or a link on its path is
+  // swapped.
+  std::shared_ptr<const UniqueFd> root;
+  // The manifest as JSON text with an empty "sources", split where the sources
+  // go: serialized once when published, handed out per request. Set by Publish.
+  struct Text {
+    std::string head;  // ... "sources":[
+    std::string tail;  // ] ...
+  };
+  std::shared_ptr<const Text> text;
+  // Fetched from peers (a --pull), not served from a directory of this host's:
+  // what is sent from it is relayed (metrics).
+  bool pulled = false;
+};
+
+// A model as indexed, ready to serve.
+ServedModel ServeIndexed(IndexedModel index);
+
+// The data plane's bounds on its peers.
+struct WeightServerOptions {
+  std::chrono::milliseconds idle_timeout{60000};  // between requests
+  // Each response record and its bytes. The floor is low: a fetcher that reads
+  // slowly because its link is shared by many transfers is served; one that
+  // reads nothing holds a stream thread until the deadline.
+  TransferDeadline send{std::chrono::milliseconds(10000), 16 * 1024};
+  // The relays a swarm (one root digest) remembers: each until it has not been
+  // heard from for relay_ttl, at most max_relays at once (more are not listed).
+  std::chrono::milliseconds relay_ttl{10000};
+  size_t max_relays = 1024;
+  // Relays listed in one state response (a random sample of those remembered):
+  // a fetcher keeps a bounded set of neighbours, so it needs only a few names.
+  size_t max_peers_listed = 32;
+  // Chunks sent at once to fetchers that relay (a swarm); more are answered
+  // "busy", and so is a relay that is being sent a chunk already (one that stops
+  // reading holds one slot, not all). A chunk sent at a quarter of the uplink
+  // reaches its fetcher, which passes it on, four times sooner than one sent at a
+  // sixteenth (8 targets x 1 GiB at 500 Mbit/s: 1.07x one target's time with 4
+  // slots, 1.15x with 2). 0: no limit. Fetchers that do not relay are not
+  // limited.
+  int upload_slots = 4;
+  std::chrono::milliseconds busy_retry{50};
+  // How long a relay's request waits for the relay's own send to end before it
+  // is answered "busy".
+  std::chrono::milliseconds own_slot_wait{2000};
+  // Bytes per second this server sends of a model that this host is itself still
+  // pulling (0: no limit). Set a little below the host's uplink: a full uplink
+  // queues the host's own chunk requests and TCP acknowledgements behind its
+  // uploads, and its own pull slows to a fraction of its downlink. Once the
+  // pull completes, the model is served at full speed.
+  uint64_t relay_upload_rate = 0;
+};
+
+class WeightServer {
+ public:
+  explicit WeightServer(std::vector<ServedModel> models, WeightServerOptions options = {});
+  // The stream handler of kind weight_data. REQUIRES: `request` authenticated.
+  void Serve(Conn& conn, const Json& request);
+  // Serves `model` from now on, in place of any model of the same name.
+  void Publish(ServedModel model);
+  std::shared_ptr<const ServedModel> FindModel(std::string_view name) const;
+  // Every model served now, by name.
+  std::vector<std::shared_ptr<const ServedModel>> Models() const;
+  // The relays that announced themselves for `root` recently, but `except`: at
+  // most `limit`, half of them those holding the most chunks this server sent
+  // (they complement any asker), the rest at random.
+  std::vector<std::string> Peers(const std::string& root, const std::string& except,
+                                 size_t limit = SIZE_MAX);
+  // How many relays a state response or a manifest lists at most.
+  size_t max_peers_listed() const { return options_.max_peers_listed; }
+  // Chunk bytes sent so far, over every connection.
+  uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
+  // Chunk requests that waited in line for an upload slot and got one.
+  uint64_t waited_in_line() const { return waited_in_line_.load(std::memory_order_relaxed); }
+  // Data connections being served now.
+  int connections() const { return connections_.load(std::memory_order_relaxed); }
+  // Manifests serialized so far (once per model version published).
+  uint64_t manifests_serialized() const {
+    return manifests_serialized_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct Claim {
+    int holder = -1;  // peer id; -1: not claimed
+    bool sending = false;
+    std::chrono::steady_clock::time_point sent_at;
+  };
+  struct Swarm {
+    std::map<std::string, int> ids;                           // peer address → id
+    std::vector<std::string> addrs;                           // by id
+    std::vector<std::chrono::steady_clock::time_point> seen;  // by id
+    std::vector<std::string> sessions;                        // by id
+    std::vector<Claim> claims;                                // by chunk
+    std::vector<uint32_t> held;  // by id: chunks whose claim it holds, as of held_at
+    std::chrono::steady_clock::time_point held_at{};
+  };
+  std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
+  int Announce(const std::string& root, const std::string& relay, const std::string& session,
+               size_t chunks);
+  // Forgets the relays of `swarm` not heard from for relay_ttl. REQUIRES: mu_ held.
+  void Expire(Swarm& swarm, std::chrono::steady_clock::time_point now);
+  // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
+  uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
+  void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
+  void ServeRequests(Conn& conn, const std::string& root, std::shared_ptr<const ServedModel> model,
+                     int peer, const std::string& relay, const std::string& session);
+  // Answers "SDST" (state) or "SDWT" (watch from `cursor`); false when the
+  // connection is to close.
+  bool ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
+                  const std::string& relay);
+  // An upload slot for a chunk to `relay`: false when every slot is taken, or
+  // `relay` holds one still after own_slot_wait (a relay that stops reading
+  // holds one slot, not all). A `waiting` relay (nothing arrives at it) that was
+  // turned away within two busy_retry waits in line, up to own_slot_wait, for the
+  // next slot, ahead of the next request of a relay whose send just ended:
+  // otherwise those holding slots keep them with requests sent ahead, and a
+  // newcomer is turned away for as long as they fetch (simulated, 1,000 hosts
+  // with 10% joining late: late joiners p99 1.43x the bound, 1.24x in line).
+  // At most upload_slots wait in line.
+  bool TakeSlot(const std::string& relay, bool waiting);
+  void ReleaseSlot(const std::string& relay);
+  // Logs once per model file that changed since it was indexed.
+  void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
+
+  const WeightServerOptions options_;
+  // options_.relay_upload_rate's bucket; null without one.
+  const std::unique_ptr<RateLimiter> relay_limiter_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_;  // GUARDED_BY
+  std::map<std::string, std::shared_ptr<const ServedModel>> by_root_;  // GUARDED_BY(mu_)
+  std::map<std::string, Swarm> swarms_;                                // GUARDED_BY(mu_)
+  std::set<std::string> warned_;                                       // GUARDED_BY(mu_)
+  std::atomic<uint64_t> bytes_served_{0};
+  std::atomic<int> connections_{0};
+  std::atomic<uint64_t> waited_in_line_{0};
+  std::atomic<uint64_t> manifests_serialized_{0};
+  std::mutex slots_mu_;
+  std::condition_variable slot_freed_;
+  int relay_sends_ = 0;                 // GUARDED_BY(slots_mu_): chunks being sent to relays
+  std::map<std::string, int> sending_;  // GUARDED_BY(slots_mu_): by relay, those it holds
+  // GUARDED_BY(slots_mu_): relays answered "busy" recently, and when.
+  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> turned_away_;
+  std::deque<uint64_t> line_;  // GUARDED_BY(slots_mu_): tickets of the waiting, first first
+  uint64_t next_ticket_ = 0;   // GUARDED_BY(slots_mu_)
+};
+
+}  // namespace seedd
