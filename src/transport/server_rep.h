@@ -1,6 +1,7 @@
 // The server's private parts, shared by server.cc (the listeners, the loop and
-// its connections) and server_tls.cc (the TLS listener's sessions). Not part
-// of any interface: include it from those two files only.
+// the answers), server_accept.cc (accepting, on the loop and beside it),
+// server_connection.cc (a connection on the loop) and server_tls.cc (the TLS
+// listener's sessions). Not part of any interface: include it from those only.
 #pragma once
 
 #include <asio.hpp>
