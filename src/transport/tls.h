@@ -1,6 +1,7 @@
-// TLS internals: the OpenSSL contexts behind seedd::TlsContext, and Conn, a
-// connected blocking socket that is plain or TLS, every call bounded by a
-// deadline (the socket's send and receive timeouts, as records.h arms them).
+// TLS internals: the OpenSSL contexts behind seedd::TlsContext (built in
+// tls_context.cc), and Conn, a connected blocking socket that is plain or TLS,
+// every call bounded by a deadline (the socket's send and receive timeouts, as
+// records.h arms them).
 // The data plane and the clients read and write through a Conn; a plain Conn
 // sends files with sendfile, a TLS one reads them into a buffer and encrypts
 // (kernel TLS, where the kernel offers it, is OpenSSL's to use: SSL_sendfile).
@@ -20,6 +21,9 @@
 #include "seedd/tls.h"
 
 namespace seedd {
+
+// OpenSSL's queued errors as one line, the queue emptied.
+std::string SslErrors();
 
 struct TlsContext::Rep {
   ~Rep();
