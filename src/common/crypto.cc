@@ -38,8 +38,8 @@ std::string HexEncode(std::string_view bytes) {
   return ToHex(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
-bool IsLowerHex(std::string_view s, size_t n) {
-  if (s.size() != n) return false;
+bool IsLowerHex(std::string_view s, size_t min_size, size_t max_size) {
+  if (s.size() < min_size || s.size() > max_size) return false;
   for (char c : s) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }

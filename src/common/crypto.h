@@ -9,8 +9,10 @@ namespace seedd {
 
 // Lowercase hex of raw bytes.
 std::string HexEncode(std::string_view bytes);
-// Whether `s` is exactly `n` lowercase hex digits (as HexEncode writes them).
-bool IsLowerHex(std::string_view s, size_t n);
+// Whether `s` is `min_size` to `max_size` lowercase hex digits (as HexEncode
+// writes them); with one size, exactly that many.
+bool IsLowerHex(std::string_view s, size_t min_size, size_t max_size);
+inline bool IsLowerHex(std::string_view s, size_t size) { return IsLowerHex(s, size, size); }
 
 // Lowercase hex SHA-256 of data.
 std::string Sha256Hex(std::string_view data);

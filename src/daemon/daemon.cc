@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "common/crypto.h"
 #include "common/metrics.h"
 #include "daemon/daemon_rep.h"
 #include "daemon/pull_at_start.h"
@@ -108,10 +109,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   }
   if (at.dp_rank < 0 || at.rank < 0) return Status::InvalidArgument("ranks must be non-negative");
   if (!at.config_hash.empty()) {
-    bool hex = at.config_hash.size() >= 16 && at.config_hash.size() <= 128;
-    for (char c : at.config_hash) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
-    if (!hex)
+    if (!IsLowerHex(at.config_hash, 16, 128)) {
       return Status::InvalidArgument("invalid config_hash (expected 16-128 lowercase hex digits)");
+    }
   }
   auto cancel = std::make_shared<std::atomic<bool>>(false);
   FlashInferOptions fi;

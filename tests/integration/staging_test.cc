@@ -54,6 +54,14 @@ class StagingTest : public testing::WeightsFixture {
     }
     return bytes;
   }
+  // Writes chunk `i` of `m` (its bytes from the model) through `stage`.
+  void WriteChunk(Staging& stage, const Manifest& m, uint32_t i) {
+    const ManifestChunk& c = m.chunks[i];
+    const std::string data = ReadAll(model_ / c.file).substr(c.offset, c.length);
+    auto file = stage.File(c.file);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_OK(stage.Write(**file, c, 0, data.data(), data.size()));
+  }
   std::vector<uint32_t> Even(const Manifest& m) {
     std::vector<uint32_t> chunks;
     for (uint32_t i = 0; i < m.chunks.size(); i += 2) chunks.push_back(i);
@@ -81,25 +89,20 @@ TEST_F(StagingTest, CommittedChunksAreJournaledAndResumedAfterFlushOrTheEnd) {
   HostPort source = Serve(model_);
   Manifest m = ManifestFrom(source);
   ASSERT_GE(m.chunks.size(), 4u);
-  auto write = [&](Staging& stage, uint32_t i) {
-    const ManifestChunk& c = m.chunks[i];
-    const std::string data = ReadAll(model_ / c.file).substr(c.offset, c.length);
-    auto file = stage.File(c.file);
-    ASSERT_TRUE(file.ok()) << file.status().ToString();
-    ASSERT_OK(stage.Write(**file, c, 0, data.data(), data.size()));
-    ASSERT_OK(stage.Commit(i));
-  };
   {
     Staging stage(m, staging());
     auto resumed = stage.Open();
     ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
     EXPECT_TRUE(resumed->empty());
-    write(stage, 0);
-    write(stage, 2);
+    WriteChunk(stage, m, 0);
+    ASSERT_OK(stage.Commit(0));
+    WriteChunk(stage, m, 2);
+    ASSERT_OK(stage.Commit(2));
     ASSERT_OK(stage.Flush());
     EXPECT_EQ(std::filesystem::file_size(staging() / ".seedd-journal"),
               Staging::JournalHeader(m.root_digest).size() + 2 * 8);
-    write(stage, 3);  // committed, never flushed
+    WriteChunk(stage, m, 3);
+    ASSERT_OK(stage.Commit(3));  // committed, never flushed
   }
   Staging stage(m, staging());
   auto resumed = stage.Open();
@@ -117,23 +120,16 @@ TEST_F(StagingTest, AJournalWriteThatFailsIsReportedAndNothingAfterItIsJournaled
   HostPort source = Serve(model_);
   Manifest m = ManifestFrom(source);
   ASSERT_GE(m.chunks.size(), 4u);
-  auto write = [&](Staging& stage, uint32_t i) {
-    const ManifestChunk& c = m.chunks[i];
-    const std::string data = ReadAll(model_ / c.file).substr(c.offset, c.length);
-    auto file = stage.File(c.file);
-    ASSERT_TRUE(file.ok()) << file.status().ToString();
-    ASSERT_OK(stage.Write(**file, c, 0, data.data(), data.size()));
-  };
   const auto journal = staging() / ".seedd-journal";
   {
     Staging stage(m, staging());
     ASSERT_TRUE(stage.Open().ok());
-    write(stage, 0);
-    write(stage, 1);
+    WriteChunk(stage, m, 0);
+    WriteChunk(stage, m, 1);
     ASSERT_OK(stage.Commit(0));
     ASSERT_OK(stage.Commit(1));
     ASSERT_OK(stage.Flush());
-    write(stage, 2);
+    WriteChunk(stage, m, 2);
     // From here on no file of this process may grow past the journal's size.
     const auto journaled = std::filesystem::file_size(journal);
     struct rlimit before {};
@@ -149,7 +145,7 @@ TEST_F(StagingTest, AJournalWriteThatFailsIsReportedAndNothingAfterItIsJournaled
     EXPECT_EQ(flushed.code(), StatusCode::kResourceExhausted) << flushed.ToString();
     EXPECT_NE(flushed.message().find(journal.string()), std::string::npos) << flushed.message();
     EXPECT_NE(flushed.message().find("File too large"), std::string::npos) << flushed.message();
-    write(stage, 3);
+    WriteChunk(stage, m, 3);
     Status later = stage.Commit(3);  // the disk is fine again: still refused
     EXPECT_EQ(later.code(), StatusCode::kResourceExhausted) << later.ToString();
     EXPECT_EQ(stage.Flush().code(), StatusCode::kResourceExhausted);

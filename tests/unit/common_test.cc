@@ -59,6 +59,17 @@ TEST(Crypto, Base64RoundTripsEveryLength) {
   EXPECT_EQ(Base64Encode("hello"), "aGVsbG8=");
 }
 
+TEST(Crypto, IsLowerHexTakesOnlyLowercaseDigitsOfTheSizesAllowed) {
+  EXPECT_TRUE(IsLowerHex("0123456789abcdef", 16));
+  EXPECT_TRUE(IsLowerHex("0123456789abcdef", 16, 128));
+  EXPECT_FALSE(IsLowerHex("0123456789abcde", 16, 128));  // too short
+  EXPECT_FALSE(IsLowerHex(std::string(129, 'a'), 16, 128));
+  EXPECT_FALSE(IsLowerHex("0123456789ABCDEF", 16));  // uppercase
+  EXPECT_FALSE(IsLowerHex("0123456789abcdeg", 16));
+  EXPECT_FALSE(IsLowerHex("", 1, 128));
+  EXPECT_TRUE(IsLowerHex(HexEncode("\x01\xfe"), 4));
+}
+
 TEST(Crypto, Base64DecodeIsStrict) {
   EXPECT_FALSE(Base64Decode("aGVsbG8").has_value());    // missing padding
   EXPECT_FALSE(Base64Decode("aGV sbG8=").has_value());  // whitespace

@@ -20,7 +20,6 @@ bool AllOf(std::string_view s, bool (*ok)(char)) {
 bool NamespaceChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
 }
-bool HexChar(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 bool FilenameChar(char c) { return NamespaceChar(c) || (c >= 'A' && c <= 'Z'); }
 
 Result<std::string> StringField(const Json& obj, const char* name) {
@@ -134,7 +133,7 @@ class ArtifactSeedable final : public Seedable {
     }
     Result<std::string> sha = StringField(payload, "sha256");
     if (!sha.ok()) return sha.status();
-    if (sha->size() != 64 || !AllOf(*sha, HexChar)) {
+    if (!IsLowerHex(*sha, 64)) {
       return Status::InvalidArgument("field 'sha256' must be 64 lowercase hex digits");
     }
     Result<std::string> text = StringField(payload, "data");
@@ -224,7 +223,7 @@ Result<ArtifactKey> ArtifactKeyFromFields(const Json& fields) {
   }
   Result<std::string> hash = StringField(fields, "config_hash");
   if (!hash.ok()) return hash.status();
-  if (hash->size() < 16 || hash->size() > 128 || !AllOf(*hash, HexChar)) {
+  if (!IsLowerHex(*hash, 16, 128)) {
     return Status::InvalidArgument("invalid config_hash");
   }
   Result<std::string> filename = StringField(fields, "filename");

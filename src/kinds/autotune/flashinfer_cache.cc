@@ -12,13 +12,7 @@ namespace seedd {
 namespace {
 
 bool IsConfigHash(const Json& v) {
-  if (!v.is_string()) return false;
-  const std::string& s = v.get_ref<const std::string&>();
-  if (s.size() < 16 || s.size() > 128) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
+  return v.is_string() && IsLowerHex(v.get_ref<const std::string&>(), 16, 128);
 }
 
 Result<uint64_t> Rank(const Json& request, const char* name) {

@@ -23,7 +23,6 @@ namespace {
 bool NameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
 }
-bool HexChar(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 bool FactorChar(char c) { return NameChar(c) || (c >= 'A' && c <= 'Z'); }
 
 Status CheckNamespace(std::string_view ns) {
@@ -35,7 +34,7 @@ Status CheckNamespace(std::string_view ns) {
 }
 
 Status CheckKey(std::string_view key) {
-  if (key.size() < 16 || key.size() > 128 || !std::all_of(key.begin(), key.end(), HexChar)) {
+  if (!IsLowerHex(key, 16, 128)) {
     return Status::InvalidArgument("invalid key (expected 16-128 lowercase hex digits)");
   }
   return Status::Ok();
@@ -260,9 +259,8 @@ Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
                                        std::to_string(max_bytes >> 20) + " MiB cap");
     }
     auto sha = f.find("sha256");
-    if (sha == f.end() || !sha->is_string() || sha->get<std::string>().size() != 64 ||
-        !std::all_of(sha->get_ref<const std::string&>().begin(),
-                     sha->get_ref<const std::string&>().end(), HexChar)) {
+    if (sha == f.end() || !sha->is_string() ||
+        !IsLowerHex(sha->get_ref<const std::string&>(), 64)) {
       return Status::InvalidArgument("'" + p + "': 'sha256' must be 64 lowercase hex digits");
     }
     auto mtime = f.find("mtime_ns");
