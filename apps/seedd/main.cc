@@ -363,6 +363,11 @@ int main(int argc, char** argv) {
   if (!token_file.empty()) token_path = token_file;
   auto tokens = seedd::LoadTokens(token_path);
   if (!tokens.ok()) return Fail(tokens.status().message());
+  if (seedd::Status strong =
+          seedd::CheckTokenStrength(*tokens, token_path ? token_path->string() : "SEEDD_TOKEN");
+      !strong.ok()) {
+    return Fail(strong.message());
+  }
   if (!tokens->empty()) {
     options.seed.token = tokens->front();
     options.accepted_tokens.assign(tokens->begin() + 1, tokens->end());
@@ -481,7 +486,11 @@ int main(int argc, char** argv) {
         seedd::Logger().info("Received SIGHUP; TLS certificate, key and CA read again");
       }
       auto reread = seedd::LoadTokens(token_path);
-      seedd::Status replaced = reread.ok() ? (*daemon)->ReplaceTokens(*reread) : reread.status();
+      seedd::Status replaced =
+          !reread.ok() ? reread.status()
+                       : seedd::CheckTokenStrength(
+                             *reread, token_path ? token_path->string() : "SEEDD_TOKEN");
+      if (replaced.ok()) replaced = (*daemon)->ReplaceTokens(*reread);
       if (replaced.ok()) {
         seedd::Logger().info("Received SIGHUP; {} token(s) from {}; sending the first",
                              reread->size(), token_path ? token_path->string() : "SEEDD_TOKEN");

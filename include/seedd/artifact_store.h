@@ -115,6 +115,13 @@ class ArtifactStoreWrapper : public ArtifactStore {
 // Values in a map; for unit tests.
 ArtifactStorePtr NewMemoryArtifactStore();
 
+// The largest value a shared store (S3, Redis) hands back: a larger one is
+// refused before it is read (its Content-Length, the bytes streamed, its
+// STRLEN), so a store's writer cannot make a daemon read without bound.
+inline constexpr uint64_t kMaxSharedValueBytes = 64ull * 1024 * 1024;
+// The most keys a listing of a shared store returns (pages read until then).
+inline constexpr size_t kMaxListedKeys = 100000;
+
 struct DiskStoreOptions {
   // Get fails for larger files instead of reading them.
   uint64_t max_value_bytes = 64ull * 1024 * 1024;

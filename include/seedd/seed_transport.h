@@ -6,6 +6,7 @@
 // stops them and returns only once none is left.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -78,6 +79,9 @@ struct TransportOptions {
   // Client: connect timeout, and the deadline for the whole response.
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds response_timeout = kAuthenticatedTimeout;
+  // Client: set to stop; a request in flight (connecting, sending, or waiting
+  // for its response, plain or TLS) returns within about 50 ms of it.
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 // What Adopt did; each outcome has logged its SPEC §2 line.

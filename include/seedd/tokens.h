@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,9 @@ class TokenRing {
   // Whether `token` is one of them (each compared in constant time); false when
   // there is none.
   bool Accepts(std::string_view token) const;
+  // Whether `check` holds for any of them; every one is checked, so that the
+  // time taken does not tell which matched.
+  bool AnyOf(const std::function<bool(std::string_view token)>& check) const;
   size_t size() const;
 
  private:
@@ -44,6 +48,11 @@ class TokenRing {
 // token); empty when neither is set. An unreadable file, a file without a
 // token or a token with a byte outside printable ASCII is an error naming it.
 Result<std::vector<std::string>> LoadTokens(const std::optional<std::filesystem::path>& token_file);
+// The fewest bytes a daemon takes in a token: a shorter one is guessed too soon.
+inline constexpr size_t kMinTokenBytes = 16;
+// Ok when every one of `tokens` (read from `where`) has at least kMinTokenBytes;
+// else an error naming the line and the way to make one.
+Status CheckTokenStrength(const std::vector<std::string>& tokens, const std::string& where);
 // The first of LoadTokens (the one sent); empty when there is none.
 Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file);
 

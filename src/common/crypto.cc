@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cassert>
+#include <cstdio>
+#include <cstdlib>
 
 namespace seedd {
 namespace {
@@ -122,11 +124,13 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return a.empty() || CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string RandomHex(size_t n) {
+std::string RandomHexOrDie(size_t n) {
   std::string bytes(n, '\0');
-  int rc = RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n));
-  assert(rc == 1 && "the OS random source failed");
-  (void)rc;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n)) != 1) {
+    // Names built from it (staging, sessions) would be predictable: no way on.
+    std::fprintf(stderr, "seedd: the random source failed (RAND_bytes); stopping\n");
+    std::abort();
+  }
   return ToHex(reinterpret_cast<const unsigned char*>(bytes.data()), n);
 }
 

@@ -25,7 +25,8 @@ std::optional<std::string> Base64Decode(std::string_view text);
 // Compares in time independent of where the contents differ.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
-// `n` random bytes from the OS CSPRNG, hex encoded.
-std::string RandomHex(size_t n);
+// `n` random bytes from the OS CSPRNG, hex encoded. Aborts when the CSPRNG
+// fails (in every build): names made from it must not be guessable.
+std::string RandomHexOrDie(size_t n);
 
 }  // namespace seedd

@@ -89,7 +89,7 @@ Status SyncDirectory(const std::filesystem::path& dir) {
 
 Status WriteFileAtomic(const std::filesystem::path& path, std::string_view content) {
   const std::filesystem::path tmp =
-      path.parent_path() / ("." + path.filename().string() + ".tmp-" + RandomHex(4));
+      path.parent_path() / ("." + path.filename().string() + ".tmp-" + RandomHexOrDie(4));
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) return ErrnoStatus("create " + tmp.string(), errno);
   for (size_t done = 0; done < content.size();) {

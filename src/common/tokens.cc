@@ -32,6 +32,13 @@ bool TokenRing::Accepts(std::string_view token) const {
   return accepted;
 }
 
+bool TokenRing::AnyOf(const std::function<bool(std::string_view token)>& check) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool any = false;
+  for (const std::string& t : tokens_) any |= check(t);
+  return any;
+}
+
 size_t TokenRing::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return tokens_.size();
@@ -93,6 +100,18 @@ Result<std::vector<std::string>> LoadTokens(
     return Status::InvalidArgument("the token file " + where + " is empty");
   }
   return tokens;
+}
+
+Status CheckTokenStrength(const std::vector<std::string>& tokens, const std::string& where) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].size() < kMinTokenBytes) {
+      return Status::InvalidArgument(
+          "the token " + (tokens.size() > 1 ? std::to_string(i + 1) + " " : std::string()) + "in " +
+          where + " has " + std::to_string(tokens[i].size()) + " bytes; at least " +
+          std::to_string(kMinTokenBytes) + " are needed (e.g. openssl rand -hex 32)");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::string> LoadToken(const std::optional<std::filesystem::path>& token_file) {

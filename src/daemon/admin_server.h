@@ -1,30 +1,39 @@
-// The admin endpoint (--admin-listen): HTTP/1.1 for operators and Prometheus.
+// The admin endpoint (--admin-listen): HTTP/1.1 for operators, probes and
+// Prometheus.
 //   GET /metrics  the Prometheus text exposition (common/metrics.h)
 //   GET /healthz  200 "ok" while the daemon serves
 //   GET /readyz   200 "ready" once every warmup and pull at start is done, else 503
 //   GET /status   JSON: models served, pulls, warmups, stores (Daemon::StatusJson)
-// It carries no token and no weights: bind it to loopback or a management
-// network. Requests are bounded (4 KiB, 5 s) and served by 2 threads.
+// It carries no token and no weights. Kubernetes probes reach the pod's
+// address, so it is built to face a network: GET and HEAD only; a request that
+// announces a body (Content-Length other than 0, or Transfer-Encoding) is
+// refused before any of the body is read; the request head is at most
+// kMaxRequestBytes and must arrive whole within kRequestDeadline of the accept
+// (a deadline for the whole request, not per read); one answer per connection.
+// Every connection waits on one thread's event loop, so connections that send
+// slowly hold no thread: at most kMaxConnections are open, and a newcomer past
+// that takes the place of the oldest.
 //
-// Thread safety: the handlers are called from the server's threads.
+// Thread safety: the handlers are called from the endpoint's thread.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "seedd/json.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace seedd {
 
 class AdminServer {
  public:
+  static constexpr size_t kMaxRequestBytes = 8 * 1024;
+  static constexpr std::chrono::seconds kRequestDeadline{5};
+  static constexpr size_t kMaxConnections = 128;
+
   struct Handlers {
     std::function<bool()> ready;
     std::function<Json()> status;
@@ -35,13 +44,13 @@ class AdminServer {
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;
 
-  const HostPort& address() const { return address_; }
+  const HostPort& address() const;
+
+  struct Rep;
 
  private:
   AdminServer() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  HostPort address_;
+  std::unique_ptr<Rep> rep_;
 };
 
 }  // namespace seedd

@@ -70,6 +70,16 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   accepted.insert(accepted.end(), options.accepted_tokens.begin(), options.accepted_tokens.end());
   auto tokens = std::make_shared<TokenRing>(std::move(accepted));
   options.transport.tokens = tokens;
+  const bool outgoing = options.seed.source.has_value() || !options.more_sources.empty() ||
+                        !options.pulls.empty() || !options.registry_url.empty();
+  if (!options.tls.cert.empty() && options.tls.ca.empty() && outgoing) {
+    // Its own requests would go in plaintext, the token with them, while its
+    // listener speaks TLS: never silently.
+    return Status::InvalidArgument(
+        "--tls-cert without --tls-ca: this daemon's own connections (--source, --pull, "
+        "--registry, relays) would be plaintext and carry the token; give --tls-ca (the CA "
+        "that signed its peers' certificates)");
+  }
   if (!options.tls.cert.empty() || !options.tls.key.empty() || !options.tls.ca.empty()) {
     Result<std::shared_ptr<TlsContext>> tls = TlsContext::Create(options.tls);
     if (!tls.ok()) return tls.status();
@@ -114,6 +124,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     }
   }
   auto cancel = std::make_shared<std::atomic<bool>>(false);
+  options.transport.cancel = cancel;  // the daemon's own requests end at a stop
   FlashInferOptions fi;
   fi.cancel = cancel;
   fi.autotune_root = at.root.empty() ? options.cache_dir / "flashinfer_autotune" : at.root;

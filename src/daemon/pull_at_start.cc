@@ -23,6 +23,7 @@ AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>
     TransportOptions sends;
     sends.tokens = options.transport.tokens;  // the current token, after a rotation too
     sends.tls = options.transport.tls;
+    sends.cancel = options.transport.cancel;  // a stop ends the manifest's exchange too
     Result<std::unique_ptr<SeedTransport>> transport = SeedTransport::Create({}, client, sends);
     if (!transport.ok()) return AdoptOutcome::kNoResponse;
     std::string said;

@@ -127,7 +127,7 @@ class DiskArtifactStore final : public ArtifactStore {
     if (!dirs.ok()) return dirs.status();
     Result<UniqueFd> dir = OpenDirs(*dirs, /*create=*/true);
     if (!dir.ok()) return dir.status();
-    const std::string tmp = ".seedd~" + RandomHex(8) + "~" + key.filename().substr(0, 200);
+    const std::string tmp = ".seedd~" + RandomHexOrDie(8) + "~" + key.filename().substr(0, 200);
     UniqueFd fd(::openat(dir->get(), tmp.c_str(),
                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid()) return ErrnoStatus("create a temporary file for " + PathFor(key), errno);

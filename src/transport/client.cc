@@ -211,11 +211,9 @@ Result<Json> ExchangeJson(const HostPort& peer, const Json& request,
   const Clock::time_point deadline = Clock::now() + options.response_timeout;
   Result<std::string> body = Status::Unavailable("no response");
   if (options.tls != nullptr && !options.tls->options().ca.empty()) {
-    // Blocking, every step bounded by the deadline (the socket's timeouts).
-    ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL) & ~O_NONBLOCK);
-    Result<std::unique_ptr<Conn>> conn =
-        Conn::Connect(fd->get(), *options.tls, peer.host,
-                      std::min(deadline, Clock::now() + options.connect_timeout));
+    Result<std::unique_ptr<Conn>> conn = Conn::Connect(
+        fd->get(), *options.tls, peer.host,
+        std::min(deadline, Clock::now() + options.connect_timeout), options.cancel.get());
     if (!conn.ok()) return conn.status();
     const std::string frame = EncodeJsonFrame(request);
     if (!(*conn)->SendAllBy(frame.data(), frame.size(), deadline)) {

@@ -45,6 +45,8 @@ class RequestHandler {
   Json HandleFrameBody(std::string_view body) const;
 
   const Seedable* Find(std::string_view kind) const;
+  // The tokens accepted (any) and sent (the first).
+  const TokenRing& tokens() const { return *tokens_; }
 
  private:
   // The seedable of the request's "kind", if any.

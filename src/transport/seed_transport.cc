@@ -100,6 +100,7 @@ std::optional<Json> SeedTransport::Request(const Json& payload) const {
   options.response_timeout = rep_->options.response_timeout;
   options.max_response_bytes = kMaxResponseBytes;
   options.tls = rep_->options.tls;
+  options.cancel = rep_->options.cancel;
   Result<Json> response = ExchangeJson(*source, request, options);
   if (!response.ok()) {
     Logger().warn("Cannot fetch {} from {} over D2D; falling back locally: {}", label,

@@ -238,6 +238,7 @@ Result<HostPort> SeedServer::Start(const HostPort& listen) {
   acceptor.non_blocking(true, ec);
   rep_->v6 = endpoint.address().is_v6();
   rep_->started = true;
+  if (rep_->Tls()) rep_->StartTlsThread();
   rep_->DoAccept();
   rep_->loop = std::thread([rep = rep_.get()] {
     auto guard = asio::make_work_guard(rep->io);
@@ -287,6 +288,7 @@ void SeedServer::Close() {
     }
     rep.io.stop();
     rep.loop.join();
+    rep.StopTlsThread();
   }
   rep.pool.Shutdown();
   {

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
+#include "common/crypto.h"
 #include "common/metrics.h"
 #include "seedd/logging.h"
+#include "transport/data_auth.h"
 #include "transport/socket_io.h"
 
 namespace seedd {
@@ -155,15 +158,58 @@ void Connection::OnRequest() {
     RespondError("Invalid request: " + request.status().message());
     return;
   }
+  if (!challenged_.is_null()) return OnProof(*request);
   if (!server_->handler.Authenticate(*request)) {
-    metrics::AuthFailure();
-    metrics::Request(KnownKind(*request), "unauthorized");
-    const size_t failures = server_->limits.AuthFailed(peer_, AddressLimits::Clock::now());
-    server_->failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer_,
-                              failures, Seconds(server_->limits.options().auth_failure_window));
-    RespondError("Unauthorized request");
+    if (AsksForChallenge(*request) && server_->FindStream(*request) != nullptr) {
+      return Challenge(std::move(*request));
+    }
+    return RefuseUnauthorized(*request);
+  }
+  OnAuthenticated(std::move(*request));
+}
+
+void Connection::RefuseUnauthorized(const Json& request) {
+  metrics::AuthFailure();
+  metrics::Request(KnownKind(request), "unauthorized");
+  const size_t failures = server_->limits.AuthFailed(peer_, AddressLimits::Clock::now());
+  server_->failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer_, failures,
+                            Seconds(server_->limits.options().auth_failure_window));
+  RespondError("Unauthorized request");
+}
+
+void Connection::Challenge(Json request) {
+  source_nonce_ = RandomHexOrDie(kDataNonceHexBytes / 2);
+  const std::string frame =
+      EncodeJsonFrame(Json{{"status", "challenge"},
+                           {"auth", kDataAuthScheme},
+                           {"nonce", source_nonce_},
+                           {"proof", DataProof(server_->handler.tokens().Sent(), "source", request,
+                                               source_nonce_, "")}});
+  bool would_block = false;
+  if (SendWithoutWaiting(socket_.native_handle(), frame, &would_block) != frame.size()) {
+    CloseSocket();  // a fresh connection's buffer takes a small frame: the peer is gone
     return;
   }
+  challenged_ = std::move(request);
+  reader_ = FrameReader(kMaxProofBytes);
+  DoRead();
+}
+
+void Connection::OnProof(const Json& answer) {
+  const std::string proof =
+      answer.is_object() && answer.contains("proof") && answer["proof"].is_string()
+          ? answer["proof"].get<std::string>()
+          : std::string();
+  Json request = std::move(challenged_);
+  challenged_ = Json();
+  if (!ProvedByAny(server_->handler.tokens(), proof, "fetcher", request, source_nonce_, "")) {
+    return RefuseUnauthorized(request);
+  }
+  OnAuthenticated(std::move(request));
+}
+
+void Connection::OnAuthenticated(Json request_value) {
+  std::optional<Json> request(std::move(request_value));
   authenticated_ = true;
   server_->limits.Authenticated(peer_);
   if (auto kind = request->find("kind"); kind != request->end() && kind->is_string()) {

@@ -53,6 +53,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DoRead();
   void OnRead(const asio::error_code& ec, size_t n);
   void OnRequest();
+  // A request that asked for the challenge (data_auth.h): the source's nonce
+  // and proof are sent, and the fetcher's proof read next, in the same deadline.
+  void Challenge(Json request);
+  void OnProof(const Json& answer);
+  // An authenticated request: handed to the data plane, or resolved.
+  void OnAuthenticated(Json request);
+  void RefuseUnauthorized(const Json& request);
 
   // On a resolver thread (or on the loop, for an answer at hand without
   // blocking). A response that fits the socket buffer (the common case)
@@ -91,6 +98,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::string peer_;      // AddressLimits::Key of the remote address
   bool authenticated_ = false;  // else it counts against its address's limit
   bool evicted_ = false;        // its count went to the connection that took its place
+  Json challenged_;             // the request a challenge was sent for (null: none)
+  std::string source_nonce_;    // the nonce of that challenge
   // For the access log.
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::string kind_ = "-";

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -149,12 +151,11 @@ struct SeedServer::Rep {
   ThrottledWarning busy_streams;
   ThrottledWarning tls_failures;
   ThrottledWarning tls_evictions;
-  ThrottledWarning tls_refusals;    // apart: a flood of refusals must not hide an eviction
-  std::atomic<size_t> tls_open{0};  // TLS sessions on stream threads (count in max_connections)
-  // TLS sessions not yet authenticated: each holds a stream thread (the
-  // handshake blocks), so at most a quarter of them; a newcomer past that takes
-  // the place of one from the host holding the most (as the plain listener's
-  // eviction does), so that hosts holding idle handshakes cannot starve others.
+  std::atomic<size_t> tls_open{0};  // TLS sessions (count in max_connections)
+  // TLS connections not yet authenticated: at most MaxPendingTls(); a newcomer
+  // past that takes the place of one from the host holding the most, or else of
+  // the oldest (see AdmitTls), so that neither a few hosts holding many nor many
+  // hosts holding one each can keep others out.
   struct PendingTls {
     std::string peer;
     int fd;
@@ -162,8 +163,8 @@ struct SeedServer::Rep {
   std::mutex tls_mu;
   std::map<uint64_t, PendingTls> tls_pending;  // GUARDED_BY(tls_mu): by session id
   uint64_t tls_next_id = 0;                    // GUARDED_BY(tls_mu)
-  size_t MaxPendingTls() const { return std::max<size_t>(4, options.max_streams / 4); }
-  // Admits a session for `peer` on `fd`; 0 when it is refused.
+  size_t MaxPendingTls() const { return std::max<size_t>(64, options.max_connections / 4); }
+  // Admits a session for `peer` on `fd`, making room when full; its id.
   uint64_t AdmitTls(const std::string& peer, int fd);
   void EndPendingTls(uint64_t id);
 
@@ -171,10 +172,40 @@ struct SeedServer::Rep {
     return options.tls != nullptr && options.tls->rep() != nullptr &&
            options.tls->rep()->server != nullptr;
   }
-  // An admitted connection on a TLS listener: handshake, request and answer
-  // (or the data plane) on a stream thread.
+  // An admitted connection on a TLS listener: the handshake and the request on
+  // the handshake thread, then the answer (or the data plane) on a stream thread.
   void ServeTls(asio::ip::tcp::socket socket, const std::string& peer);
-  void TlsSession(int fd, const std::string& peer, uint64_t id);
+
+  // The handshake thread: one loop waiting on every TLS connection between
+  // accept and a whole request, each bounded by request_timeout as a whole (a
+  // timer, not a timeout per read). Everything below runs on it, but
+  // TlsRequest (a stream thread) and Start/StopTlsThread.
+  struct TlsSession;
+  using TlsStepFn = void (Rep::*)(const std::shared_ptr<TlsSession>&);
+  asio::io_context tls_io;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> tls_work;
+  std::thread tls_loop;
+  std::map<uint64_t, std::weak_ptr<TlsSession>> tls_handshaking;  // by session id
+  bool tls_closing = false;
+  void StartTlsThread();
+  // Ends every session still in its handshake or request, then joins the thread.
+  void StopTlsThread();
+  void BeginTls(const std::shared_ptr<TlsSession>& s);
+  void PeekTls(const std::shared_ptr<TlsSession>& s);
+  void HandshakeTls(const std::shared_ptr<TlsSession>& s);
+  void ReadTlsRequest(const std::shared_ptr<TlsSession>& s);
+  // Calls `next` once the socket is ready for what `want` says.
+  void WaitTls(const std::shared_ptr<TlsSession>& s, Conn::Step want, TlsStepFn next);
+  // Stops the session's waits and timer: it ends once their handlers have run.
+  void EndTls(TlsSession& s);
+  // Ends after reading and dropping what the peer still sends, for a little
+  // while, so that what we sent last reaches it (a reset could discard it).
+  void LingerTls(const std::shared_ptr<TlsSession>& s);
+  void DrainTls(const std::shared_ptr<TlsSession>& s);
+  // Sends `response` without waiting (what the socket takes), then lingers.
+  void AnswerAndLinger(const std::shared_ptr<TlsSession>& s, const Json& response);
+  // A whole request read: authenticated, then answered or streamed.
+  void TlsRequest(TlsSession& s);
 };
 
 }  // namespace seedd

@@ -1,5 +1,6 @@
 #include "transport/tls.h"
 
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -52,16 +54,47 @@ class NoSigpipe {
   bool was_pending_ = false;
 };
 
-// Waits out one WANT_READ / WANT_WRITE by arming the socket's timeout; false
-// once the deadline has passed.
-bool Rearm(SSL* ssl, int ret, int fd, Conn::Clock::time_point deadline, int* error) {
+int MillisLeft(Conn::Clock::time_point deadline) {
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - Conn::Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+}
+
+// After an SSL call on a non-blocking socket returned `ret`: waits until the
+// socket can do what the call wants (*error, SSL_get_error's verdict), by
+// `deadline`. False when the call failed for good or the deadline passed: the
+// deadline bounds the whole operation, whatever the peer sends meanwhile.
+bool WaitForSsl(SSL* ssl, int ret, int fd, Conn::Clock::time_point deadline, int* error,
+                const std::atomic<bool>* cancel = nullptr) {
   *error = SSL_get_error(ssl, ret);
-  if (*error == SSL_ERROR_WANT_READ) return ArmRecvTimeout(fd, deadline);
-  if (*error == SSL_ERROR_WANT_WRITE) return ArmSendTimeout(fd, deadline);
-  if (*error == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EINTR)) {
+  short events = 0;
+  if (*error == SSL_ERROR_WANT_READ) {
+    events = POLLIN;
+  } else if (*error == SSL_ERROR_WANT_WRITE) {
+    events = POLLOUT;
+  } else if (*error == SSL_ERROR_SYSCALL && errno == EINTR) {
     return Conn::Clock::now() < deadline;
+  } else {
+    return false;
   }
-  return false;
+  for (;;) {
+    int ms = MillisLeft(deadline);
+    if (ms == 0) {
+      errno = EAGAIN;  // HandshakeError says "timed out"
+      return false;
+    }
+    if (cancel != nullptr) {
+      if (cancel->load()) {
+        errno = ECANCELED;
+        return false;
+      }
+      ms = std::min(ms, 50);
+    }
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, ms);
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) return false;
+  }
 }
 
 // Why a handshake failed, for people: the certificate check's verdict when there
@@ -104,14 +137,16 @@ void Conn::NoteError(int ret) {
 }
 
 Conn::Conn(int fd, SSL* ssl, std::shared_ptr<TlsContext::Rep> ctx)
-    : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)) {}
+    : fd_(fd), ssl_(ssl), ctx_(std::move(ctx)) {
+  // Every TLS call returns at once; the deadlines are kept by waiting in poll.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+}
 
 Conn::~Conn() {
   if (ssl_ != nullptr) SSL_free(ssl_);
 }
 
-Result<std::unique_ptr<Conn>> Conn::Accept(int fd, const TlsContext& tls,
-                                           Clock::time_point deadline) {
+Result<std::unique_ptr<Conn>> Conn::BeginAccept(int fd, const TlsContext& tls) {
   std::shared_ptr<TlsContext::Rep> rep = tls.rep();
   if (rep == nullptr || rep->server == nullptr) {
     return Status::FailedPrecondition("no server certificate");
@@ -121,22 +156,53 @@ Result<std::unique_ptr<Conn>> Conn::Accept(int fd, const TlsContext& tls,
   if (ssl == nullptr) return Status::Internal("SSL_new: " + SslErrors());
   auto conn = std::unique_ptr<Conn>(new Conn(fd, ssl, rep));
   SSL_set_fd(ssl, fd);
-  if (!ArmRecvTimeout(fd, deadline) || !ArmSendTimeout(fd, deadline)) {
-    return Status::DeadlineExceeded("TLS handshake: timed out");
-  }
+  return conn;
+}
+
+Conn::Step Conn::Stepped(int ret, std::string* why) {
+  const int error = SSL_get_error(ssl_, ret);
+  if (error == SSL_ERROR_WANT_READ) return Step::kWantRead;
+  if (error == SSL_ERROR_WANT_WRITE) return Step::kWantWrite;
+  if (error == SSL_ERROR_SYSCALL && errno == EINTR) return Step::kWantRead;
+  if (why != nullptr) *why = HandshakeError(ssl_, error, false);
+  return Step::kFailed;
+}
+
+Conn::Step Conn::AcceptStep(std::string* why) {
+  NoSigpipe guard;
+  const int r = SSL_accept(ssl_);
+  return r == 1 ? Step::kDone : Stepped(r, why);
+}
+
+Conn::Step Conn::ReadStep(char* p, size_t n, size_t* got, std::string* why) {
+  NoSigpipe guard;
+  *got = 0;
+  const int r = SSL_read_ex(ssl_, p, n, got);
+  if (r == 1) return Step::kDone;
+  const Step step = Stepped(r, why);
+  if (step == Step::kFailed && why != nullptr && why->empty()) *why = "connection lost";
+  return step;
+}
+
+Result<std::unique_ptr<Conn>> Conn::Accept(int fd, const TlsContext& tls,
+                                           Clock::time_point deadline) {
+  Result<std::unique_ptr<Conn>> conn = BeginAccept(fd, tls);
+  if (!conn.ok()) return conn.status();
+  SSL* ssl = (*conn)->ssl_;
   NoSigpipe guard;
   for (;;) {
     const int r = SSL_accept(ssl);
     if (r == 1) break;
     int error = 0;
-    if (Rearm(ssl, r, fd, deadline, &error)) continue;
+    if (WaitForSsl(ssl, r, fd, deadline, &error)) continue;
     return Status::Unavailable("TLS handshake: " + HandshakeError(ssl, error, false));
   }
   return conn;
 }
 
 Result<std::unique_ptr<Conn>> Conn::Connect(int fd, const TlsContext& tls, const std::string& host,
-                                            Clock::time_point deadline) {
+                                            Clock::time_point deadline,
+                                            const std::atomic<bool>* cancel) {
   std::shared_ptr<TlsContext::Rep> rep = tls.rep();
   if (rep == nullptr || rep->client == nullptr) {
     return Status::FailedPrecondition("no CA to verify peers with (--tls-ca)");
@@ -157,17 +223,16 @@ Result<std::unique_ptr<Conn>> Conn::Connect(int fd, const TlsContext& tls, const
     SSL_set_tlsext_host_name(ssl, name.c_str());
     SSL_set1_host(ssl, name.c_str());
   }
-  if (!ArmRecvTimeout(fd, deadline) || !ArmSendTimeout(fd, deadline)) {
-    return Status::DeadlineExceeded("TLS handshake: timed out");
-  }
   NoSigpipe guard;
   for (;;) {
     const int r = SSL_connect(ssl);
     if (r == 1) break;
     int error = 0;
-    if (Rearm(ssl, r, fd, deadline, &error)) continue;
+    if (WaitForSsl(ssl, r, fd, deadline, &error, cancel)) continue;
+    if (errno == ECANCELED) return Status::Cancelled("stopped during the TLS handshake");
     return Status::Unavailable("TLS handshake: " + HandshakeError(ssl, error, true));
   }
+  conn->cancel_ = cancel;
   return conn;
 }
 
@@ -175,7 +240,6 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
   if (ssl_ == nullptr) return seedd::SendAllBy(fd_, p, n, deadline);
   NoSigpipe guard;
   while (n > 0) {
-    if (!ArmSendTimeout(fd_, deadline)) return false;
     size_t wrote = 0;
     const int r = SSL_write_ex(ssl_, p, n, &wrote);
     if (r == 1) {
@@ -184,7 +248,7 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
       continue;
     }
     int error = 0;
-    if (!Rearm(ssl_, r, fd_, deadline, &error)) {
+    if (!WaitForSsl(ssl_, r, fd_, deadline, &error, cancel_)) {
       NoteError(r);
       return false;
     }
@@ -195,17 +259,7 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
 Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
   if (ssl_ == nullptr) return seedd::RecvAllBy(fd_, p, n, deadline);
   NoSigpipe guard;
-  // The socket's timeout is set again only every 20 ms: a record per read would
-  // otherwise cost a setsockopt each (the deadline holds to within that).
-  Clock::time_point armed{};
   while (n > 0) {
-    const auto now = Clock::now();
-    if (now >= deadline ||
-        (now - armed > std::chrono::milliseconds(20) && !ArmRecvTimeout(fd_, deadline))) {
-      return Status::DeadlineExceeded("the source sent too slowly (" + std::to_string(n) +
-                                      " bytes still missing at the deadline)");
-    }
-    if (now - armed > std::chrono::milliseconds(20)) armed = now;
     size_t got = 0;
     const int r = SSL_read_ex(ssl_, p, n, &got);
     if (r == 1) {
@@ -213,13 +267,16 @@ Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
       n -= got;
       continue;
     }
-    const int error = SSL_get_error(ssl_, r);
+    int error = 0;
+    if (WaitForSsl(ssl_, r, fd_, deadline, &error, cancel_)) continue;
     if (error == SSL_ERROR_ZERO_RETURN) {
       return Status::Unavailable("the source closed the data connection");
     }
+    if (cancel_ != nullptr && cancel_->load()) return Status::Cancelled("stopped");
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ||
-        (error == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EINTR))) {
-      continue;  // the loop re-arms, and ends at the deadline
+        (error == SSL_ERROR_SYSCALL && errno == EINTR)) {
+      return Status::DeadlineExceeded("the source sent too slowly (" + std::to_string(n) +
+                                      " bytes still missing at the deadline)");
     }
     NoteError(r);
     return Status::Unavailable("TLS: " +
@@ -230,29 +287,29 @@ Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
 
 long Conn::RecvSome(char* p, size_t n, std::chrono::milliseconds wait) {
   const auto deadline = Clock::now() + wait;
-  if (ssl_ == nullptr || SSL_has_pending(ssl_) == 0) {
+  if (ssl_ == nullptr) {
     pollfd pfd{fd_, POLLIN, 0};
     const int ready = ::poll(&pfd, 1, static_cast<int>(wait.count()));
     if (ready == 0) return 0;
     if (ready < 0) return errno == EINTR ? 0 : -1;
-  }
-  if (ssl_ == nullptr) {
     const ssize_t r = ::recv(fd_, p, n, MSG_DONTWAIT);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
     return r <= 0 ? -1 : r;
   }
-  // A whole record is read by the deadline, or the peer is too slow.
-  if (!ArmRecvTimeout(fd_, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)))) {
+  NoSigpipe guard;
+  for (;;) {
+    size_t got = 0;
+    const int r = SSL_read_ex(ssl_, p, n, &got);
+    if (r == 1) return static_cast<long>(got);
+    int error = 0;
+    if (WaitForSsl(ssl_, r, fd_, deadline, &error, cancel_)) continue;
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE ||
+        (error == SSL_ERROR_SYSCALL && errno == EINTR)) {
+      return 0;  // nothing whole by the deadline
+    }
+    NoteError(r);
     return -1;
   }
-  NoSigpipe guard;
-  size_t got = 0;
-  const int r = SSL_read_ex(ssl_, p, n, &got);
-  if (r == 1) return static_cast<long>(got);
-  const int error = SSL_get_error(ssl_, r);
-  if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) return 0;
-  NoteError(r);
-  return -1;
 }
 
 bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point deadline,
@@ -271,11 +328,10 @@ bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point dead
   if (BIO_get_ktls_send(SSL_get_wbio(ssl_))) {
     NoSigpipe guard;
     while (n > 0) {  // kernel TLS: encrypted by the kernel from the page cache
-      if (!ArmSendTimeout(fd_, deadline)) return false;
       ossl_ssize_t w = SSL_sendfile(ssl_, file, offset, std::min<uint64_t>(n, 1ull << 30), 0);
       if (w <= 0) {
         int error = 0;
-        if (Rearm(ssl_, static_cast<int>(w), fd_, deadline, &error)) continue;
+        if (WaitForSsl(ssl_, static_cast<int>(w), fd_, deadline, &error, cancel_)) continue;
         return false;
       }
       offset += w;
@@ -298,11 +354,26 @@ bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point dead
   return true;
 }
 
+std::string Conn::ExportedKey(const std::string& label) const {
+  if (ssl_ == nullptr) return "";
+  unsigned char out[32];
+  if (SSL_export_keying_material(ssl_, out, sizeof(out), label.data(), label.size(), nullptr, 0,
+                                 0) != 1) {
+    return "";
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : out) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  return hex;
+}
+
 void Conn::Shutdown() {
   if (ssl_ == nullptr) return;
   NoSigpipe guard;
-  ArmSendTimeout(fd_, Clock::now() + std::chrono::milliseconds(200));
-  SSL_shutdown(ssl_);
+  SSL_shutdown(ssl_);  // once, without waiting: the socket does not block
 }
 
 Result<std::string> ReadFrameBody(Conn& conn, uint64_t max_bytes,
@@ -313,6 +384,7 @@ Result<std::string> ReadFrameBody(Conn& conn, uint64_t max_bytes,
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Status::DeadlineExceeded("no whole response in time");
+    if (conn.cancelled()) return Status::Cancelled("stopped waiting for the response");
     const long n = conn.RecvSome(buf.data(), buf.size(), left);
     if (n < 0 && !conn.error().empty()) return Status::Unavailable(conn.error());
     if (n < 0) return reader.EndOfStreamError();

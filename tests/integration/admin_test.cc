@@ -4,6 +4,7 @@
 // (503 while a pull at start runs); /status and seedctl status; JSON logs.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <fstream>
 #include <regex>
@@ -201,6 +202,129 @@ TEST_F(AdminTest, ReadyzAnswers503WhileAPullAtStartRuns) {
   EXPECT_GE(Sample(exposition, "seedd_connections_open{plane=\"data\"}"), 0);
   p->Signal(SIGTERM);
   EXPECT_EQ(p->Wait(seconds(30)), 0) << p->Stderr();
+}
+
+// The daemon's peak resident memory (VmHWM), in bytes.
+uint64_t PeakRss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+HostPort Where(const std::string& admin) {
+  const size_t colon = admin.rfind(':');
+  return HostPort{admin.substr(0, colon),
+                  static_cast<uint16_t>(std::stoi(admin.substr(colon + 1)))};
+}
+
+// Sends `request` on a new connection and reads the answer until the daemon closes.
+std::string Exchange(const std::string& admin, const std::string& request) {
+  UniqueFd fd = testing::ConnectRaw(Where(admin));
+  timeval tv{10, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  testing::SendAll(fd.get(), request);
+  return testing::ReadToEof(fd.get());
+}
+
+TEST_F(AdminTest, OnlyGetAndHeadAreServedAndABodyIsRefusedUnread) {
+  std::string admin, addr;
+  auto p = Daemon("d", {}, &admin, &addr);
+  EXPECT_TRUE(
+      Has(Exchange(admin, "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 200 OK\r\n"));
+  const std::string head = Exchange(admin, "HEAD /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << "HEAD has no body: " << head;
+  const std::string post = Exchange(admin, "POST /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(Has(post, "HTTP/1.1 405 ")) << post;
+  EXPECT_TRUE(Has(post, "Allow: GET, HEAD\r\n")) << post;
+  const std::string body =
+      Exchange(admin, "GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_TRUE(Has(body, "HTTP/1.1 413 ")) << body;
+  const std::string big = Exchange(admin, "GET /healthz HTTP/1.1\r\nX: " + std::string(9000, 'a'));
+  EXPECT_TRUE(Has(big, "HTTP/1.1 431 ")) << big;
+  EXPECT_TRUE(Has(Exchange(admin, "GET /nowhere?x=1 HTTP/1.1\r\n\r\n"), "/healthz, /readyz"));
+}
+
+// What a liveness probe needs: /healthz answered within 1 s while 16
+// connections send a header byte every 300 ms and another streams a 64 MiB
+// chunked POST. The tricklers are cut at the request deadline (5 s) + 1 s, the
+// POST is refused before its body is read, and the daemon's peak resident
+// memory grows by less than 10 MB.
+TEST_F(AdminTest, ProbesAreAnsweredWhileTricklersAndAChunkedPostAreUnderWay) {
+  std::string admin, addr;
+  auto p = Daemon("d", {}, &admin, &addr);
+  EXPECT_EQ(Get(admin, "/metrics").first, 200);  // every page the daemon touches is touched
+  const uint64_t rss_before = PeakRss(p->pid());
+  ASSERT_GT(rss_before, 0u);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::atomic<bool> stop{false};
+  std::atomic<int> cut{0};
+  std::atomic<int64_t> longest_ms{0};
+  std::thread trickle([&] {
+    std::vector<UniqueFd> fds;
+    for (int i = 0; i < 16; ++i) fds.push_back(testing::ConnectRaw(Where(admin)));
+    const std::string head = "GET /healthz HTTP/1.1\r\nX-Slow: " + std::string(4000, 'a');
+    for (size_t at = 0; at < head.size() && !stop; ++at) {
+      for (UniqueFd& fd : fds) {
+        if (!fd.valid()) continue;
+        char b;
+        const ssize_t r = ::recv(fd.get(), &b, 1, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN) ||
+            ::send(fd.get(), head.data() + at, 1, MSG_NOSIGNAL) != 1) {
+          longest_ms = std::max<int64_t>(
+              longest_ms,
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+          ++cut;
+          fd.Reset();
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  std::string post_answer;
+  std::thread post([&] {
+    UniqueFd fd = testing::ConnectRaw(Where(admin));
+    testing::SendAll(fd.get(),
+                     "POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    // The refusal comes as soon as the head is read: before any of the body.
+    timeval tv{5, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
+    if (n > 0) post_answer.assign(buf, static_cast<size_t>(n));
+    const std::string chunk = "100000\r\n" + std::string(1 << 20, 'z') + "\r\n";
+    for (int i = 0; i < 64 && !stop; ++i) {
+      size_t off = 0;
+      while (off < chunk.size()) {
+        const ssize_t sent = ::send(fd.get(), chunk.data() + off, chunk.size() - off, MSG_NOSIGNAL);
+        if (sent <= 0) break;
+        off += static_cast<size_t>(sent);
+      }
+      if (off < chunk.size()) break;  // the daemon closed
+    }
+  });
+  int64_t slowest_ms = 0;
+  int answered = 0;
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto asked = Clock::now();
+    answered += Get(admin, "/healthz").first == 200;
+    slowest_ms = std::max<int64_t>(
+        slowest_ms,
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - asked).count());
+  }
+  post.join();
+  EXPECT_TRUE(testing::WaitUntil([&] { return cut == 16; }, std::chrono::seconds(10)))
+      << cut << " of 16 tricklers cut";
+  stop = true;
+  trickle.join();
+  EXPECT_EQ(answered, 10);
+  EXPECT_LT(slowest_ms, 1000);
+  EXPECT_LE(longest_ms, 6000 + 300);
+  EXPECT_LT(PeakRss(p->pid()) - rss_before, 10u << 20);
+  EXPECT_TRUE(Has(post_answer, "HTTP/1.1 413 ")) << post_answer;
 }
 
 }  // namespace

@@ -185,6 +185,31 @@ TEST_F(E2eTest, BadFlagsAndMissingTokensExitTwoWithOneLine) {
   EXPECT_EQ(ctl.status, 2);
 }
 
+TEST_F(E2eTest, AShortTokenIsRefusedAtStartAndOnReload) {
+  const auto short_token = dir_.path() / "short";
+  std::ofstream(short_token) << "s3cret\n";
+  std::filesystem::permissions(short_token, std::filesystem::perms::owner_read);
+  auto r = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", short_token.string()});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "seedd: the token in " + short_token.string() +
+                       " has 6 bytes; at least 16 are needed (e.g. openssl rand -hex 32)\n");
+  auto env = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0"}, {"SEEDD_TOKEN=0123456789abcde"});
+  EXPECT_EQ(env.status, 2);
+  EXPECT_NE(env.err.find("the token in SEEDD_TOKEN has 15 bytes"), std::string::npos) << env.err;
+}
+
+TEST_F(E2eTest, ATlsListenerWithoutACaIsRefusedWhenItsOwnRequestsWouldBePlaintext) {
+  std::string error;
+  ASSERT_TRUE(testing::MakeTestPki(dir_.path() / "pki", &error)) << error;
+  auto r = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", TokenFile().string(),
+                       "--tls-cert", (dir_.path() / "pki" / "server.crt").string(), "--tls-key",
+                       (dir_.path() / "pki" / "server.key").string(), "--source", "127.0.0.1:1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--tls-cert without --tls-ca: this daemon's own connections"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(E2eTest, AMisspelledStoreIsAStartupErrorListingTheSchemes) {
   auto r = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", TokenFile().string(),
                        "--store", "bogus://x"});

@@ -203,11 +203,10 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
   server->Close();
 }
 
-// A TLS listener blocks a stream thread per handshake. Four hosts holding idle
-// connections (as many as each may) would take every thread and fill the
-// queue; past a quarter of the threads in handshakes, a newcomer takes the
-// place of one from the host holding the most, so another host's TLS requests
-// are all served.
+// Four hosts holding idle connections to a TLS listener, as many as each may:
+// past the limit of connections in handshakes, a newcomer takes the place of
+// one from the host holding the most, so another host's TLS requests are all
+// served.
 TEST_F(FloodTest, HostsHoldingTlsHandshakesLeaveAnotherHostsRequestsServed) {
   const auto pki = dir_.path() / "pki";
   std::string error;
@@ -248,6 +247,97 @@ TEST_F(FloodTest, HostsHoldingTlsHandshakesLeaveAnotherHostsRequestsServed) {
   EXPECT_EQ(served, 20) << logs.Dump();
   EXPECT_TRUE(logs.Contains(spdlog::level::warn, "Closed a TLS handshake from 127.0.0."))
       << logs.Dump();
+  server->Close();
+}
+
+// 64 hosts each trickling one TLS ClientHello, a byte every 300 ms, and opening
+// another as soon as one is cut. A deadline per read would never fire (each
+// byte comes in time), and one thread per handshake would hold every stream
+// thread (the server has 4): each trickler is cut within the request deadline
+// (2 s) + 1 s, and every request from another host is served meanwhile.
+TEST_F(FloodTest, ManyHostsTricklingTlsHandshakesAreCutAtTheDeadlineAndOthersAreServed) {
+  const auto pki = dir_.path() / "pki";
+  std::string error;
+  ASSERT_TRUE(testing::MakeTestPki(pki, &error)) << error;
+  TlsOptions server_tls;
+  server_tls.cert = pki / "server.crt";
+  server_tls.key = pki / "server.key";
+  TransportOptions options;
+  options.tls = *TlsContext::Create(server_tls);
+  options.request_timeout = std::chrono::seconds(2);
+  options.max_streams = 4;
+  LogCapture logs;
+  HostPort addr;
+  auto server = Listen(options, &addr);
+  using Clock = std::chrono::steady_clock;
+  struct Trickler {
+    std::string from;
+    UniqueFd fd;
+    Clock::time_point opened;
+    size_t sent = 0;
+  };
+  std::vector<Trickler> tricklers(64);
+  for (size_t i = 0; i < tricklers.size(); ++i) {
+    tricklers[i].from = "127.0.0." + std::to_string(2 + i);
+  }
+  // A record header of a 1,000-byte ClientHello, then its body a byte at a time.
+  const std::string hello = std::string("\x16\x03\x01\x03\xe8", 5) + std::string(1000, '\x01');
+  std::atomic<bool> stop{false};
+  std::atomic<int> cut{0};
+  std::atomic<int64_t> longest_ms{0};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (Trickler& t : tricklers) {
+        char b;
+        if (t.fd.valid()) {
+          const ssize_t r = ::recv(t.fd.get(), &b, 1, MSG_DONTWAIT);
+          if (r == 0 || (r < 0 && errno != EAGAIN)) {
+            const int64_t ms =
+                std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t.opened)
+                    .count();
+            if (ms > longest_ms) longest_ms = ms;
+            ++cut;
+            t.fd.Reset();
+          }
+        }
+        if (!t.fd.valid()) {
+          t.fd = ConnectFrom(t.from, addr);
+          t.opened = Clock::now();
+          t.sent = 0;
+        }
+        if (t.fd.valid() && t.sent < hello.size()) {
+          testing::SendAll(t.fd.get(), hello.substr(t.sent, t.sent == 0 ? 5 : 1));
+          t.sent += t.sent == 0 ? 5 : 1;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // every trickler holds a handshake
+  TlsOptions client_tls;
+  client_tls.ca = pki / "ca.crt";
+  SeedConfig config;
+  config.source = addr;
+  config.token = kToken;
+  TransportOptions client_options;
+  client_options.tls = *TlsContext::Create(client_tls);
+  client_options.response_timeout = std::chrono::seconds(3);
+  auto client = SeedTransport::Create({}, config, client_options);
+  ASSERT_OK(client);
+  Json request = Request();
+  request.erase("token");
+  int served = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto r = (*client)->Request(request);
+    served += r.has_value() && r->value("status", "") == "ok";
+  }
+  // Every trickler has been cut at least once by now.
+  EXPECT_TRUE(WaitUntil([&] { return cut >= 64; }, std::chrono::seconds(10))) << cut << " cut";
+  stop = true;
+  trickle.join();
+  EXPECT_EQ(served, 20) << logs.Dump();
+  EXPECT_LE(longest_ms, 3000 + 300) << "a trickler held its connection that long";
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "no whole request within 2 s")) << logs.Dump();
   server->Close();
 }
 

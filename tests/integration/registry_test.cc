@@ -5,15 +5,18 @@
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <thread>
 
 #include "kinds/weights/data_plane.h"
 #include "seedd/daemon.h"
+#include "seedd/json_text.h"
 #include "support/servers.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
+#include "wire/frame.h"
 
 namespace seedd {
 namespace {
@@ -105,6 +108,49 @@ TEST_F(RegistryTest, AFetcherWhoseSeedIsDownCompletesFromADaemonInTheRegistry) {
   EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "dest"));
   EXPECT_EQ(stats.peers, std::vector<std::string>{holder_addr});
   (*holder)->Stop();
+}
+
+// Anyone who can write to the registry's Redis (no token needed) can list a
+// listener of theirs as a holder. Every fetcher then connects to it: it must
+// learn neither the token nor anything it could replay (data_auth.h).
+TEST_F(RegistryTest, AListenerEnteredInTheRegistryNeverReceivesTheToken) {
+  const HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  uint16_t port = 0;
+  UniqueFd listener = testing::ListenLoopback(&port);
+  std::string received;
+  std::atomic<int> connections{0};
+  std::thread stranger([&] {
+    for (;;) {
+      UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!fd.valid()) return;
+      ++connections;
+      timeval tv{2, 0};
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      // Answers as a daemon would if it did not have to prove anything.
+      char buf[4096];
+      const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
+      if (n > 0) received.append(buf, static_cast<size_t>(n));
+      testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", 1}}));
+      received += testing::ReadToEof(fd.get());
+    }
+  });
+  auto registry = Open();
+  const std::string entry = "127.0.0.1:" + std::to_string(port);
+  ASSERT_OK(registry->Announce(m.root_digest, entry, milliseconds(60000)));
+  m.sources.clear();
+  FetchOptions options = Options();
+  options.registry = registry;
+  FetchStats stats;
+  ASSERT_OK(FetchModel(m, {origin}, dir_.path() / "dest", options, &stats));
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "dest"));
+  ::shutdown(listener.get(), SHUT_RDWR);
+  stranger.join();
+  EXPECT_GE(connections.load(), 1) << "the registry's entry was never tried";
+  EXPECT_EQ(received.find(testing::kToken), std::string::npos) << received;
+  EXPECT_EQ(received.find("proof"), std::string::npos) << received;
+  EXPECT_NE(std::find(stats.sources_dropped.begin(), stats.sources_dropped.end(), entry),
+            stats.sources_dropped.end());
 }
 
 }  // namespace

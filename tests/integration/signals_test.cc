@@ -2,11 +2,13 @@
 // up, and Ctrl-C stops `seedctl pull`, each saying that a rerun resumes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "kinds/weights/data_plane.h"
 #include "seedd/seed_transport.h"
@@ -63,6 +65,36 @@ TEST_F(SignalsTest, SigtermStopsADaemonWhilePulling) {
     EXPECT_NE(log.find("the next start resumes"), std::string::npos) << log;
     EXPECT_EQ(seedd.Stdout().find("serving on"), std::string::npos);  // it never said ready
   }
+}
+
+// A source that stops halfway through the manifest's frame (as a SIGSTOPped
+// origin does): SIGTERM still ends the pulling daemon within 2 s (before, it
+// waited for the frame until the source's deadline).
+TEST_F(SignalsTest, SigtermStopsADaemonWaitingForAManifestThatStoppedHalfway) {
+  uint16_t port = 0;
+  UniqueFd listener = testing::ListenLoopback(&port);
+  std::atomic<bool> begun{false};
+  std::atomic<bool> done{false};
+  std::thread origin([&] {
+    UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) return;
+    testing::ReadResponse(fd.get());  // the request
+    testing::SendAll(fd.get(), testing::Header(100000) + "{\"status\": \"ok\", ");
+    begun = true;
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  Process seedd(Daemon({"--source", "127.0.0.1:" + std::to_string(port), "--pull", "tiny"}));
+  ASSERT_TRUE(testing::WaitUntil([&] { return begun.load(); })) << seedd.Stderr();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto sent = std::chrono::steady_clock::now();
+  seedd.Signal(SIGTERM);
+  const auto status = seedd.Wait(seconds(30));
+  const auto took = std::chrono::steady_clock::now() - sent;
+  done = true;
+  ::shutdown(listener.get(), SHUT_RDWR);
+  origin.join();
+  EXPECT_EQ(status, 0) << seedd.Stderr();
+  EXPECT_LT(took, seconds(2)) << seedd.Stderr();
 }
 
 TEST_F(SignalsTest, SigtermStopsADaemonWhileItsAutotunePassRuns) {

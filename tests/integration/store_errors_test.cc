@@ -125,6 +125,75 @@ TEST_F(StoreErrors, S3DetectsAServerThatStoredOtherBytes) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
 }
 
+// A store's writer (or a man in the middle of http://) announces a 16 GiB
+// object: it is refused at its Content-Length, before any byte of it is read or
+// memory reserved for it, and not asked for again.
+TEST_F(StoreErrors, AnS3ObjectLargerThanTheLimitIsRefusedBeforeItIsRead) {
+  const std::string list = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+  FakeHttpServer fake(
+      {FakeHttpServer::Response(200, "OK", list),
+       "HTTP/1.1 200 OK\r\nContent-Length: 17179869184\r\n\r\n" + std::string(1 << 20, 'x')});
+  auto store = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto value = (*store)->Get(Key());
+  ASSERT_FALSE(value.ok());
+  EXPECT_EQ(value.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(value.status().message().find("larger than 64 MiB"), std::string::npos)
+      << value.status().message();
+  EXPECT_EQ(fake.requests(), 2);  // the listing at open, then one GET
+}
+
+// The same without a Content-Length: the body is read up to the limit only.
+TEST_F(StoreErrors, AnS3BodyStreamedPastTheLimitIsCutThere) {
+  const std::string list = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+  FakeHttpServer fake(
+      {FakeHttpServer::Response(200, "OK", list),
+       "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + std::string((64 << 20) + (1 << 20), 'x')});
+  auto store = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto value = (*store)->Get(Key());
+  ASSERT_FALSE(value.ok());
+  EXPECT_EQ(value.status().code(), StatusCode::kResourceExhausted) << value.status().ToString();
+  EXPECT_EQ(fake.requests(), 2);
+}
+
+// A listing whose server says "truncated" for ever ends, with an error.
+TEST_F(StoreErrors, AnS3ListingThatNeverEndsIsCut) {
+  std::string page =
+      "<ListBucketResult><IsTruncated>true</IsTruncated>"
+      "<NextContinuationToken>again</NextContinuationToken>";
+  for (int i = 0; i < 1000; ++i) page += "<Key>k/0123456789abcdef/f" + std::to_string(i) + "</Key>";
+  page += "</ListBucketResult>";
+  const std::string first = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+  FakeHttpServer fake(
+      {FakeHttpServer::Response(200, "OK", first), FakeHttpServer::Response(200, "OK", page)});
+  auto store = OpenArtifactStore("s3://bucket?endpoint=" + fake.endpoint());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto keys = (*store)->List("");
+  ASSERT_FALSE(keys.ok());
+  EXPECT_EQ(keys.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_LE(fake.requests(), 1 + 101);
+}
+
+// A value larger than the limit in Redis is refused from its STRLEN, unread.
+TEST_F(StoreErrors, ARedisValueLargerThanTheLimitIsRefusedUnread) {
+  testing::RedisServer redis;
+  auto store = OpenArtifactStore(redis.url());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_OK((*store)->Put(Key(), std::string((64 << 20) + 1, 'v')));
+  auto value = (*store)->Get(Key());
+  ASSERT_FALSE(value.ok());
+  EXPECT_EQ(value.status().code(), StatusCode::kResourceExhausted) << value.status().ToString();
+  const ArtifactKey empty = *ArtifactKey::Make("k", "0123456789abcdef", "empty");
+  ASSERT_OK((*store)->Put(empty, ""));
+  auto got = (*store)->Get(empty);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ(**got, "");
+  auto absent = (*store)->Get(*ArtifactKey::Make("k", "0123456789abcdef", "absent"));
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(absent->has_value());
+}
+
 TEST(SigV4, MatchesAwsPublishedGetObjectExample) {
   // "Example: GET Object" of the AWS Signature Version 4 documentation for S3.
   SignedRequest req;

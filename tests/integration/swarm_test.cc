@@ -380,11 +380,11 @@ class HalfHoldingSeed {
     for (auto& t : conns) t.join();
   }
   void Conn(int fd) {
-    // The handshake: one JSON frame (not checked), answered "ok".
-    if (!ReadFrameBody(fd, 1 << 16, std::chrono::steady_clock::now() + std::chrono::seconds(5))
-             .ok()) {
-      return;
-    }
+    // The handshake: one JSON frame, the challenge answered, then "ok".
+    Result<std::string> hello =
+        ReadFrameBody(fd, 1 << 16, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    if (!hello.ok()) return;
+    testing::AnswerDataChallenge(fd, *hello);
     testing::SendAll(fd, EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", m_.chunks.size()}}));
     RequestRecord req;
     while (RecvAll(fd, req.data(), req.size()).ok()) {

@@ -25,6 +25,7 @@ class Process {
   // Everything written to stderr so far (call after Wait).
   std::string Stderr();
   std::string Stdout();
+  pid_t pid() const { return pid_; }
 
  private:
   void Drain(int fd, std::string* into);

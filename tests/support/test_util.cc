@@ -19,7 +19,7 @@
 namespace seedd::testing {
 
 TempDir::TempDir() {
-  path_ = std::filesystem::temp_directory_path() / ("seedd-test-" + RandomHex(8));
+  path_ = std::filesystem::temp_directory_path() / ("seedd-test-" + RandomHexOrDie(8));
   std::filesystem::create_directories(path_);
 }
 

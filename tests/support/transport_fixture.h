@@ -18,7 +18,7 @@
 
 namespace seedd::transport_testing {
 
-inline constexpr char kToken[] = "s3cret-token";
+inline constexpr char kToken[] = "s3cret-token-4f2a9c";
 inline constexpr char kHash[] = "0123456789abcdef";
 
 inline Json KeyFields(const std::string& file = "kernels.bin") {

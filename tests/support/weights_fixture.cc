@@ -6,7 +6,9 @@
 #include <random>
 
 #include "common/crypto.h"
+#include "seedd/json_text.h"
 #include "transport/client.h"
+#include "transport/data_auth.h"
 #include "wire/frame.h"
 
 namespace seedd::testing {
@@ -207,6 +209,17 @@ void StalledOrigin::Close() {
   }
   cv_.notify_all();
   transport_->Close();
+}
+
+Json AnswerDataChallenge(int fd, const std::string& request) {
+  Result<Json> hello = ParseJson(request);
+  if (!hello.ok() || !AsksForChallenge(*hello)) return Json();
+  const std::string nonce(kDataNonceHexBytes, 'a');
+  SendAll(fd, EncodeJsonFrame(Json{{"status", "challenge"},
+                                   {"auth", kDataAuthScheme},
+                                   {"nonce", nonce},
+                                   {"proof", DataProof(kToken, "source", *hello, nonce, "")}}));
+  return ReadResponse(fd);
 }
 
 }  // namespace seedd::testing

@@ -55,6 +55,12 @@ UniqueFd OpenData(const HostPort& server, const std::string& root_digest, Json* 
 // An origin whose manifests are answered and whose data connections hang until
 // it goes (Close or the destructor): a pull from it is in progress for as long
 // as the test likes. It serves `model` as "tiny" with the default chunk size.
+// A scripted data-plane source on `fd` whose first frame was `request`: when
+// the request asks for the challenge (transport/data_auth.h), proves that it
+// holds kToken and reads the fetcher's proof (returned, for tests that look),
+// as a daemon of the fleet does. Then the script answers "ok" itself.
+Json AnswerDataChallenge(int fd, const std::string& request);
+
 class StalledOrigin {
  public:
   explicit StalledOrigin(const std::filesystem::path& model);

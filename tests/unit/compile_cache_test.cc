@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/crypto.h"
 #include "support/test_util.h"
@@ -192,6 +194,80 @@ TEST(CompileCache, ALinkInTheTargetIsNeverFollowedAndLinksAreNotBundled) {
   Result<CompileCacheInstall> done = InstallCompileCache(*bundle, cold);
   EXPECT_FALSE(done.ok());
   EXPECT_FALSE(fs::exists(outside / "a.cubin"));
+}
+
+// A thread that, until stopped, swaps `dir` for a link to `to` and back, as a
+// local user who can write the cache directory (shared with the engine) could.
+class LinkSwapper {
+ public:
+  LinkSwapper(fs::path dir, fs::path to) : dir_(std::move(dir)), to_(std::move(to)) {
+    thread_ = std::thread([this] {
+      const fs::path real = dir_.string() + ".real";
+      while (!stop_) {
+        std::error_code ec;
+        fs::rename(dir_, real, ec);
+        if (ec) continue;
+        fs::create_directory_symlink(to_, dir_, ec);
+        std::this_thread::yield();
+        fs::remove(dir_, ec);
+        fs::rename(real, dir_, ec);
+        std::this_thread::yield();
+      }
+    });
+  }
+  ~LinkSwapper() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  fs::path dir_, to_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Bundling lists the directory, then reads each file: a directory swapped for
+// a link in between must not make it read (and publish) a file outside.
+TEST(CompileCache, ALinkSwappedInWhileBundlingIsNeverRead) {
+  TempDir dir;
+  const fs::path warm = dir.path() / "warm", outside = dir.path() / "outside";
+  const std::string secret = "SECRET-TOKEN-" + std::string(51, 's');
+  for (int i = 0; i < 200; ++i) {
+    Write(warm / "zz" / ("f" + std::to_string(i)), std::string(secret.size(), 'k'));
+    Write(outside / ("f" + std::to_string(i)), secret);
+  }
+  const std::string leaked = Sha256Hex(secret);
+  int bundled = 0;
+  {
+    LinkSwapper swap(warm / "zz", outside);
+    for (int round = 0; round < 60; ++round) {
+      Result<Json> bundle = BundleCompileCache(Spec(warm, {}));
+      if (!bundle.ok()) continue;  // a file that changed under it: refused, never read
+      ++bundled;
+      for (const Json& f : (*bundle)["files"]) {
+        ASSERT_NE(f["sha256"], leaked) << f["path"] << " was read from outside the cache";
+      }
+    }
+  }
+  EXPECT_GT(bundled, 0);
+}
+
+// Installing checks the directories on the way, then renames into them: a
+// directory swapped for a link in between must not take a file outside.
+TEST(CompileCache, ALinkSwappedInWhileInstallingIsNeverWrittenThrough) {
+  TempDir dir;
+  const fs::path warm = dir.path() / "warm", outside = dir.path() / "outside";
+  for (int i = 0; i < 200; ++i) Write(warm / "zz" / ("f" + std::to_string(i)), "kernel");
+  Result<Json> bundle = BundleCompileCache(Spec(warm, {}));
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  fs::create_directories(outside);
+  for (int round = 0; round < 20; ++round) {
+    const fs::path cold = dir.path() / ("cold" + std::to_string(round));
+    fs::create_directories(cold / "zz");
+    LinkSwapper swap(cold / "zz", outside);
+    (void)InstallCompileCache(*bundle, cold);  // may fail: a link on the way is refused
+  }
+  EXPECT_TRUE(fs::is_empty(outside)) << "a file was written through a link";
 }
 
 TEST(CompileCache, FactorsComeFromPairsAndAJsonFile) {

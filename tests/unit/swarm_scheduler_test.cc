@@ -22,11 +22,19 @@ SchedulerOptions Options(uint64_t random_seed = 1) {
 
 const SchedulerClock::time_point kT0{};
 
+// A relay neighbour taken as proven (as if it had delivered a chunk already):
+// what it offers is counted from the start.
+bool AddRelay(SwarmScheduler& s, PeerId peer, int slots = 0) {
+  if (!s.AddNeighbour(peer, false, slots)) return false;
+  s.Prove(peer);
+  return true;
+}
+
 TEST(SwarmScheduler, ARelayIsAskedForTheRarestChunkItHas) {
   SwarmScheduler s(4, Options());
-  ASSERT_TRUE(s.AddNeighbour(1, false));
-  ASSERT_TRUE(s.AddNeighbour(2, false));
-  ASSERT_TRUE(s.AddNeighbour(3, false));
+  ASSERT_TRUE(AddRelay(s, 1));
+  ASSERT_TRUE(AddRelay(s, 2));
+  ASSERT_TRUE(AddRelay(s, 3));
   // Chunk 0 is on three relays, chunk 1 on two, chunk 2 on one (relay 1).
   s.NeighbourState(1, {true, true, true, false});
   s.NeighbourState(2, {true, true, false, false});
@@ -71,7 +79,7 @@ TEST(SwarmScheduler, ASeedStillFetchingIsAskedOnlyForWhatItHas) {
 TEST(SwarmScheduler, EachNeighbourHasItsOwnNumberOfSlots) {
   SwarmScheduler s(16, Options());
   s.AddNeighbour(0, true, 8);
-  s.AddNeighbour(1, false, 2);
+  AddRelay(s, 1, 2);
   for (uint32_t c = 8; c < 16; ++c) s.NeighbourHas(1, c);
   int relay = 0;
   while (s.Next(1, kT0)) ++relay;
@@ -107,7 +115,7 @@ TEST(SwarmScheduler, RequestsToRelaysAreBoundedInAll) {
   o.max_requests = 3;
   SwarmScheduler s(32, o);
   for (PeerId p = 1; p <= 6; ++p) {
-    ASSERT_TRUE(s.AddNeighbour(p, false));
+    ASSERT_TRUE(AddRelay(s, p));
     s.NeighbourState(p, std::vector<bool>(32, true));
   }
   int asked = 0;
@@ -143,7 +151,7 @@ TEST(SwarmScheduler, AHostBehindItsNeighboursAsksMoreAtOnce) {
       }
     }
     for (PeerId p = 1; p <= 6; ++p) {
-      EXPECT_TRUE(s.AddNeighbour(p, false));
+      EXPECT_TRUE(AddRelay(s, p));
       s.NeighbourState(p, theirs);
     }
     int asked = 0;
@@ -164,7 +172,7 @@ TEST(SwarmScheduler, ASeedIsAskedWhateverTheRelaysHold) {
   SwarmScheduler s(8, o);
   s.AddNeighbour(0, true, 4);
   for (PeerId p = 1; p <= 3; ++p) {
-    s.AddNeighbour(p, false);
+    AddRelay(s, p);
     s.NeighbourState(p, {true, true, true, true, false, false, false, false});
   }
   EXPECT_TRUE(s.Next(1, kT0).has_value());
@@ -183,8 +191,8 @@ TEST(SwarmScheduler, ARequestAheadTakesOneSlotMoreBeyondTheBound) {
   SchedulerOptions o = Options();
   o.max_requests = 1;
   SwarmScheduler s(8, o);
-  s.AddNeighbour(1, false, 1);
-  s.AddNeighbour(2, false, 1);
+  AddRelay(s, 1, 1);
+  AddRelay(s, 2, 1);
   s.NeighbourState(1, std::vector<bool>(8, true));
   s.NeighbourState(2, std::vector<bool>(8, true));
   ASSERT_TRUE(s.Next(1, kT0).has_value());
@@ -209,7 +217,7 @@ TEST(SwarmScheduler, ASeedAloneKeepsItsWholePipeline) {
 TEST(SwarmScheduler, ASeedIsAskedOnlyForWhatNoRelayHas) {
   SwarmScheduler s(3, Options());
   s.AddNeighbour(0, true);
-  s.AddNeighbour(1, false);
+  AddRelay(s, 1);
   s.NeighbourHas(1, 0);
   s.NeighbourHas(1, 1);
   std::set<uint32_t> from_seed;
@@ -230,8 +238,8 @@ TEST(SwarmScheduler, ANeighbourHasAtMostPipelineRequestsInFlight) {
 
 TEST(SwarmScheduler, EndgameAsksASecondNeighbourAndTheFirstCopyCancelsTheOther) {
   SwarmScheduler s(2, Options());
-  s.AddNeighbour(1, false);
-  s.AddNeighbour(2, false);
+  AddRelay(s, 1);
+  AddRelay(s, 2);
   s.NeighbourState(1, {true, true});
   s.NeighbourState(2, {true, true});
   const uint32_t a = *s.Next(1, kT0);
@@ -252,7 +260,7 @@ TEST(SwarmScheduler, EndgameAsksASecondNeighbourAndTheFirstCopyCancelsTheOther) 
 TEST(SwarmScheduler, AFailedRelayIsDroppedAndItsChunksAreAskedElsewhere) {
   SwarmScheduler s(2, Options());
   s.AddNeighbour(0, true);
-  s.AddNeighbour(1, false);
+  AddRelay(s, 1);
   s.NeighbourState(1, {true, true});
   const uint32_t c = *s.Next(1, kT0);
   s.Next(1, kT0);
@@ -289,7 +297,7 @@ TEST(SwarmScheduler, ADeferredChunkIsNotAskedOfTheSeedBeforeItsTime) {
 TEST(SwarmScheduler, AnEndgameCopyIsNotAskedOfASeedThatDeferredIt) {
   SwarmScheduler s(1, Options());
   s.AddNeighbour(0, true);
-  s.AddNeighbour(1, false);
+  AddRelay(s, 1);
   s.NeighbourHas(1, 0);
   ASSERT_EQ(s.Next(1, kT0), 0u);  // every missing chunk in flight: endgame
   ASSERT_EQ(s.Next(0, kT0), 0u);  // a copy from the seed
@@ -300,8 +308,8 @@ TEST(SwarmScheduler, AnEndgameCopyIsNotAskedOfASeedThatDeferredIt) {
 
 TEST(SwarmScheduler, ABusyNeighbourIsLeftAloneUntilItsTimeAndItsChunkAskedElsewhere) {
   SwarmScheduler s(1, Options());
-  s.AddNeighbour(1, false);
-  s.AddNeighbour(2, false);
+  AddRelay(s, 1);
+  AddRelay(s, 2);
   s.NeighbourHas(1, 0);
   s.NeighbourHas(2, 0);
   const uint32_t c = *s.Next(1, kT0);
@@ -316,7 +324,7 @@ TEST(SwarmScheduler, ABusyNeighbourIsLeftAloneUntilItsTimeAndItsChunkAskedElsewh
 TEST(SwarmScheduler, ADepartedRelaysChunksAreNoLongerCounted) {
   SwarmScheduler s(2, Options());
   s.AddNeighbour(0, true);
-  s.AddNeighbour(1, false);
+  AddRelay(s, 1);
   s.NeighbourState(1, {true, true});
   EXPECT_EQ(s.Next(0, kT0), std::nullopt);  // a relay has both
   s.RemoveNeighbour(1);
@@ -332,14 +340,14 @@ TEST(SwarmScheduler, TheLeastUsefulRelayOffersFewestOfTheMissingChunks) {
   EXPECT_EQ(s.LeastUseful(), std::nullopt);  // a seed is never replaced
   s.AlreadyHave(0);
   s.AlreadyHave(1);
-  s.AddNeighbour(1, false);
-  s.AddNeighbour(2, false);
+  AddRelay(s, 1);
+  AddRelay(s, 2);
   s.NeighbourState(1, {true, true, true, false});   // offers 1 missing chunk (2)
   s.NeighbourState(2, {false, false, true, true});  // offers 2 (2, 3)
   EXPECT_EQ(s.LeastUseful(), 1u);
   s.NeighbourHas(1, 3);
   s.RemoveNeighbour(2);
-  s.AddNeighbour(3, false);
+  AddRelay(s, 3);
   s.NeighbourState(3, {true, true, false, false});  // has only what this host has
   EXPECT_EQ(s.LeastUseful(), 3u);
 }
@@ -351,9 +359,9 @@ TEST(SwarmScheduler, NeighboursAreBoundedAndResumedChunksNeverAsked) {
   s.AlreadyHave(0);
   s.AlreadyHave(2);
   EXPECT_TRUE(s.AddNeighbour(1, true));
-  EXPECT_FALSE(s.AddNeighbour(1, false));  // known
-  EXPECT_TRUE(s.AddNeighbour(2, false));
-  EXPECT_FALSE(s.AddNeighbour(3, false));  // full
+  EXPECT_FALSE(AddRelay(s, 1));  // known
+  EXPECT_TRUE(AddRelay(s, 2));
+  EXPECT_FALSE(AddRelay(s, 3));  // full
   EXPECT_EQ(s.NeighboursWanted(), 0u);
   EXPECT_EQ(s.Next(1, kT0), 1u);
   EXPECT_EQ(s.Next(1, kT0), std::nullopt);
@@ -441,6 +449,36 @@ TEST(SwarmScheduler, ASwarmOfSchedulersCompletesWithTheSeedSendingAboutOneCopy) 
 // A fetcher with room for neighbours asks a seed for relays at once, then after
 // 50 ms, the wait doubling up to the state interval (fetchers that start
 // together find each other within moments, not after a whole interval).
+// Relays that offer everything and send nothing (anyone with the token can
+// announce any number) do not keep the seed away while unproven: the seed is
+// asked for what they offer, with its whole pipeline; once one delivers, its
+// offers count and the seed is asked only for what it lacks.
+TEST(SwarmScheduler, AnUnprovenRelaysOffersDoNotKeepTheSeedIdle) {
+  SchedulerOptions o = Options();
+  o.seed_requests = 1;
+  SwarmScheduler s(8, o);
+  s.AddNeighbour(0, true);
+  for (PeerId r = 1; r <= 4; ++r) {
+    ASSERT_TRUE(s.AddNeighbour(r, false));
+    s.NeighbourState(r, std::vector<bool>(8, true));
+  }
+  EXPECT_EQ(s.Holders(3), 0);
+  std::set<uint32_t> from_seed;
+  while (auto c = s.Next(0, kT0)) from_seed.insert(*c);
+  EXPECT_EQ(from_seed.size(), 4u);  // its whole pipeline, not one request
+  EXPECT_FALSE(s.Stuck());
+  for (uint32_t c : from_seed) s.Arrived(0, c);
+  // Relay 1 is proven (it delivered, elsewhere): what it offers now counts and
+  // keeps the seed away; the seed's requests are cut to seed_requests.
+  s.Prove(1);
+  for (uint32_t c = 0; c < 8; ++c) {
+    if (!from_seed.count(c)) {
+      EXPECT_EQ(s.Holders(c), 1) << c;
+    }
+  }
+  EXPECT_EQ(s.Next(0, kT0), std::nullopt);
+}
+
 TEST(TrackerCadence, AsksAtOnceThenSoonThenEverLessOftenUpToTheInterval) {
   using std::chrono::milliseconds;
   TrackerCadence cadence(milliseconds(50), milliseconds(500));

@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -174,6 +175,26 @@ TEST_F(ManifestTest, Sha256ChunksAreNamedInTheManifestAndSealedByTheRootDigest) 
   BuildStats again;
   ASSERT_TRUE(BuildManifest("tiny", model_, options_, &again).ok());
   EXPECT_EQ(again.bytes_hashed, 0u);
+}
+
+// cp -p, or an archive made with SOURCE_DATE_EPOCH, rewrites a file keeping
+// its size and mtime: the digest cache must not answer with the old digests.
+TEST_F(ManifestTest, ARewriteKeepingSizeAndMtimeIsHashedAgain) {
+  const Json before = Built();
+  const auto config = model_ / "config.json";
+  struct stat st {};
+  ASSERT_EQ(::stat(config.c_str(), &st), 0);
+  std::ofstream(config, std::ios::trunc) << R"({"hidden_size": 96})";  // the same size
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, config.c_str(), times, 0), 0);
+  BuildStats again;
+  auto m = BuildManifest("tiny", model_, options_, &again);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(again.bytes_hashed, static_cast<uint64_t>(st.st_size));  // that file alone
+  std::ifstream in(config, std::ios::binary);
+  const std::string now((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(m->ToJson()["chunks"][0]["xxh3"], Xxh3Hex(now));
+  EXPECT_NE(m->ToJson()["root_digest"], before["root_digest"]);
 }
 
 TEST_F(ManifestTest, AManifestNamingAnUnknownOrMismatchedChunkDigestIsRefused) {

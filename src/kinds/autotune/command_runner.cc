@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -10,6 +11,8 @@
 #include <thread>
 
 #include "common/crypto.h"
+#include "common/errno_status.h"
+#include "common/unique_fd.h"
 #include "kinds/autotune/cpu_gemm_runner.h"
 #include "kinds/autotune/runner.h"
 #include "kinds/autotune/table.h"
@@ -32,10 +35,35 @@ class CommandRunner final : public AutotuneRunner {
   Json EnvironmentMetadata() const override { return Json::object(); }
 
   Status Run(ArtifactStore& disk, const ArtifactKey& key, const AutotuneRunContext& ctx) override {
-    const std::string path = "/tmp/seedd-autotune-" + RandomHex(8) + ".json";
     Result<std::optional<std::string>> saved = disk.Get(key);
     if (!saved.ok()) return saved.status();
-    if (saved->has_value()) std::ofstream(path, std::ios::binary) << **saved;
+    // In a directory of its own (mode 0700, made by mkdtemp), created with
+    // O_EXCL | O_NOFOLLOW: nobody else can put a file or a link where the table
+    // is written and read back.
+    std::string dir = "/tmp/seedd-autotune-XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr) {
+      return ErrnoStatus("a directory for the autotune command's table (mkdtemp /tmp)", errno);
+    }
+    const std::string path = dir + "/table.json";
+    struct Cleanup {
+      const std::string& dir;
+      const std::string& path;
+      ~Cleanup() {
+        ::unlink(path.c_str());
+        ::rmdir(dir.c_str());
+      }
+    } cleanup{dir, path};
+    if (saved->has_value()) {
+      UniqueFd out(
+          ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (!out.valid()) return ErrnoStatus("create " + path, errno);
+      for (std::string_view rest = **saved; !rest.empty();) {
+        const ssize_t n = ::write(out.get(), rest.data(), rest.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return ErrnoStatus("write " + path, errno);
+        rest.remove_prefix(static_cast<size_t>(n));
+      }
+    }
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       // The shared secret stays in seedd unless the operator hands it on.
@@ -54,7 +82,6 @@ class CommandRunner final : public AutotuneRunner {
     pid_t pid = 0;
     int rc = posix_spawnp(&pid, cargv[0], nullptr, nullptr, cargv.data(), cenv.data());
     if (rc != 0) {
-      ::unlink(path.c_str());
       return Status::FailedPrecondition("cannot run the autotune command '" + argv_[0] +
                                         "': " + std::strerror(rc));
     }
@@ -75,12 +102,10 @@ class CommandRunner final : public AutotuneRunner {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (ctx.cancelled()) {
-      ::unlink(path.c_str());
       return Status::Cancelled("the autotune command was stopped");
     }
     std::ifstream in(path, std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(in)), {});
-    ::unlink(path.c_str());
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       return Status::Internal("the autotune command '" + command_ + "' failed (status " +
                               std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");

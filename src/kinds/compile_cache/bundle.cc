@@ -76,12 +76,45 @@ Status CheckPath(std::string_view path) {
   return Status::Ok();
 }
 
-Result<std::string> ReadFile(const std::filesystem::path& path, uint64_t size) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return ErrnoStatus("open " + path.string(), errno);
+// The file `rel` below `dir_fd`, opened without following a link anywhere on
+// the way and checked to be the regular file of `size` bytes that was listed:
+// a directory swapped for a link after the listing cannot make it read
+// outside the cache directory.
+Result<std::string> ReadBeneath(int dir_fd, const std::string& rel, uint64_t size,
+                                const std::filesystem::path& shown) {
+  Result<UniqueFd> fd = OpenBeneath(dir_fd, rel, O_RDONLY | O_NOFOLLOW);
+  if (!fd.ok()) return fd.status().WithContext(shown.string());
+  struct stat st {};
+  if (::fstat(fd->get(), &st) != 0) return ErrnoStatus("stat " + shown.string(), errno);
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != size) {
+    return Status::Unavailable(shown.string() + " changed while it was bundled; try again");
+  }
   std::string data(size, '\0');
-  SEEDD_RETURN_IF_ERROR(ReadExactly(fd.get(), 0, data.data(), size, path.string()));
+  SEEDD_RETURN_IF_ERROR(ReadExactly(fd->get(), 0, data.data(), size, shown.string()));
   return data;
+}
+
+// The directory `rel` below `dir_fd`, each component opened without following
+// a link and made (0755) when missing: what is installed there stays below.
+Result<UniqueFd> DirectoryBeneath(int dir_fd, const std::filesystem::path& rel,
+                                  const std::filesystem::path& shown) {
+  UniqueFd at(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!at.valid()) return ErrnoStatus("dup", errno);
+  std::filesystem::path walked = shown;
+  for (const auto& part : rel) {
+    walked /= part;
+    if (::mkdirat(at.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus("mkdir " + walked.string(), errno);
+    }
+    UniqueFd next(::openat(at.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      return Status::FailedPrecondition(walked.string() +
+                                        " is not a directory (a link is never followed): "
+                                        "not installing below it");
+    }
+    at = std::move(next);
+  }
+  return at;
 }
 
 }  // namespace
@@ -170,13 +203,15 @@ Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs
 Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
   SEEDD_RETURN_IF_ERROR(CheckNamespace(spec.name));
   SEEDD_RETURN_IF_ERROR(CheckKey(spec.key));
+  Result<UniqueFd> root = OpenDirectory(spec.dir);
+  if (!root.ok()) return root.status();
   Result<std::vector<FoundFile>> found = ListCacheFiles(spec);
   if (!found.ok()) return found.status();
   uint64_t total = 0;
   Json files = Json::array();
   for (const FoundFile& f : *found) {
     total += f.size;
-    Result<std::string> data = ReadFile(f.full, f.size);
+    Result<std::string> data = ReadBeneath(root->get(), f.path, f.size, f.full);
     if (!data.ok()) return data.status();
     files.push_back({{"path", f.path},
                      {"size", f.size},
@@ -310,47 +345,61 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError("cannot create " + dir.string() + ": " + ec.message());
-  // Every file lands in staging first: a failure leaves nothing under a final name.
-  const std::filesystem::path staging = dir / (std::string(kStagingPrefix) + RandomHex(8));
-  struct Cleanup {
-    std::filesystem::path p;
-    ~Cleanup() {
-      std::error_code ignored;
-      std::filesystem::remove_all(p, ignored);
-    }
-  } cleanup{staging};
-  std::filesystem::create_directory(staging, ec);
-  if (ec) return Status::IoError("cannot create " + staging.string() + ": " + ec.message());
+  // Everything below is relative to directories held open, never a path looked
+  // up again: whoever else can write `dir` (the engine's user) cannot redirect
+  // a write by swapping a directory for a link.
+  Result<UniqueFd> root = OpenDirectory(dir);
+  if (!root.ok()) return root.status();
+  // Every file lands in staging first (0700, made here): a failure leaves
+  // nothing under a final name.
+  const std::string staging_name = std::string(kStagingPrefix) + RandomHexOrDie(8);
+  if (::mkdirat(root->get(), staging_name.c_str(), 0700) != 0) {
+    return ErrnoStatus("mkdir " + (dir / staging_name).string(), errno);
+  }
+  UniqueFd staging(
+      ::openat(root->get(), staging_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!staging.valid()) return ErrnoStatus("open " + (dir / staging_name).string(), errno);
   const Json& files = bundle["files"];
+  struct Cleanup {
+    int root;
+    int staging;
+    const std::string& name;
+    size_t files;
+    ~Cleanup() {
+      for (size_t i = 0; i < files; ++i) ::unlinkat(staging, std::to_string(i).c_str(), 0);
+      ::unlinkat(root, name.c_str(), AT_REMOVEDIR);
+    }
+  } cleanup{root->get(), staging.get(), staging_name, files.size()};
   for (size_t i = 0; i < files.size(); ++i) {
     std::optional<std::string> bytes = Base64Decode(files[i]["data"].get<std::string>());
-    const std::filesystem::path staged = staging / std::to_string(i);
-    SEEDD_RETURN_IF_ERROR(WriteFileAtomic(staged, *bytes));
+    const std::string name = std::to_string(i);
+    UniqueFd out(::openat(staging.get(), name.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!out.valid()) return ErrnoStatus("create " + (dir / staging_name / name).string(), errno);
+    for (std::string_view rest = *bytes; !rest.empty();) {
+      const ssize_t n = ::write(out.get(), rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return ErrnoStatus("write " + (dir / staging_name / name).string(), errno);
+      rest.remove_prefix(static_cast<size_t>(n));
+    }
     const int64_t ns = MtimeOf(files[i]);
     const timespec times[2] = {{0, UTIME_OMIT}, {ns / 1000000000, ns % 1000000000}};
-    ::utimensat(AT_FDCWD, staged.c_str(), times, 0);
+    ::futimens(out.get(), times);
+    if (::fsync(out.get()) != 0) {
+      return ErrnoStatus("sync " + (dir / staging_name / name).string(), errno);
+    }
   }
   CompileCacheInstall done;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string rel = files[i]["path"].get<std::string>();
     const int64_t mtime = MtimeOf(files[i]);
     const std::filesystem::path target = dir / rel;
-    // Every directory on the way is a real one (never a link out of `dir`).
-    std::filesystem::path at = dir;
-    for (const auto& part : std::filesystem::path(rel).parent_path()) {
-      at /= part;
-      struct stat st;
-      if (::lstat(at.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) {
-          return Status::FailedPrecondition(at.string() + " is not a directory: not installing " +
-                                            rel);
-        }
-      } else if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) {
-        return ErrnoStatus("mkdir " + at.string(), errno);
-      }
-    }
+    const std::filesystem::path rel_path(rel);
+    Result<UniqueFd> parent = DirectoryBeneath(root->get(), rel_path.parent_path(), dir);
+    if (!parent.ok()) return parent.status();
+    const std::string base = rel_path.filename().string();
     struct stat st;
-    if (::lstat(target.c_str(), &st) == 0) {
+    if (::fstatat(parent->get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (!S_ISREG(st.st_mode)) {
         return Status::FailedPrecondition(target.string() +
                                           " exists and is not a file: not replaced");
@@ -360,7 +409,8 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
         continue;
       }
     }
-    if (::rename((staging / std::to_string(i)).c_str(), target.c_str()) != 0) {
+    // renameat replaces whatever is at the name (a link itself, never its target).
+    if (::renameat(staging.get(), std::to_string(i).c_str(), parent->get(), base.c_str()) != 0) {
       return ErrnoStatus("rename into " + target.string(), errno);
     }
     ++done.installed;

@@ -42,7 +42,7 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       staging_(staging),
       options_(o),
       stats_(s),
-      session_(RandomHex(8)),
+      session_(RandomHexOrDie(8)),
       sched_(m.chunks.size(), SchedulerOptionsOf(o)),
       relay_asks_(kFirstRelayAsk, o.state_interval) {}
 

@@ -51,6 +51,8 @@ struct Source {
   bool state_known = false;  // what it has is from its state, not assumed
   // Since when every connection to it was refused for capacity (zero: not now).
   std::chrono::steady_clock::time_point full_since{};
+  // When the last connections to it were opened (at most kMaxOpensPerSecond).
+  std::deque<std::chrono::steady_clock::time_point> opened;
 };
 
 // A request sent on one data connection and not answered yet.
@@ -149,9 +151,15 @@ class Fetch {
   // The watch connection's loop: the state, then what is new, and for a seed
   // more relays while wanted.
   void Watch(Source* source);
-  // A source refused for capacity (its data plane full) is ResourceExhausted,
-  // with when to try again in *retry.
-  Result<DataConn> Open(const Source& source, std::chrono::milliseconds* retry);
+  // A source refused for capacity (its data plane full, a parsed busy answer)
+  // is ResourceExhausted with when to try again in *retry; ResourceExhausted
+  // with no *retry is this host's shortage (no descriptor left). At most
+  // kMaxOpensPerSecond connections a second to one source: it waits for that.
+  Result<DataConn> Open(Source* source, std::chrono::milliseconds* retry);
+  // Checks the source's proof in `challenge` (an answer to `request`) and sends
+  // ours: PermissionDenied when the source did not prove it holds a token.
+  Status AnswerChallenge(Conn& conn, const Json& request, const Json& challenge,
+                         std::chrono::steady_clock::time_point deadline);
   // Open, or a failure of `source` logged and counted (then a short pause
   // unless it is dropped); false when there is no connection. A refusal for
   // capacity is not a failure: the connection is tried again when the source

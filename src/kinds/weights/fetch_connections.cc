@@ -14,6 +14,7 @@
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
+#include "transport/data_auth.h"
 #include "wire/frame.h"
 
 namespace seedd {
@@ -26,6 +27,11 @@ constexpr auto kReconnectIdle = std::chrono::seconds(20);  // sources close idle
 // within WeightServerOptions::relay_ttl (10 s).
 constexpr auto kKeepAlive = std::chrono::seconds(3);
 constexpr uint64_t kRecordBytes = std::tuple_size_v<HeaderRecord>;
+// Connections opened to one source in any second, at most: whatever a source
+// answers, a fetcher never floods it (nor the service a fake relay names).
+constexpr size_t kMaxOpensPerSecond = 10;
+// The wait after this host ran out of descriptors or memory opening a connection.
+constexpr auto kLocalShortageWait = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -35,7 +41,7 @@ const TransferDeadline& Fetch::DeadlineOf(const Source& s) const {
 
 bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
   std::chrono::milliseconds retry{0};
-  Result<DataConn> fd = Open(*source, &retry);
+  Result<DataConn> fd = Open(source, &retry);
   const auto now = std::chrono::steady_clock::now();
   if (fd.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -44,7 +50,8 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
     return true;
   }
   if (Finished()) return false;
-  if (fd.status().code() == StatusCode::kResourceExhausted) {
+  if (fd.status().code() == StatusCode::kResourceExhausted && retry.count() > 0) {
+    // The source answered that it is full: a wait it asked for, then again.
     std::unique_lock<std::mutex> lock(mu_);
     if (source->full_since == std::chrono::steady_clock::time_point{}) source->full_since = now;
     ++stats_->refused_full;
@@ -54,6 +61,14 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
       changed_.wait_for(lock, retry, [&] { return FinishedLocked() || source->dropped; });
       return false;
     }
+  } else if (fd.status().code() == StatusCode::kResourceExhausted) {
+    // This host is short of descriptors or memory: not the source's fault.
+    Logger().warn("weight_data: {}: {}; trying again in {} s", source->name, fd.status().message(),
+                  kLocalShortageWait.count());
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, kLocalShortageWait,
+                      [&] { return FinishedLocked() || source->dropped; });
+    return false;
   }
   Logger().warn("weight_data: {}: {}", source->name, fd.status().message());
   if (!Fail(source)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -165,11 +180,25 @@ Status Fetch::AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more)
   return Status::Ok();
 }
 
-Result<DataConn> Fetch::Open(const Source& source, std::chrono::milliseconds* retry) {
-  Result<UniqueFd> fd = ConnectTcp(source.addr, std::chrono::seconds(5));
+Result<DataConn> Fetch::Open(Source* source, std::chrono::milliseconds* retry) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto& opened = source->opened;
+    while (opened.size() >= kMaxOpensPerSecond) {
+      const auto free_at = opened.front() + std::chrono::seconds(1);
+      if (std::chrono::steady_clock::now() >= free_at) {
+        opened.pop_front();
+        continue;
+      }
+      changed_.wait_until(lock, free_at);
+      if (FinishedLocked() || source->dropped) return Status::Unavailable("the fetch is over");
+    }
+    opened.push_back(std::chrono::steady_clock::now());
+  }
+  Result<UniqueFd> fd = ConnectTcp(source->addr, std::chrono::seconds(5));
   if (!fd.ok()) return fd.status();
   if (!Track(fd->get())) return Status::Unavailable("the fetch is over");
-  return Handshake(std::move(*fd), source, retry);
+  return Handshake(std::move(*fd), *source, retry);
 }
 
 void Fetch::Close(DataConn* conn) {
@@ -196,9 +225,12 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
              static_cast<suseconds_t>((options_.timeout.count() % 1000) * 1000)};
   ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  // No token on the wire: each side proves it holds one (data_auth.h), the
+  // source first, so a peer that is not of this fleet learns nothing from us.
   Json request = {{"kind", kWeightDataKind},
                   {"root_digest", m_.root_digest},
-                  {"token", options_.tokens != nullptr ? options_.tokens->Sent() : options_.token}};
+                  {"auth", kDataAuthScheme},
+                  {"nonce", RandomHexOrDie(kDataNonceHexBytes / 2)}};
   if (!options_.relay.empty()) {
     request["relay"] = options_.relay;
     request["session"] = session_;
@@ -218,15 +250,33 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
     return Status::Unavailable("cannot send the data request");
   }
   Result<std::string> body = ReadFrameBody(*conn, 64 * 1024, deadline);
+  if (body.ok()) {
+    Result<Json> challenge = ParseJson(*body);
+    if (challenge.ok() && challenge->is_object() && challenge->value("status", "") == "challenge") {
+      Status proved = AnswerChallenge(*conn, request, *challenge, deadline);
+      if (!proved.ok()) return proved;
+      body = ReadFrameBody(*conn, 64 * 1024, deadline);
+    } else if (challenge.ok() && challenge->is_object() && challenge->value("status", "") == "ok") {
+      return Status::PermissionDenied(
+          "the peer accepted the data connection without proving that it holds the fleet's "
+          "token: not a daemon of this fleet");
+    }
+  }
+  if (!body.ok() && body.status().code() == StatusCode::kResourceExhausted) {
+    // A frame header no seed sends (an HTTP reply reads as a length of 10^18):
+    // another service, not a full source.
+    return Status::FailedPrecondition("the peer does not speak the seed protocol (" +
+                                      body.status().message() + ")");
+  }
   if (!body.ok()) return body.status();
   Result<Json> response = ParseJson(*body);
   if (response.ok() && response->is_object() && (*response)["status"] == "error" &&
       response->contains("retry_ms") && (*response)["retry_ms"].is_number_unsigned()) {
     // Full, not failing: a bounded wait (a peer's number), jittered so that a
     // fleet refused at once does not return at once.
-    const uint64_t ms = std::clamp<uint64_t>((*response)["retry_ms"].get<uint64_t>(), 100, 30000);
+    const uint64_t ms = std::clamp<uint64_t>((*response)["retry_ms"].get<uint64_t>(), 200, 30000);
     thread_local std::mt19937_64 rng(std::random_device{}());
-    *retry = std::chrono::milliseconds(ms / 2 + rng() % ms);
+    *retry = std::chrono::milliseconds(ms / 2 + rng() % ms);  // at least 100 ms
     return Status::ResourceExhausted("the source is full: " + body->substr(0, 300));
   }
   if (!response.ok() || !response->is_object() || (*response)["status"] != "ok") {
@@ -236,6 +286,27 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
   auto line = response->find("wait_in_line");
   const bool wait_in_line = line != response->end() && *line == true;
   return DataConn{std::move(*fd), std::move(conn), wait_in_line};
+}
+
+Status Fetch::AnswerChallenge(Conn& conn, const Json& request, const Json& challenge,
+                              Clock::time_point deadline) {
+  const std::string nonce = challenge.value("nonce", "");
+  const std::string proof = challenge.value("proof", "");
+  const std::string binding = SessionBinding(conn);
+  TokenRing own({options_.token});
+  const TokenRing& tokens = options_.tokens != nullptr ? *options_.tokens : own;
+  if (challenge.value("auth", "") != kDataAuthScheme || !IsLowerHex(nonce, kDataNonceHexBytes) ||
+      !ProvedByAny(tokens, proof, "source", request, nonce, binding)) {
+    return Status::PermissionDenied(
+        "the peer did not prove that it holds the fleet's token: not a daemon of this fleet "
+        "(a relay named by someone else?), or its token differs");
+  }
+  const std::string answer = EncodeJsonFrame(
+      Json{{"proof", DataProof(tokens.Sent(), "fetcher", request, nonce, binding)}});
+  if (!conn.SendAllBy(answer.data(), answer.size(), deadline)) {
+    return Status::Unavailable("cannot send the data request's proof");
+  }
+  return Status::Ok();
 }
 
 RequestRecord Fetch::RequestFor(const DataConn& conn, const Taken& t) const {

@@ -67,16 +67,30 @@ std::filesystem::path CacheFile(const BuildOptions& o, const std::filesystem::pa
   return o.digest_cache / (Sha256Hex(abs.string()) + ".json");
 }
 
-// A cache entry is used only when path, size, mtime and chunk size all match.
+// What tells one version of a file from another: a rewrite in place that keeps
+// the size and the mtime (cp -p, archives made with SOURCE_DATE_EPOCH) still
+// changes the ctime, and a file put in its place has another inode.
+Json FileVersion(const struct stat& st) {
+  return Json{
+      {"size", static_cast<uint64_t>(st.st_size)},
+      {"mtime_ns", MtimeNs(st)},
+      {"ctime_ns", static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec},
+      {"inode", static_cast<uint64_t>(st.st_ino)},
+      {"device", static_cast<uint64_t>(st.st_dev)}};
+}
+
+// A cache entry is used only when the path, the file's version and the chunk
+// size and digest all match.
 std::optional<CachedDigests> LoadCache(const BuildOptions& o, const std::filesystem::path& abs,
-                                       uint64_t size, int64_t mtime_ns) {
+                                       const struct stat& st) {
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (o.digest_cache.empty()) return std::nullopt;
   std::ifstream in(CacheFile(o, abs));
   if (!in) return std::nullopt;
   std::string text((std::istreambuf_iterator<char>(in)), {});
   Result<Json> j = ParseJson(text);
   if (!j.ok() || !j->is_object() || j->value("path", "") != abs.string() ||
-      j->value("size", uint64_t{0}) != size || j->value("mtime_ns", int64_t{-1}) != mtime_ns ||
+      !j->contains("version") || (*j)["version"] != FileVersion(st) ||
       j->value("chunk_size", uint64_t{0}) != o.chunk_size ||
       j->value("chunk_digest", "xxh3") != ChunkDigestName(o.chunk_digest) ||
       !(*j)["chunks"].is_array()) {
@@ -94,21 +108,17 @@ std::optional<CachedDigests> LoadCache(const BuildOptions& o, const std::filesys
   return d;
 }
 
-void StoreCache(const BuildOptions& o, const std::filesystem::path& abs, uint64_t size,
-                int64_t mtime_ns, const CachedDigests& d) {
+void StoreCache(const BuildOptions& o, const std::filesystem::path& abs, const struct stat& st,
+                const CachedDigests& d) {
   if (o.digest_cache.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(o.digest_cache, ec);
-  Json j = {{"path", abs.string()},
-            {"size", size},
-            {"mtime_ns", mtime_ns},
-            {"chunk_size", o.chunk_size},
-            {"chunk_digest", ChunkDigestName(o.chunk_digest)},
-            {"chunks", d.chunks},
-            {"content_sha256", d.content_sha256}};
+  Json j = {{"path", abs.string()},       {"version", FileVersion(st)},
+            {"chunk_size", o.chunk_size}, {"chunk_digest", ChunkDigestName(o.chunk_digest)},
+            {"chunks", d.chunks},         {"content_sha256", d.content_sha256}};
   // Written beside and renamed: a reader never sees half an entry.
   const auto dest = CacheFile(o, abs);
-  const auto tmp = dest.string() + ".tmp-" + RandomHex(4);
+  const auto tmp = dest.string() + ".tmp-" + RandomHexOrDie(4);
   std::ofstream(tmp) << DumpJson(j);
   std::filesystem::rename(tmp, dest, ec);
   if (ec) std::filesystem::remove(tmp, ec);
@@ -199,7 +209,7 @@ Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOpti
   FileDigests d;
   d.size = static_cast<uint64_t>(st.st_size);
   d.mtime_ns = MtimeNs(st);
-  if (std::optional<CachedDigests> cached = LoadCache(options, abs, d.size, d.mtime_ns)) {
+  if (std::optional<CachedDigests> cached = LoadCache(options, abs, st)) {
     d.chunks = std::move(cached->chunks);
     d.sha256 = std::move(cached->content_sha256);
     return d;
@@ -224,7 +234,7 @@ Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOpti
   EVP_DigestFinal_ex(sha, md, &md_len);
   EVP_MD_CTX_free(sha);
   d.sha256 = HexBytes(md, md_len);
-  StoreCache(options, abs, d.size, d.mtime_ns, CachedDigests{d.chunks, d.sha256});
+  StoreCache(options, abs, st, CachedDigests{d.chunks, d.sha256});
   return d;
 }
 

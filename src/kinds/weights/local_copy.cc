@@ -119,7 +119,7 @@ void DiscardLocalCopy(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::remove(LocalRecordPath(dir), ec);
   const std::filesystem::path aside =
-      dir.parent_path() / (".seedd-discard-" + dir.filename().string() + "-" + RandomHex(4));
+      dir.parent_path() / (".seedd-discard-" + dir.filename().string() + "-" + RandomHexOrDie(4));
   std::filesystem::rename(dir, aside, ec);
   std::filesystem::remove_all(ec ? dir : aside, ec);
 }

@@ -77,8 +77,9 @@ void SwarmScheduler::RemoveNeighbour(PeerId peer) {
   if (found == nullptr) return;
   Neighbour& n = *found;
   for (uint32_t c : std::vector<uint32_t>(n.requested)) Release(n, c);
-  if (!n.seed) {
+  if (!n.seed && n.proven) {
     for (uint32_t c : n.owned) Recount(c, -1);
+    --proven_relays_;
   }
   seeds_ -= n.seed;
   const size_t at = static_cast<size_t>(found - neighbours_.data());
@@ -95,7 +96,7 @@ void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
   n.have[chunk] = true;
   if (n.seed) return;  // seeds are not counted: they are asked only for the rarest
   n.owned.push_back(chunk);
-  Recount(chunk, +1);
+  if (n.proven) Recount(chunk, +1);
 }
 
 void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) {
@@ -109,7 +110,7 @@ void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) 
   for (uint32_t c = 0; c < have.size(); ++c) {
     if (have[c] == n.have[c]) continue;
     n.have[c] = have[c];
-    Recount(c, have[c] ? +1 : -1);
+    if (n.proven) Recount(c, have[c] ? +1 : -1);
   }
   n.owned.clear();
   for (uint32_t c = 0; c < have.size(); ++c) {
@@ -180,7 +181,8 @@ std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerCloc
     }
     return best;
   }
-  for (size_t b = 1; b < buckets_.size(); ++b) {
+  // An unproven relay's chunks are not counted: they lie in bucket 0 too.
+  for (size_t b = n.proven ? 1 : 0; b < buckets_.size(); ++b) {
     const auto& bucket = buckets_[b];
     if (bucket.empty()) continue;
     const size_t start = rng_() % bucket.size();
@@ -206,7 +208,7 @@ std::optional<uint32_t> SwarmScheduler::EndgameCopy(const Neighbour& n,
 }
 
 int SwarmScheduler::SlotsOf(const Neighbour& n) const {
-  if (n.seed && options_.seed_requests > 0 && relay_neighbours() > 0) {
+  if (n.seed && options_.seed_requests > 0 && proven_relays_ > 0) {
     return std::min(n.slots, options_.seed_requests);
   }
   return n.slots;
@@ -241,10 +243,19 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   state_[chunk] = kDone;
   copies_[chunk] = 0;
   ++done_;
+  Prove(peer);
   for (size_t i = 0; i < ids_.size(); ++i) {
     if (Unrequest(neighbours_[i], chunk) && ids_[i] != peer) cancels.push_back({ids_[i], chunk});
   }
   return cancels;
+}
+
+void SwarmScheduler::Prove(PeerId peer) {
+  Neighbour* n = Find(peer);
+  if (n == nullptr || n->seed || n->proven) return;
+  n->proven = true;
+  ++proven_relays_;
+  for (uint32_t c : n->owned) Recount(c, +1);
 }
 
 bool SwarmScheduler::Failed(PeerId peer, uint32_t chunk) {
@@ -304,7 +315,7 @@ const SwarmScheduler::Neighbour* SwarmScheduler::Find(PeerId peer) const {
 }
 
 bool SwarmScheduler::Behind() const {
-  const size_t relays = relay_neighbours();
+  const size_t relays = proven_relays_;
   if (relays == 0) return false;
   return static_cast<int64_t>((done_ + state_.size() / 32) * relays) < relay_chunks_;
 }
@@ -335,6 +346,13 @@ bool SwarmScheduler::Stuck() const {
   if (Complete() || !in_flight_.empty()) return false;
   for (size_t b = 1; b < buckets_.size(); ++b) {
     if (!buckets_[b].empty()) return false;
+  }
+  // A relay not proven yet, whose chunks are not counted in the buckets.
+  for (const Neighbour& n : neighbours_) {
+    if (n.seed || n.proven) continue;
+    for (uint32_t c : n.owned) {
+      if (state_[c] == kMissing) return false;
+    }
   }
   // Only seeds can help, if one has a missing chunk (O(chunks) per seed).
   for (const Neighbour& n : neighbours_) {

@@ -9,10 +9,14 @@
 //  - rarest first: among the chunks this host lacks and has not asked for, the
 //    one the fewest relay neighbours have; ties broken at random, so fetchers
 //    that start together ask for different chunks;
-//  - a seed (the origin) is asked only for chunks no relay neighbour has, and
-//    not before the time it deferred a chunk to (it sent that chunk to another
-//    fetcher already): each chunk leaves the seed about once, then the seed
-//    serves what nobody else has;
+//  - a seed (the origin) is asked only for chunks no proven relay neighbour has,
+//    and not before the time it deferred a chunk to (it sent that chunk to
+//    another fetcher already): each chunk leaves the seed about once, then the
+//    seed serves what nobody else has;
+//  - a relay is proven once a chunk from it arrived (verified): until then what
+//    it offers is asked of it but not counted, so relays that offer everything
+//    and send nothing (anyone with the token can announce any number) cannot
+//    keep the seed idle, and the seed's requests are not cut back for them;
 //  - endgame: once every missing chunk is in flight, a neighbour with a free slot
 //    is asked for an in-flight chunk it has (at most kEndgameCopies requests per
 //    chunk); the first copy to arrive cancels the others;
@@ -93,9 +97,12 @@ class SwarmScheduler {
   // follow it without a round trip: one more than its slots, beyond
   // max_requests (it replaces the one arriving).
   std::optional<uint32_t> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
-  // `chunk` arrived from `peer` and was verified. Returns the other requests of it
-  // to cancel (endgame copies).
+  // `chunk` arrived from `peer` and was verified (which proves a relay). Returns
+  // the other requests of it to cancel (endgame copies).
   std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk);
+  // `peer` (a relay) has proven itself (Arrived does this at its first chunk):
+  // from now on what it offers is counted, and keeps the seed from those chunks.
+  void Prove(PeerId peer);
   // The request failed (an error, a bad digest, a deadline). True when `peer` is
   // dropped for it (then removed).
   bool Failed(PeerId peer, uint32_t chunk);
@@ -123,14 +130,14 @@ class SwarmScheduler {
   // Requests in flight to `peer`, and to all relays.
   int InFlight(PeerId peer) const;
   int RelayRequests() const { return relay_requests_; }
-  // How many relay neighbours have `chunk`.
+  // How many proven relay neighbours have `chunk`.
   int Holders(uint32_t chunk) const { return relays_having_[chunk]; }
   // Whether `peer` is a neighbour that has `chunk`, as far as this host knows.
   bool Offers(PeerId peer, uint32_t chunk) const;
   bool IsNeighbour(PeerId peer) const { return Find(peer) != nullptr; }
   size_t relay_neighbours() const { return ids_.size() - seeds_; }
-  // Whether this host holds fewer chunks than its relay neighbours on average
-  // (by more than 1/32 of the model).
+  // Whether this host holds fewer chunks than its proven relay neighbours on
+  // average (by more than 1/32 of the model).
   bool Behind() const;
   // The relay neighbour offering the fewest chunks this host lacks (the one to
   // replace when a better one is found), nullopt without relays. O(neighbours x
@@ -146,6 +153,7 @@ class SwarmScheduler {
     std::vector<uint32_t> owned;      // the chunks it has (a relay), in announcement order
     std::vector<uint32_t> requested;  // a few: its slots
     int failures = 0;
+    bool proven = false;                      // a relay that delivered a verified chunk
     SchedulerClock::time_point not_before{};  // busy until then
   };
 
@@ -187,7 +195,8 @@ class SwarmScheduler {
   size_t seeds_ = 0;          // neighbours that are seeds
   size_t unrequested_ = 0;    // chunks in the buckets
   int relay_requests_ = 0;    // in flight, to relays
-  int64_t relay_chunks_ = 0;  // chunks the relay neighbours have, summed
+  int64_t relay_chunks_ = 0;  // chunks the proven relay neighbours have, summed
+  size_t proven_relays_ = 0;
 };
 
 // When a fetcher whose neighbour set has room asks a seed's state for more

@@ -266,15 +266,18 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     struct Slot {
       WeightServer* server = nullptr;  // set once taken
       const std::string* relay = nullptr;
+      uint64_t holder = 0;
+      std::shared_ptr<std::atomic<uint64_t>> sent;  // bytes of this chunk sent so far
       Slot() = default;
       Slot(const Slot&) = delete;
       Slot& operator=(const Slot&) = delete;
       ~Slot() {
-        if (server != nullptr) server->ReleaseSlot(*relay);
+        if (server != nullptr) server->ReleaseSlot(*relay, holder);
       }
     } slot;
     if (peer >= 0 && options_.upload_slots > 0) {
-      if (!TakeSlot(relay, waiting)) {
+      slot.sent = std::make_shared<std::atomic<uint64_t>>(0);
+      if (!TakeSlot(relay, waiting, conn.fd(), slot.sent, &slot.holder)) {
         const auto retry = static_cast<uint32_t>(options_.busy_retry.count());
         if (!send_header(kChunkMagic, index, kChunkBusy, retry, 0, small)) return;
         continue;
@@ -339,6 +342,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     const auto deadline = deadline_for(kHeaderBytes + c.length);
     bool sent = send_header(kChunkMagic, index, kChunkOk, 0, c.length, deadline);
     auto count = [&](uint64_t w) {
+      if (slot.sent != nullptr) slot.sent->fetch_add(w, std::memory_order_relaxed);
       bytes_served_.fetch_add(w, std::memory_order_relaxed);
       metrics::BytesSent(metrics::Plane::kData, w);
       if (model->pulled) metrics::RelayBytesSent(w);

@@ -85,6 +85,12 @@ struct WeightServerOptions {
   // How long a relay's request waits for the relay's own send to end before it
   // is answered "busy".
   std::chrono::milliseconds own_slot_wait{2000};
+  // A relay holding an upload slot must take its chunk at least this fast once
+  // it has held the slot for preempt_after: a slower one (one that stops
+  // reading, or a name announced only to hold a slot) loses the slot, its
+  // connection closed, to a relay turned away meanwhile.
+  uint64_t relay_min_rate = 256 * 1024;
+  std::chrono::milliseconds preempt_after{2000};
   // Bytes per second this server sends of a model that this host is itself still
   // pulling (0: no limit). Set a little below the host's uplink: a full uplink
   // queues the host's own chunk requests and TCP acknowledgements behind its
@@ -159,8 +165,14 @@ class WeightServer {
   // newcomer is turned away for as long as they fetch (simulated, 1,000 hosts
   // with 10% joining late: late joiners p99 1.43x the bound, 1.24x in line).
   // At most upload_slots wait in line.
-  bool TakeSlot(const std::string& relay, bool waiting);
-  void ReleaseSlot(const std::string& relay);
+  // The slot is held by the connection `fd`, whose progress `sent` counts (for
+  // preemption: relay_min_rate); *holder names it for ReleaseSlot.
+  bool TakeSlot(const std::string& relay, bool waiting, int fd,
+                std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder);
+  void ReleaseSlot(const std::string& relay, uint64_t holder);
+  // Closes the connection of each slot holder slower than relay_min_rate after
+  // preempt_after (its send then fails and frees the slot). REQUIRES: slots_mu_.
+  void PreemptSlowHolders(std::chrono::steady_clock::time_point now);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
@@ -184,6 +196,15 @@ class WeightServer {
   std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> turned_away_;
   std::deque<uint64_t> line_;  // GUARDED_BY(slots_mu_): tickets of the waiting, first first
   uint64_t next_ticket_ = 0;   // GUARDED_BY(slots_mu_)
+  struct SlotHolder {
+    std::string relay;
+    int fd;
+    std::chrono::steady_clock::time_point since;
+    std::shared_ptr<std::atomic<uint64_t>> sent;
+    bool preempted = false;
+  };
+  std::map<uint64_t, SlotHolder> holders_;  // GUARDED_BY(slots_mu_)
+  uint64_t next_holder_ = 0;                // GUARDED_BY(slots_mu_)
 };
 
 }  // namespace seedd

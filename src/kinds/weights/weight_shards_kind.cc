@@ -150,7 +150,7 @@ class WeightShardsSeedable final : public Seedable {
       served = std::move(*fetched);
     }
     // Switch <name>/current atomically: a new link renamed over the old one.
-    const std::filesystem::path tmp = base / (".current-" + RandomHex(4));
+    const std::filesystem::path tmp = base / (".current-" + RandomHexOrDie(4));
     std::filesystem::create_directory_symlink(manifest->root_digest, tmp, ec);
     if (!ec) std::filesystem::rename(tmp, base / "current", ec);
     if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());

@@ -1,10 +1,13 @@
 // WeightServer's swarm bookkeeping (data_plane.h): the relays that announced
 // themselves per root digest, the tracker's sample of them, claims on chunks
 // sent to relays, and upload slots.
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <random>
 
 #include "kinds/weights/data_plane.h"
+#include "seedd/logging.h"
 
 namespace seedd {
 
@@ -134,7 +137,24 @@ void WeightServer::EndSend(const std::string& root, int peer, uint32_t index, bo
   }
 }
 
-bool WeightServer::TakeSlot(const std::string& relay, bool waiting) {
+void WeightServer::PreemptSlowHolders(std::chrono::steady_clock::time_point now) {
+  for (auto& [id, h] : holders_) {
+    const auto held = now - h.since;
+    if (h.preempted || held < options_.preempt_after) continue;
+    const double seconds = std::chrono::duration<double>(held).count();
+    const double rate = static_cast<double>(h.sent->load(std::memory_order_relaxed)) / seconds;
+    if (rate >= static_cast<double>(options_.relay_min_rate)) continue;
+    h.preempted = true;
+    ::shutdown(h.fd, SHUT_RDWR);  // its send fails at once and frees the slot
+    Logger().warn(
+        "weight_data: closed the upload of relay {} ({:.0f} KiB/s after {:.1f} s, below the "
+        "{} KiB/s a slot needs) for a relay waiting for a slot",
+        h.relay, rate / 1024, seconds, options_.relay_min_rate / 1024);
+  }
+}
+
+bool WeightServer::TakeSlot(const std::string& relay, bool waiting, int fd,
+                            std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder) {
   std::unique_lock<std::mutex> lock(slots_mu_);
   const auto now = std::chrono::steady_clock::now();
   const auto deadline = now + options_.own_slot_wait;
@@ -145,9 +165,12 @@ bool WeightServer::TakeSlot(const std::string& relay, bool waiting) {
   auto take = [&] {
     ++sending_[relay];
     ++relay_sends_;
+    *holder = ++next_holder_;
+    holders_.emplace(*holder, SlotHolder{relay, fd, std::chrono::steady_clock::now(), sent});
     return true;
   };
   const bool free = relay_sends_ < options_.upload_slots;
+  if (!free && mine() == 0) PreemptSlowHolders(now);
   if (mine() == 0 && free && line_.empty()) return take();
   if (mine() > 0) {
     // A relay's next request waits for its own send to end (the chunks it asks
@@ -190,8 +213,9 @@ bool WeightServer::TakeSlot(const std::string& relay, bool waiting) {
   return take();
 }
 
-void WeightServer::ReleaseSlot(const std::string& relay) {
+void WeightServer::ReleaseSlot(const std::string& relay, uint64_t holder) {
   std::lock_guard<std::mutex> lock(slots_mu_);
+  holders_.erase(holder);
   auto it = sending_.find(relay);
   if (it == sending_.end()) return;
   if (--it->second == 0) sending_.erase(it);

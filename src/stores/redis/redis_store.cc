@@ -29,12 +29,34 @@ class RedisStore final : public ArtifactStore {
     return Status::Ok();
   }
 
+  // At most kMaxSharedValueBytes are read: STRLEN first (0: absent or empty),
+  // then GETRANGE up to one byte past the limit (a value that grew meanwhile is
+  // still read bounded, and refused).
   Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
-    auto r = client_.Command({"GET", config_.prefix + key.ToString()});
+    const std::string k = config_.prefix + key.ToString();
+    auto len = client_.Command({"STRLEN", k});
+    if (!len.ok()) return len.status();
+    if ((*len)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("STRLEN", len->get());
+    auto too_large = [&] {
+      return Status::ResourceExhausted(Describe() + ": " + key.ToString() +
+                                       ": the value is larger than " +
+                                       std::to_string(kMaxSharedValueBytes >> 20) +
+                                       " MiB, the most a shared store's value may be");
+    };
+    if (static_cast<uint64_t>((*len)->integer) > kMaxSharedValueBytes) return too_large();
+    if ((*len)->integer == 0) {
+      auto exists = client_.Command({"EXISTS", k});
+      if (!exists.ok()) return exists.status();
+      if ((*exists)->type != REDIS_REPLY_INTEGER || (*exists)->integer == 0) {
+        return std::optional<std::string>();
+      }
+    }
+    const std::string last = std::to_string(kMaxSharedValueBytes);
+    auto r = client_.Command({"GETRANGE", k, "0", last});
     if (!r.ok()) return r.status();
     redisReply* reply = r->get();
-    if (reply->type == REDIS_REPLY_NIL) return std::optional<std::string>();
-    if (reply->type != REDIS_REPLY_STRING) return RedisClient::Unexpected("GET", reply);
+    if (reply->type != REDIS_REPLY_STRING) return RedisClient::Unexpected("GETRANGE", reply);
+    if (reply->len > kMaxSharedValueBytes) return too_large();
     return std::optional<std::string>(std::string(reply->str, reply->len));
   }
 

@@ -79,13 +79,24 @@ std::string XmlFirst(const std::string& xml, const std::string& tag) {
   return all.empty() ? "" : all.front();
 }
 
+// A response body, at most kMaxSharedValueBytes: past that the transfer stops.
+struct BodySink {
+  std::string* body;
+  bool too_large = false;
+};
+
 size_t WriteBody(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
+  auto* sink = static_cast<BodySink*>(user);
+  if (sink->body->size() + size * n > kMaxSharedValueBytes) {
+    sink->too_large = true;
+    return 0;  // curl stops: CURLE_WRITE_ERROR
+  }
+  sink->body->append(data, size * n);
   return size * n;
 }
 
 struct HeaderState {
-  std::string* body;
+  BodySink* sink;
   std::string etag;
 };
 
@@ -100,9 +111,13 @@ size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
   value.erase(0, value.find_first_not_of(" \t"));
   value.erase(value.find_last_not_of(" \t\r\n") + 1);
   if (name == "content-length") {
+    const unsigned long long len = std::strtoull(value.c_str(), nullptr, 10);
+    if (len > kMaxSharedValueBytes) {
+      state->sink->too_large = true;
+      return 0;  // refused before any of the body is read
+    }
     // Reserve the body once: a large object is then written into place, not regrown.
-    unsigned long long len = std::strtoull(value.c_str(), nullptr, 10);
-    if (len > 0 && len <= (1ull << 34)) state->body->reserve(len);
+    if (len > 0) state->sink->body->reserve(len);
   } else if (name == "etag") {
     state->etag = value;
   }
@@ -183,7 +198,12 @@ class S3Store final : public ArtifactStore {
     std::vector<std::string> keys;
     std::map<std::string, std::string> query = {{"list-type", "2"},
                                                 {"prefix", KeyPrefix() + std::string(prefix)}};
-    for (;;) {
+    for (int page = 0;; ++page) {
+      if (keys.size() >= kMaxListedKeys || page >= 1000) {
+        return Status::ResourceExhausted(Describe() + ": the listing goes on past " +
+                                         std::to_string(keys.size()) + " keys in " +
+                                         std::to_string(page) + " pages; narrow the prefix");
+      }
       auto r = Perform("GET", BucketPath(), query, {}, nullptr);
       if (!r.ok()) return r.status();
       if (r->status != 200) return ErrorFor("list", *r);
@@ -280,9 +300,10 @@ class S3Store final : public ArtifactStore {
       curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
       curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
       curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
+      BodySink body_sink{sink};
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
-      curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
-      HeaderState header_state{sink, {}};
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, &body_sink);
+      HeaderState header_state{&body_sink, {}};
       curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
       curl_easy_setopt(c, CURLOPT_HEADERDATA, &header_state);
       if (upload) {
@@ -300,6 +321,13 @@ class S3Store final : public ArtifactStore {
       response.etag = header_state.etag;
       Release(c);
       curl_slist_free_all(headers);
+      if (body_sink.too_large) {  // not retried: the same answer would come again
+        sink->clear();
+        return Status::ResourceExhausted(Describe() + ": " + method + " " + path +
+                                         ": the answer is larger than " +
+                                         std::to_string(kMaxSharedValueBytes >> 20) +
+                                         " MiB, the most a shared store's value may be");
+      }
       if (rc != CURLE_OK) {
         last = Status::Unavailable(Describe() + ": " + method + " " + path + ": " +
                                    curl_easy_strerror(rc));
