@@ -22,7 +22,7 @@ using testing::RunCommand;
 using testing::TempDir;
 
 const char kHash[] = "00112233445566778899aabbccddeeff";
-const char kToken[] = "e2e-token-4b1d";
+const char kToken[] = "e2e-token-4b1d-7c0e";
 
 std::string ReadFile(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

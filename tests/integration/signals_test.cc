@@ -130,7 +130,8 @@ TEST_F(SignalsTest, CtrlCStopsSeedctlPullAndSaysARerunResumes) {
 
 // A fleet rotates its token without a restart: while clients keep asking, the
 // token file goes "old" -> "old\nnew" -> (clients send new) -> "new\nold" ->
-// "new", each followed by SIGHUP; no request fails, and "old" is refused at the
+// "new" (each token of 20 bytes), each followed by SIGHUP; no request fails,
+// and "old" is refused at the
 // end. A file that cannot be read on SIGHUP keeps the tokens in use.
 TEST_F(SignalsTest, SighupRotatesTheTokenWhileRequestsRun) {
   auto write = [&](const std::string& text) {
@@ -138,13 +139,14 @@ TEST_F(SignalsTest, SighupRotatesTheTokenWhileRequestsRun) {
     std::ofstream(token_file(), std::ios::trunc) << text;
     std::filesystem::permissions(token_file(), std::filesystem::perms::owner_read);
   };
-  write("old\n");
+  write("old-token-0123456789\n");
   Process seedd(Daemon({}));
   auto line = seedd.ReadLine(seconds(30));
   ASSERT_TRUE(line.has_value()) << seedd.Stderr();
   Result<HostPort> addr = ParseHostPort(line->substr(std::string("seedd: serving on ").size()));
   ASSERT_OK(addr);
-  auto client_tokens = std::make_shared<TokenRing>(std::vector<std::string>{"old"});
+  auto client_tokens =
+      std::make_shared<TokenRing>(std::vector<std::string>{"old-token-0123456789"});
   auto client = [&](std::shared_ptr<const TokenRing> tokens) {
     SeedConfig config;
     config.source = *addr;
@@ -190,11 +192,12 @@ TEST_F(SignalsTest, SighupRotatesTheTokenWhileRequestsRun) {
     })) << seedd.Stderr();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // requests in between
   };
-  reload("old\nnew\n");                    // new accepted everywhere, old still sent
-  client_tokens->Replace({"new", "old"});  // the clients send new
-  reload("new\nold\n");
-  reload("b\x01d\n");  // unreadable: the tokens in use stay
-  reload("new\n");     // old refused
+  reload(
+      "old-token-0123456789\nnew-token-0123456789\n");  // new accepted everywhere, old still sent
+  client_tokens->Replace({"new-token-0123456789", "old-token-0123456789"});  // the clients send new
+  reload("new-token-0123456789\nold-token-0123456789\n");
+  reload("b\x01d\n");                // unreadable: the tokens in use stay
+  reload("new-token-0123456789\n");  // old refused
   stop = true;
   for (auto& t : load) t.join();
   EXPECT_EQ(failed.load(), 0) << first_failure;
@@ -202,7 +205,8 @@ TEST_F(SignalsTest, SighupRotatesTheTokenWhileRequestsRun) {
   const std::string log = seedd.Stderr();
   EXPECT_NE(log.find("Received SIGHUP; 2 token(s)"), std::string::npos) << log;
   EXPECT_NE(log.find("keeping the current tokens"), std::string::npos) << log;
-  auto stale = client(std::make_shared<const TokenRing>(std::vector<std::string>{"old"}));
+  auto stale =
+      client(std::make_shared<const TokenRing>(std::vector<std::string>{"old-token-0123456789"}));
   ASSERT_OK(stale);
   std::optional<Json> refused = (*stale)->Request(Json{{"kind", "catalog"}});
   ASSERT_TRUE(refused.has_value());

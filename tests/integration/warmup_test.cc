@@ -13,7 +13,7 @@ namespace seedd {
 namespace {
 
 const char kHash[] = "00112233445566778899aabbccddeeff";
-const char kToken[] = "warmup-token";
+const char kToken[] = "warmup-token-2d9a";
 const char kShapes[] = "16x16x16,24x8x32";
 
 class WarmupTest : public ::testing::Test {

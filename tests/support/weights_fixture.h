@@ -21,7 +21,7 @@
 
 namespace seedd::testing {
 
-inline constexpr char kToken[] = "weights-token";
+inline constexpr char kToken[] = "weights-token-8e3f";
 
 std::string ReadAll(const std::filesystem::path& p);
 void WriteRandom(const std::filesystem::path& p, size_t n, unsigned seed);
