@@ -230,6 +230,18 @@ class Server {
   std::unique_ptr<seedd::SeedTransport> transport_;
 };
 
+// `seconds` as a deadline: a finite number of seconds of at most a year (at
+// least 1 ms); anything else (NaN, infinity, a negative) raises ValueError
+// naming `what`, instead of a conversion to an integer that is undefined.
+std::chrono::milliseconds Deadline(double seconds, const char* what) {
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 365.0 * 24 * 3600) {
+    throw py::value_error(std::string(what) +
+                          " must be a finite number of seconds between 0 and one year, not " +
+                          std::to_string(seconds));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.001, seconds) * 1000));
+}
+
 // One request, one response; the GIL released while it travels. Raises
 // OSError on a transport failure (as the reference's socket calls would).
 py::object Exchange(const py::tuple& source, const py::object& request, double connect_timeout,
@@ -237,11 +249,8 @@ py::object Exchange(const py::tuple& source, const py::object& request, double c
   const seedd::HostPort peer = AddrOf(source);
   seedd::Json json = FromPy(request);
   seedd::ExchangeOptions options;
-  auto ms = [](double s) {
-    return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.001, s) * 1000));
-  };
-  options.connect_timeout = ms(connect_timeout);
-  options.response_timeout = ms(response_timeout);
+  options.connect_timeout = Deadline(connect_timeout, "connect_timeout");
+  options.response_timeout = Deadline(response_timeout, "response_timeout");
   options.first_byte_timeout = options.response_timeout;
   seedd::Result<seedd::Json> response = [&] {
     py::gil_scoped_release nogil;
@@ -294,7 +303,7 @@ py::dict Pull(const std::string& model, const std::vector<std::string>& sources,
   o.sources = sources;
   o.token = token;
   o.root_digest = root_digest;
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(0.001, timeout) * 1000));
+  o.timeout = Deadline(timeout, "timeout");
   o.replace = replace;
   o.verify_sha256 = verify_sha256;
   o.connections = connections;

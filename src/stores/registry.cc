@@ -111,14 +111,23 @@ std::string RedactStoreUrl(std::string_view url) {
   std::string out(url);
   size_t scheme_end = out.find("://");
   if (scheme_end == std::string::npos) return out;
-  size_t authority_end = out.find_first_of("/?", scheme_end + 3);
-  size_t at = out.rfind('@', authority_end);
-  if (at != std::string::npos && at > scheme_end) {
-    size_t colon = out.find(':', scheme_end + 3);
-    if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
+  // The user information ends at the last '@' before any '=' (of the query): a
+  // password may hold a raw '?' or '/', which must not end it early and show it.
+  size_t at = std::string::npos;
+  for (size_t i = scheme_end + 3; i < out.size() && out[i] != '='; ++i) {
+    if (out[i] == '@') at = i;
+  }
+  size_t after_userinfo = scheme_end + 3;
+  if (at != std::string::npos) {
+    const size_t colon = out.find(':', scheme_end + 3);
+    if (colon != std::string::npos && colon < at) {
+      out.replace(colon + 1, at - colon - 1, "***");
+      at = colon + 4;
+    }
+    after_userinfo = at + 1;
   }
   // Secrets passed as query parameters: the values of those names only.
-  size_t q = out.find('?', scheme_end + 3);
+  size_t q = out.find('?', after_userinfo);
   if (q == std::string::npos) return out;
   std::string query = out.substr(q + 1);
   std::string redacted;
@@ -129,8 +138,8 @@ std::string RedactStoreUrl(std::string_view url) {
         query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
     size_t eq = kv.find('=');
     std::string name = kv.substr(0, eq);
-    if (eq != std::string::npos &&
-        (name == "password" || name == "secret_key" || name == "token" || name == "secret")) {
+    if (eq != std::string::npos && (name == "password" || name == "secret_key" || name == "token" ||
+                                    name == "secret" || name == "password_file")) {
       kv = name + "=***";
     }
     redacted += (start == 0 ? "" : "&") + kv;

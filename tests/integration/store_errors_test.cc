@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "seedd/artifact_kind.h"
 #include "seedd/store_registry.h"
@@ -194,6 +195,34 @@ TEST_F(StoreErrors, ARedisValueLargerThanTheLimitIsRefusedUnread) {
   EXPECT_FALSE(absent->has_value());
 }
 
+// The Redis password from a file, so that it is on no command line: a server
+// that requires it is served; a file that is missing is an error naming it.
+TEST_F(StoreErrors, ARedisPasswordComesFromAFile) {
+  testing::RedisServer redis;
+  testing::TempDir dir;
+  const auto file = dir.path() / "redis-password";
+  std::ofstream(file) << "s3cret-redis-pass\n";
+  {
+    auto open = OpenArtifactStore(redis.url());
+    ASSERT_TRUE(open.ok());
+    testing::RunResult set =
+        testing::RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "CONFIG",
+                             "SET", "requirepass", "s3cret-redis-pass"});
+    ASSERT_EQ(set.status, 0) << set.err;
+  }
+  auto refused = OpenArtifactStore(redis.url());  // without the password
+  EXPECT_TRUE(!refused.ok() || !(*refused)->Put(Key(), "v").ok());
+  auto store = OpenArtifactStore(redis.url("password_file=" + file.string()));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_OK((*store)->Put(Key(), "v"));
+  EXPECT_EQ(**(*store)->Get(Key()), "v");
+  auto missing = OpenArtifactStore(redis.url("password_file=" + (dir.path() / "nope").string()));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("cannot read the password_file"), std::string::npos)
+      << missing.status().message();
+  EXPECT_EQ(missing.status().message().find("s3cret-redis-pass"), std::string::npos);
+}
+
 TEST(SigV4, MatchesAwsPublishedGetObjectExample) {
   // "Example: GET Object" of the AWS Signature Version 4 documentation for S3.
   SignedRequest req;
@@ -230,6 +259,10 @@ TEST(StoreUrl, ParsesUserPasswordHostPortPathAndQuery) {
             "s3://b?endpoint=http://h:1&token=***&region=r");
   // Only query parameters are redacted by name, never text elsewhere that looks like one.
   EXPECT_EQ(RedactStoreUrl("xyz://a:b@[:token=:1]:1"), "xyz://a:***@[:token=:1]:1");
+  // A raw '?' or '/' in the password does not end it early (it was shown).
+  EXPECT_EQ(RedactStoreUrl("redis://u:pa?ss/wd@h:1/0?prefix=x"), "redis://u:***@h:1/0?prefix=x");
+  EXPECT_EQ(RedactStoreUrl("redis://h:1?password_file=/etc/seedd/redis"),
+            "redis://h:1?password_file=***");
   EXPECT_FALSE(StoreUrl::Parse("redis://host:99999").ok());
   EXPECT_FALSE(StoreUrl::Parse("redis://host:1/%zz").ok());
 }

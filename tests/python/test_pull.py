@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _thread
 import filecmp
+import math
 import os
 import socket
 import threading
@@ -86,6 +87,16 @@ def test_failures_raise_seedd_error_with_the_daemons_words(served, tmp_path):
     assert "Unauthorized" in str(e.value), str(e.value)
     with pytest.raises(ValueError, match="token"):
         seedd.pull("tiny", [daemon.addr], tmp_path / "out", token="")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_a_value_error(served, tmp_path):
+    daemon, _ = served
+    for bad in (math.inf, math.nan, -1.0):
+        with pytest.raises(ValueError, match="timeout must be a finite number of seconds"):
+            seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN, timeout=bad)
+        with pytest.raises(ValueError, match="response_timeout"):
+            seedd._seedd.exchange(("127.0.0.1", 1), {"kind": "artifact"}, 1.0, bad)
     assert not os.path.exists(tmp_path / "out")
 
 

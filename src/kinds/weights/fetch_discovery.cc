@@ -15,7 +15,11 @@
 namespace seedd {
 namespace {
 
-constexpr size_t kMaxSources = 256;  // seeds and relays known to one fetch
+// Seeds and relays one fetch knows and has not dropped; dropped ones do not
+// count (relays named by a liar must not crowd out those found later), but all
+// it ever knew are bounded too.
+constexpr size_t kMaxSources = 256;
+constexpr size_t kMaxSourcesEver = 4 * kMaxSources;
 
 }  // namespace
 
@@ -73,10 +77,13 @@ void Fetch::AddRelays(const std::vector<HostPort>& relays) {
 
 void Fetch::AddSourceLocked(const HostPort& addr, bool seed) {
   const std::string name = addr.ToString();
-  if (name == options_.relay || sources_.size() >= kMaxSources) return;
+  if (name == options_.relay || sources_.size() >= kMaxSourcesEver) return;
+  size_t live = 0;
   for (const auto& s : sources_) {
     if (s->name == name) return;
+    live += !s->dropped;
   }
+  if (live >= kMaxSources) return;
   auto source = std::make_unique<Source>();
   source->addr = addr;
   source->name = name;

@@ -1,6 +1,7 @@
 #include "stores/redis/redis_client.h"
 
 #include <charconv>
+#include <fstream>
 
 #include "stores/store_url.h"
 
@@ -132,9 +133,28 @@ Result<RedisConfig> ParseRedisUrl(std::string_view url) {
       if (!ParseInt(v, 1, 3600000, &n))
         return Status::InvalidArgument("timeout_ms must be 1-3600000");
       config.timeout_ms = static_cast<int>(n);
+    } else if (k == "password_file") {
+      // The password from a file (its first line, at most 4 KiB), so that it is
+      // on no command line; the error names the file, never its content.
+      if (config.password.has_value()) {
+        return Status::InvalidArgument(
+            "give the password in the URL or in password_file, not both");
+      }
+      std::ifstream in(v, std::ios::binary);
+      if (!in) return Status::InvalidArgument("cannot read the password_file " + v);
+      std::string text(4097, '\0');
+      in.read(text.data(), static_cast<std::streamsize>(text.size()));
+      text.resize(static_cast<size_t>(in.gcount()));
+      if (text.size() > 4096) {
+        return Status::InvalidArgument("the password_file " + v + " is larger than 4 KiB");
+      }
+      text = text.substr(0, text.find('\n'));
+      while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
+      if (text.empty()) return Status::InvalidArgument("the password_file " + v + " is empty");
+      config.password = std::move(text);
     } else {
       return Status::InvalidArgument("unknown redis parameter '" + k +
-                                     "' (known: prefix, ttl, timeout_ms)");
+                                     "' (known: prefix, ttl, timeout_ms, password_file)");
     }
   }
   return config;
