@@ -38,6 +38,7 @@ __all__ = [
     "SeedConfig",
     "SeedTransport",
     "Seedable",
+    "TlsFiles",
     "pull",
     "set_log_level",
 ]
@@ -67,6 +68,28 @@ class SeedConfig(NamedTuple):
     listen: tuple[str, int] | None = None
     source: tuple[str, int] | None = None
     token: str | None = None
+
+
+class TlsFiles(NamedTuple):
+    """TLS for a :class:`SeedTransport` (PEM file paths; the reference's
+    SeedConfig has no place for them). With ``cert`` and ``key`` the listener
+    speaks TLS 1.3 only; with ``ca`` requests to the source use TLS and verify
+    it against that CA, ``cert``/``key`` then serving as a client certificate
+    for daemons that require one. By default from the environment:
+    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``, so that an engine
+    using the drop-in transport gets TLS without a change to its code."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> "TlsFiles":
+        return cls(
+            os.environ.get("SEEDD_TLS_CA") or None,
+            os.environ.get("SEEDD_TLS_CERT") or None,
+            os.environ.get("SEEDD_TLS_KEY") or None,
+        )
 
 
 class Seedable(Protocol):
@@ -119,6 +142,7 @@ class SeedTransport:
     ):
         seed_config = seed_config or SeedConfig()
         listen, source, token = seed_config
+        self.tls = TlsFiles.from_environment()
         if (listen is not None or source is not None) and not token:
             raise ValueError("A daemon-to-daemon listener/source requires a token")
         self._seedables = list(seedables)
@@ -185,6 +209,9 @@ class SeedTransport:
                 {**payload, "token": self._seed_config.token},
                 _CONNECT_TIMEOUT_S,
                 _REQUEST_TIMEOUT_S,
+                os.fspath(self.tls.ca or ""),
+                os.fspath(self.tls.cert or "") if self.tls.ca else "",
+                os.fspath(self.tls.key or "") if self.tls.ca else "",
             )
         except (OSError, ValueError) as e:
             logger.warning(
@@ -211,7 +238,14 @@ class SeedTransport:
         listen = self._seed_config.listen
         if listen is None:
             return None
-        server = _seedd.Server(self._seedables, tuple(listen), self._seed_config.token)
+        server = _seedd.Server(
+            self._seedables,
+            tuple(listen),
+            self._seed_config.token,
+            tls_cert=os.fspath(self.tls.cert or ""),
+            tls_key=os.fspath(self.tls.key or ""),
+            tls_ca=os.fspath(self.tls.ca or ""),
+        )
         address = server.start()
         self._server = server
         _open_servers.add(self)
@@ -276,6 +310,9 @@ def pull(
     verify_sha256: bool = False,
     connections: int = 4,
     max_neighbours: int = 16,
+    tls_ca: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
 ) -> PullStats:
     """Pull ``model``'s weights from seedd daemons into the directory ``into``.
 
@@ -285,7 +322,10 @@ def pull(
     other is refused before a byte moves. Sources that do not answer are tried
     again until ``timeout`` seconds after the call. ``progress`` is called with
     ``{"verified_bytes", "total_bytes", "resumed_bytes", "sources"}`` as chunks
-    are verified, on the calling thread.
+    are verified, on the calling thread. ``tls_ca``: connect with TLS and
+    verify the daemons against this CA (PEM); ``tls_cert``/``tls_key``: a
+    client certificate for daemons that require one (each by default from
+    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``).
 
     Every chunk is verified before it lands; the files appear under ``into``
     only once all are (a pull interrupted, by Ctrl-C too, keeps what it
@@ -305,6 +345,7 @@ def pull(
         token = os.environ.get("SEEDD_TOKEN", "")
     if not token:
         raise ValueError("pull needs the shared token (token=..., or $SEEDD_TOKEN)")
+    env_tls = TlsFiles.from_environment()
     stats = _seedd.pull(
         model,
         texts,
@@ -317,6 +358,9 @@ def pull(
         verify_sha256,
         connections,
         max_neighbours,
+        os.fspath(tls_ca or env_tls.ca or ""),
+        os.fspath(tls_cert or env_tls.cert or ""),
+        os.fspath(tls_key or env_tls.key or ""),
     )
     return PullStats(**stats)
 

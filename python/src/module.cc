@@ -176,11 +176,26 @@ seedd::HostPort AddrOf(const py::tuple& addr) {
   return hp;
 }
 
+// A TLS context from PEM files (paths; empty: none): null when none is given.
+// A file that cannot be used raises ValueError naming it and why.
+std::shared_ptr<seedd::TlsContext> TlsOf(const std::string& ca, const std::string& cert,
+                                         const std::string& key) {
+  if (ca.empty() && cert.empty() && key.empty()) return nullptr;
+  seedd::TlsOptions o;
+  o.ca = ca;
+  o.cert = cert;
+  o.key = key;
+  seedd::Result<std::shared_ptr<seedd::TlsContext>> ctx = seedd::TlsContext::Create(o);
+  if (!ctx.ok()) throw py::value_error("TLS: " + ctx.status().message());
+  return *ctx;
+}
+
 // The listener: a seedd::SeedTransport serving Python seedables.
 class Server {
  public:
   Server(const py::list& seedables, const py::tuple& listen, const std::string& token,
-         size_t max_connections, size_t max_resolver_threads) {
+         size_t max_connections, size_t max_resolver_threads, const std::string& tls_cert,
+         const std::string& tls_key, const std::string& tls_ca) {
     std::vector<seedd::SeedablePtr> kinds;
     std::vector<std::string> seen;
     for (py::handle s : seedables) {
@@ -198,6 +213,12 @@ class Server {
     options.max_connections = max_connections;
     options.max_resolver_threads = std::max<size_t>(max_resolver_threads, 1);
     options.min_resolver_threads = std::min<size_t>(2, options.max_resolver_threads);
+    if (!tls_cert.empty() || !tls_key.empty()) {
+      if (tls_cert.empty() || tls_key.empty()) {
+        throw py::value_error("a TLS listener needs tls_cert and tls_key");
+      }
+      options.tls = TlsOf(tls_ca, tls_cert, tls_key);
+    }
     seedd::Result<std::unique_ptr<seedd::SeedTransport>> t =
         seedd::SeedTransport::Create(std::move(kinds), config, options);
     if (!t.ok()) Raise(t.status());
@@ -245,13 +266,18 @@ std::chrono::milliseconds Deadline(double seconds, const char* what) {
 // One request, one response; the GIL released while it travels. Raises
 // OSError on a transport failure (as the reference's socket calls would).
 py::object Exchange(const py::tuple& source, const py::object& request, double connect_timeout,
-                    double response_timeout) {
+                    double response_timeout, const std::string& tls_ca, const std::string& tls_cert,
+                    const std::string& tls_key) {
   const seedd::HostPort peer = AddrOf(source);
   seedd::Json json = FromPy(request);
   seedd::ExchangeOptions options;
   options.connect_timeout = Deadline(connect_timeout, "connect_timeout");
   options.response_timeout = Deadline(response_timeout, "response_timeout");
   options.first_byte_timeout = options.response_timeout;
+  if (!tls_cert.empty() && tls_ca.empty()) {
+    throw py::value_error("a TLS client certificate needs tls_ca (the CA of the daemons)");
+  }
+  options.tls = TlsOf(tls_ca, tls_cert, tls_key);
   seedd::Result<seedd::Json> response = [&] {
     py::gil_scoped_release nogil;
     return seedd::ExchangeJson(peer, json, options);
@@ -298,12 +324,17 @@ py::dict StatsOf(const seedd::PullResult& r) {
 py::dict Pull(const std::string& model, const std::vector<std::string>& sources,
               const std::string& into, const std::string& token, const std::string& root_digest,
               double timeout, const py::object& progress, bool replace, bool verify_sha256,
-              int connections, size_t max_neighbours) {
+              int connections, size_t max_neighbours, const std::string& tls_ca,
+              const std::string& tls_cert, const std::string& tls_key) {
   seedd::PullOptions o;
   o.sources = sources;
   o.token = token;
   o.root_digest = root_digest;
   o.timeout = Deadline(timeout, "timeout");
+  if (!tls_cert.empty() && tls_ca.empty()) {
+    throw py::value_error("a TLS client certificate needs tls_ca (the CA of the daemons)");
+  }
+  o.tls = TlsOf(tls_ca, tls_cert, tls_key);
   o.replace = replace;
   o.verify_sha256 = verify_sha256;
   o.connections = connections;
@@ -385,20 +416,24 @@ PYBIND11_MODULE(_seedd, m) {
       py::arg("level"));
 
   py::class_<Server>(m, "Server")
-      .def(py::init<const py::list&, const py::tuple&, const std::string&, size_t, size_t>(),
+      .def(py::init<const py::list&, const py::tuple&, const std::string&, size_t, size_t,
+                    const std::string&, const std::string&, const std::string&>(),
            py::arg("seedables"), py::arg("listen"), py::arg("token"),
-           py::arg("max_connections") = 1024, py::arg("max_resolver_threads") = 64)
+           py::arg("max_connections") = 1024, py::arg("max_resolver_threads") = 64,
+           py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_ca") = "")
       .def("start", &Server::Start)
       .def("close", &Server::Close)
       .def_property_readonly("open_connections", &Server::open_connections);
 
   m.def("exchange", &Exchange, py::arg("source"), py::arg("request"),
-        py::arg("connect_timeout") = 5.0, py::arg("response_timeout") = 300.0);
+        py::arg("connect_timeout") = 5.0, py::arg("response_timeout") = 300.0,
+        py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "");
 
   m.def("pull", &Pull, py::arg("model"), py::arg("sources"), py::arg("into"), py::arg("token"),
         py::arg("root_digest") = "", py::arg("timeout") = 1800.0, py::arg("progress") = py::none(),
         py::arg("replace") = false, py::arg("verify_sha256") = false, py::arg("connections") = 4,
-        py::arg("max_neighbours") = 16);
+        py::arg("max_neighbours") = 16, py::arg("tls_ca") = "", py::arg("tls_cert") = "",
+        py::arg("tls_key") = "");
 
   m.def(
       "build_manifest",

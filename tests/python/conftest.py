@@ -60,6 +60,27 @@ def start(request):
 
 
 @pytest.fixture
+def pki(tmp_path):
+    """A CA and a certificate for 127.0.0.1 signed by it, made by the openssl CLI."""
+    d = tmp_path / "pki"
+    d.mkdir()
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    for name in ("ca", "server"):
+        run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out",
+            f"{name}.key")
+    run("req", "-x509", "-new", "-key", "ca.key", "-out", "ca.crt", "-days", "30", "-subj", "/CN=ca")
+    run("req", "-new", "-key", "server.key", "-out", "server.csr", "-subj", "/CN=server")
+    (d / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.crt", "-days", "30", "-extfile", "server.ext")
+    return d
+
+
+@pytest.fixture
 def seedd_bin():
     return os.path.join(BIN_DIR, "seedd")
 

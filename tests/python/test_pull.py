@@ -100,6 +100,42 @@ def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_a_value_error(serve
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_the_package_speaks_tls_verifying_daemons_against_a_ca(start, seedd_bin, tmp_path, pki):
+    model = make_model(str(tmp_path / "model"))
+    daemon = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "cache"),
+                    "--model", f"tiny={model}", "--chunk-mib", "0.25", "--log-level", "warn",
+                    "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key")])
+    stats = seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN, tls_ca=pki / "ca.crt")
+    assert same_tree(model, str(tmp_path / "out"))
+    assert stats.total_bytes > 0
+    # The control channel too, and a listener of the package's own.
+    answer = seedd._seedd.exchange(daemon.addr, {"kind": "catalog", "prefix": "", "token": TOKEN},
+                                   5.0, 5.0, str(pki / "ca.crt"))
+    assert answer["status"] == "ok", answer
+    server = seedd._seedd.Server([], ("127.0.0.1", 0), TOKEN, tls_cert=str(pki / "server.crt"),
+                                 tls_key=str(pki / "server.key"))
+    addr = server.start()
+    try:
+        answer = seedd._seedd.exchange(addr, {"kind": "catalog", "token": TOKEN}, 5.0, 5.0,
+                                       str(pki / "ca.crt"))
+        assert answer["status"] == "error", answer  # no seedables: but over TLS, answered
+        # A plain client is told, in plain words.
+        plain = seedd._seedd.exchange(addr, {"kind": "catalog", "token": TOKEN}, 5.0, 5.0)
+        assert "this port speaks TLS" in plain.get("message", ""), plain
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="TLS"):
+        seedd.pull("tiny", [daemon.addr], tmp_path / "x", token=TOKEN, tls_ca=tmp_path / "nope")
+    # The drop-in transport, unchanged engine code, TLS from the environment.
+    os.environ["SEEDD_TLS_CA"] = str(pki / "ca.crt")
+    try:
+        t = seedd.SeedTransport([], seedd.SeedConfig(source=daemon.addr, token=TOKEN))
+        assert t.tls.ca == str(pki / "ca.crt")
+        assert t.request({"kind": "catalog", "prefix": ""})["status"] == "ok"
+    finally:
+        del os.environ["SEEDD_TLS_CA"]
+
+
 def test_ctrl_c_stops_a_pull_and_is_raised(tmp_path):
     # A source that accepts and never answers: the pull waits on it.
     server = socket.create_server(("127.0.0.1", 0))
