@@ -111,6 +111,39 @@ TEST_F(TlsConnTest, ARecordTrickledAByteAtATimeIsCutAtTheReadDeadline) {
   EXPECT_LT(took, milliseconds(1500));
 }
 
+// A peer that reads, but a few hundred bytes at a time: each write() makes some
+// progress, so a timeout per system call never fires; the send's deadline is
+// for the whole call.
+TEST_F(TlsConnTest, ASendToASlowReaderEndsAtItsDeadline) {
+  Result<std::unique_ptr<Conn>> conn = Status::Unavailable("not yet");
+  std::thread accept([&] {
+    conn = Conn::Accept(server_fd_.get(), *server_, Clock::now() + std::chrono::seconds(10));
+  });
+  ManualClient client;
+  Handshake(&client);
+  accept.join();
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  int small = 4096;
+  ::setsockopt(server_fd_.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  ::setsockopt(client_fd_.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    char buf[300];
+    while (!stop) {
+      if (::recv(client_fd_.get(), buf, sizeof(buf), MSG_DONTWAIT) == 0) return;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+  const std::string data(4 << 20, 'd');  // ~15 KB/s: minutes to send whole
+  const auto start = Clock::now();
+  const bool sent = (*conn)->SendAllBy(data.data(), data.size(), start + milliseconds(1000));
+  const auto took = Clock::now() - start;
+  stop = true;
+  reader.join();
+  EXPECT_FALSE(sent);
+  EXPECT_LT(took, milliseconds(1500));
+}
+
 TEST_F(TlsConnTest, AHandshakeTrickledAByteAtATimeIsCutAtItsDeadline) {
   // A ClientHello record header, then a byte every 50 ms of a 1,000-byte body.
   std::atomic<bool> stop{false};
