@@ -47,6 +47,38 @@ class FloodTest : public testing::WeightsFixture {
                 {"filename", "k.bin"},
                 {"token", token}};
   }
+  // A TLS listener (a PKI made under dir_/pki) with `options`.
+  std::unique_ptr<SeedTransport> ListenTls(TransportOptions options, HostPort* addr) {
+    std::string error;
+    EXPECT_TRUE(testing::MakeTestPki(pki(), &error)) << error;
+    TlsOptions server_tls;
+    server_tls.cert = pki() / "server.crt";
+    server_tls.key = pki() / "server.key";
+    options.tls = *TlsContext::Create(server_tls);
+    return Listen(options, addr);
+  }
+  // How many of 20 requests from 127.0.0.1 over TLS are answered "ok".
+  int ServedOverTls(const HostPort& addr) {
+    TlsOptions client_tls;
+    client_tls.ca = pki() / "ca.crt";
+    SeedConfig config;
+    config.source = addr;
+    config.token = kToken;
+    TransportOptions client_options;
+    client_options.tls = *TlsContext::Create(client_tls);
+    client_options.response_timeout = std::chrono::seconds(3);
+    auto client = SeedTransport::Create({}, config, client_options);
+    EXPECT_OK(client);
+    Json request = Request();
+    request.erase("token");
+    int served = 0;
+    for (int i = 0; i < 20; ++i) {
+      auto r = (*client)->Request(request);
+      served += r.has_value() && r->value("status", "") == "ok";
+    }
+    return served;
+  }
+  std::filesystem::path pki() const { return dir_.path() / "pki"; }
   // One request from 127.0.0.1 as a client library would send it.
   static Json Ask(const HostPort& addr) {
     SeedConfig config;
@@ -208,40 +240,16 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
 // one from the host holding the most, so another host's TLS requests are all
 // served.
 TEST_F(FloodTest, HostsHoldingTlsHandshakesLeaveAnotherHostsRequestsServed) {
-  const auto pki = dir_.path() / "pki";
-  std::string error;
-  ASSERT_TRUE(testing::MakeTestPki(pki, &error)) << error;
-  TlsOptions server_tls;
-  server_tls.cert = pki / "server.crt";
-  server_tls.key = pki / "server.key";
-  TransportOptions options;
-  options.tls = *TlsContext::Create(server_tls);
   LogCapture logs;
   HostPort addr;
-  auto server = Listen(options, &addr);
+  auto server = ListenTls({}, &addr);
   std::atomic<bool> stop{false};
   std::vector<std::thread> flooders;
   for (const char* from : {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}) {
     flooders.emplace_back([&, from] { testing::HoldIdleConnections(from, addr, 80, stop); });
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));  // every place taken
-  TlsOptions client_tls;
-  client_tls.ca = pki / "ca.crt";
-  SeedConfig config;
-  config.source = addr;
-  config.token = kToken;
-  TransportOptions client_options;
-  client_options.tls = *TlsContext::Create(client_tls);
-  client_options.response_timeout = std::chrono::seconds(3);
-  auto client = SeedTransport::Create({}, config, client_options);
-  ASSERT_OK(client);
-  Json request = Request();
-  request.erase("token");
-  int served = 0;
-  for (int i = 0; i < 20; ++i) {
-    auto r = (*client)->Request(request);
-    served += r.has_value() && r->value("status", "") == "ok";
-  }
+  const int served = ServedOverTls(addr);
   stop = true;
   for (auto& t : flooders) t.join();
   EXPECT_EQ(served, 20) << logs.Dump();
@@ -256,19 +264,12 @@ TEST_F(FloodTest, HostsHoldingTlsHandshakesLeaveAnotherHostsRequestsServed) {
 // thread (the server has 4): each trickler is cut within the request deadline
 // (2 s) + 1 s, and every request from another host is served meanwhile.
 TEST_F(FloodTest, ManyHostsTricklingTlsHandshakesAreCutAtTheDeadlineAndOthersAreServed) {
-  const auto pki = dir_.path() / "pki";
-  std::string error;
-  ASSERT_TRUE(testing::MakeTestPki(pki, &error)) << error;
-  TlsOptions server_tls;
-  server_tls.cert = pki / "server.crt";
-  server_tls.key = pki / "server.key";
   TransportOptions options;
-  options.tls = *TlsContext::Create(server_tls);
   options.request_timeout = std::chrono::seconds(2);
   options.max_streams = 4;
   LogCapture logs;
   HostPort addr;
-  auto server = Listen(options, &addr);
+  auto server = ListenTls(options, &addr);
   using Clock = std::chrono::steady_clock;
   struct Trickler {
     std::string from;
@@ -314,23 +315,7 @@ TEST_F(FloodTest, ManyHostsTricklingTlsHandshakesAreCutAtTheDeadlineAndOthersAre
     }
   });
   std::this_thread::sleep_for(std::chrono::seconds(1));  // every trickler holds a handshake
-  TlsOptions client_tls;
-  client_tls.ca = pki / "ca.crt";
-  SeedConfig config;
-  config.source = addr;
-  config.token = kToken;
-  TransportOptions client_options;
-  client_options.tls = *TlsContext::Create(client_tls);
-  client_options.response_timeout = std::chrono::seconds(3);
-  auto client = SeedTransport::Create({}, config, client_options);
-  ASSERT_OK(client);
-  Json request = Request();
-  request.erase("token");
-  int served = 0;
-  for (int i = 0; i < 20; ++i) {
-    auto r = (*client)->Request(request);
-    served += r.has_value() && r->value("status", "") == "ok";
-  }
+  const int served = ServedOverTls(addr);
   // Every trickler has been cut at least once by now.
   EXPECT_TRUE(WaitUntil([&] { return cut >= 64; }, std::chrono::seconds(10))) << cut << " cut";
   stop = true;

@@ -290,7 +290,19 @@ INSTANTIATE_TEST_SUITE_P(EveryLie, HostileRelayTest,
 // A relay named by someone else may be any service: one that answers HTTP is
 // dropped at its first answer, not taken for a full source and reconnected to
 // at once for minutes (thousands of connections a second before).
-class ForeignServiceTest : public testing::WeightsFixture {};
+class ForeignServiceTest : public testing::WeightsFixture {
+ protected:
+  // A pull of model_ from `origin` beside `relay`, named in the manifest as an
+  // origin names relays; byte-identical.
+  FetchStats PullBeside(ScriptedRelay* relay, const Manifest& m, const HostPort& origin) {
+    Manifest listed = m;
+    listed.sources = {relay->addr().ToString()};
+    FetchStats stats;
+    EXPECT_OK(FetchModel(listed, {origin}, dir_.path() / "dest", Options(), &stats));
+    EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+    return stats;
+  }
+};
 
 // A relay named by someone else (in a manifest, a state response or the
 // registry) that does not hold the token: it is dropped at its first answer and
@@ -301,11 +313,7 @@ TEST_F(ForeignServiceTest, ARelayWithoutTheTokenNeverReceivesTheTokenOrAProof) {
   HostPort origin = Serve(model_);
   Manifest m = ManifestFrom(origin);
   ScriptedRelay stranger(Lie::kHasNoToken, m);
-  Manifest listed = m;
-  listed.sources = {stranger.addr().ToString()};
-  FetchStats stats;
-  ASSERT_OK(FetchModel(listed, {origin}, dir_.path() / "dest", Options(), &stats));
-  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  const FetchStats stats = PullBeside(&stranger, m, origin);
   EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{stranger.addr().ToString()});
   const std::string received = stranger.received();
   EXPECT_NE(received.find(kDataAuthScheme), std::string::npos) << received;
@@ -318,11 +326,7 @@ TEST_F(ForeignServiceTest, ARelayThatIsAnotherServiceIsDroppedWithoutAFlood) {
   HostPort origin = Serve(model_);
   Manifest m = ManifestFrom(origin);
   ScriptedRelay http(Lie::kSpeaksHttp, m);
-  Manifest listed = m;
-  listed.sources = {http.addr().ToString()};
-  FetchStats stats;
-  ASSERT_OK(FetchModel(listed, {origin}, dir_.path() / "dest", Options(), &stats));
-  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  const FetchStats stats = PullBeside(&http, m, origin);
   EXPECT_EQ(stats.sources_dropped, std::vector<std::string>{http.addr().ToString()});
   EXPECT_EQ(stats.refused_full, 0u);
   // Its data and watch connections, at most: once each.

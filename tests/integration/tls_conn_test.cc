@@ -76,6 +76,18 @@ class TlsConnTest : public ::testing::Test {
     }
   }
 
+  // A server Conn on server_fd_ with `client` done with its handshake.
+  std::unique_ptr<Conn> Established(ManualClient* client) {
+    Result<std::unique_ptr<Conn>> conn = Status::Unavailable("not yet");
+    std::thread accept([&] {
+      conn = Conn::Accept(server_fd_.get(), *server_, Clock::now() + std::chrono::seconds(10));
+    });
+    Handshake(client);
+    accept.join();
+    EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+    return conn.ok() ? std::move(*conn) : nullptr;
+  }
+
   testing::TempDir dir_;
   std::shared_ptr<TlsContext> server_;
   UniqueFd server_fd_;
@@ -83,14 +95,9 @@ class TlsConnTest : public ::testing::Test {
 };
 
 TEST_F(TlsConnTest, ARecordTrickledAByteAtATimeIsCutAtTheReadDeadline) {
-  Result<std::unique_ptr<Conn>> conn = Status::Unavailable("not yet");
-  std::thread accept([&] {
-    conn = Conn::Accept(server_fd_.get(), *server_, Clock::now() + std::chrono::seconds(10));
-  });
   ManualClient client;
-  Handshake(&client);
-  accept.join();
-  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  std::unique_ptr<Conn> conn = Established(&client);
+  ASSERT_NE(conn, nullptr);
   // One record of 100 bytes, sent a byte every 50 ms (5 s in all).
   ASSERT_EQ(SSL_write(client.ssl, std::string(100, 'x').data(), 100), 100);
   const std::string record = client.Take();
@@ -103,7 +110,7 @@ TEST_F(TlsConnTest, ARecordTrickledAByteAtATimeIsCutAtTheReadDeadline) {
   });
   char buf[100];
   const auto start = Clock::now();
-  Status got = (*conn)->RecvAllBy(buf, sizeof(buf), start + milliseconds(1000));
+  Status got = conn->RecvAllBy(buf, sizeof(buf), start + milliseconds(1000));
   const auto took = Clock::now() - start;
   stop = true;
   trickle.join();
@@ -115,14 +122,9 @@ TEST_F(TlsConnTest, ARecordTrickledAByteAtATimeIsCutAtTheReadDeadline) {
 // progress, so a timeout per system call never fires; the send's deadline is
 // for the whole call.
 TEST_F(TlsConnTest, ASendToASlowReaderEndsAtItsDeadline) {
-  Result<std::unique_ptr<Conn>> conn = Status::Unavailable("not yet");
-  std::thread accept([&] {
-    conn = Conn::Accept(server_fd_.get(), *server_, Clock::now() + std::chrono::seconds(10));
-  });
   ManualClient client;
-  Handshake(&client);
-  accept.join();
-  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  std::unique_ptr<Conn> conn = Established(&client);
+  ASSERT_NE(conn, nullptr);
   int small = 4096;
   ::setsockopt(server_fd_.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
   ::setsockopt(client_fd_.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
@@ -136,7 +138,7 @@ TEST_F(TlsConnTest, ASendToASlowReaderEndsAtItsDeadline) {
   });
   const std::string data(4 << 20, 'd');  // ~15 KB/s: minutes to send whole
   const auto start = Clock::now();
-  const bool sent = (*conn)->SendAllBy(data.data(), data.size(), start + milliseconds(1000));
+  const bool sent = conn->SendAllBy(data.data(), data.size(), start + milliseconds(1000));
   const auto took = Clock::now() - start;
   stop = true;
   reader.join();
