@@ -111,15 +111,28 @@ std::string RedactStoreUrl(std::string_view url) {
   std::string out(url);
   size_t scheme_end = out.find("://");
   if (scheme_end == std::string::npos) return out;
-  // The user information ends at the last '@' before any '=' (of the query): a
-  // password may hold a raw '?' or '/', which must not end it early and show it.
+  // The user information as StoreUrl::Parse reads it: up to the last '@' of the
+  // authority, which ends at the first '/' before any '?'.
+  const size_t user_start = scheme_end + 3;
+  const size_t first_q = out.find('?', user_start);
+  size_t authority_end = out.find('/', user_start);
+  if (authority_end == std::string::npos ||
+      (first_q != std::string::npos && authority_end > first_q)) {
+    authority_end = first_q == std::string::npos ? out.size() : first_q;
+  }
   size_t at = std::string::npos;
-  for (size_t i = scheme_end + 3; i < out.size() && out[i] != '='; ++i) {
+  for (size_t i = user_start; i < authority_end; ++i) {
     if (out[i] == '@') at = i;
   }
-  size_t after_userinfo = scheme_end + 3;
+  if (at == std::string::npos && !StoreUrl::Parse(url).ok()) {
+    // A URL that does not parse may hold a password with a raw '?' or '/'
+    // (which ended the authority early): hide everything up to its last '@'.
+    at = out.rfind('@');
+    if (at != std::string::npos && at < user_start) at = std::string::npos;
+  }
+  size_t after_userinfo = user_start;
   if (at != std::string::npos) {
-    const size_t colon = out.find(':', scheme_end + 3);
+    const size_t colon = out.find(':', user_start);
     if (colon != std::string::npos && colon < at) {
       out.replace(colon + 1, at - colon - 1, "***");
       at = colon + 4;

@@ -263,6 +263,10 @@ TEST(StoreUrl, ParsesUserPasswordHostPortPathAndQuery) {
   EXPECT_EQ(RedactStoreUrl("redis://u:pa?ss/wd@h:1/0?prefix=x"), "redis://u:***@h:1/0?prefix=x");
   EXPECT_EQ(RedactStoreUrl("redis://h:1?password_file=/etc/seedd/redis"),
             "redis://h:1?password_file=***");
+  // Found by store_url_fuzz: a password holding '=' is still the password.
+  const std::string odd("F\0://:on=@", 10);
+  EXPECT_EQ(RedactStoreUrl(odd), std::string("F\0://:***@", 10));
+  EXPECT_EQ(StoreUrl::Parse(RedactStoreUrl(odd))->password, std::optional<std::string>("***"));
   EXPECT_FALSE(StoreUrl::Parse("redis://host:99999").ok());
   EXPECT_FALSE(StoreUrl::Parse("redis://host:1/%zz").ok());
 }
