@@ -184,6 +184,12 @@ int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& given) {
   seedd::Result<seedd::CompileFactors> factors =
       seedd::ParseCompileFactors(args.factors, args.factors_file);
   if (!factors.ok()) return Fail(std::string(factors.status().message()), 2);
+  std::shared_ptr<const seedd::TrustedKeys> trust;
+  if (!args.trust_keys.empty()) {
+    auto keys = seedd::TrustedKeys::Load({args.trust_keys.begin(), args.trust_keys.end()});
+    if (!keys.ok()) return Fail("--trust-key: " + keys.status().message(), 2);
+    trust = std::move(*keys);
+  }
   const auto start = std::chrono::steady_clock::now();
   int code = 0;
   seedd::Json request = {{"kind", std::string(seedd::kCompileCacheKind)}};
@@ -201,7 +207,8 @@ int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& given) {
   static const seedd::Json kNull;
   auto payload = response->find("payload");
   seedd::Result<seedd::Json> bundle = seedd::ValidateCompileCacheBundle(
-      payload == response->end() ? kNull : *payload, args.ns, args.key, *factors);
+      payload == response->end() ? kNull : *payload, args.ns, args.key, *factors,
+      seedd::kMaxCompileCacheBytes, trust.get());
   if (!bundle.ok()) {
     return Fail("rejected what " + c.source + " sent: " + bundle.status().message(), kExitError);
   }

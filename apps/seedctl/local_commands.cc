@@ -42,7 +42,7 @@ std::string ExplainKeyError(const std::string& message) {
 }
 
 int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes,
-                const std::string& chunk_digest) {
+                const std::string& chunk_digest, const std::string& sign_key) {
   auto dir = seedd::ResolveModelDir(spec);
   if (!dir.ok()) {
     return Fail(dir.status().message(), kExitError);
@@ -61,6 +61,11 @@ int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes
   auto algo = seedd::ParseChunkDigest(chunk_digest, "--chunk-digest");
   if (!algo.ok()) return Fail(algo.status().message());
   options.chunk_digest = *algo;
+  if (!sign_key.empty()) {
+    auto key = seedd::SigningKey::Load(sign_key);
+    if (!key.ok()) return Fail("--sign-key: " + key.status().message(), 2);
+    options.sign_key = std::move(*key);
+  }
   auto manifest = seedd::BuildManifest(model, *dir, options);
   if (!manifest.ok()) {
     std::fprintf(stderr, "seedctl: %s\n", manifest.status().message().c_str());
@@ -68,6 +73,20 @@ int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes
   }
   std::printf("%s\n", manifest->ToJson().dump(2).c_str());
   return kExitOk;
+}
+
+int RunKeyFingerprint(const std::vector<std::string>& files) {
+  int code = kExitOk;
+  for (const std::string& f : files) {
+    auto fp = seedd::KeyFingerprint(f);
+    if (!fp.ok()) {
+      std::fprintf(stderr, "seedctl: %s\n", fp.status().message().c_str());
+      code = 2;
+      continue;
+    }
+    std::printf("%s  %s\n", fp->c_str(), f.c_str());
+  }
+  return code;
 }
 
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,

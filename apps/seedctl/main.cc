@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
                    "compile_cache: factor.NAME=VALUE (as --factor NAME=VALUE), namespace=NAME "
                    "or key=HEX, repeatable")
       ->take_all();
+  fetch
+      ->add_option("--trust-key", compile.trust_keys,
+                   "compile_cache: PEM Ed25519 public key (repeatable): install only a bundle "
+                   "signed by one of them (the publishing daemon's --sign-key)")
+      ->check(CLI::ExistingFile);
 
   seedctl::Connection ls_conn;
   std::string ls_prefix;
@@ -149,6 +154,11 @@ int main(int argc, char** argv) {
   pull->add_option("--root-digest", pull_args.root_digest,
                    "pin the version: refuse any manifest whose root digest is not this one "
                    "(64 hex digits, as `seedctl manifest` prints it); nothing is fetched then");
+  pull->add_option("--trust-key", pull_args.trust_keys,
+                   "PEM Ed25519 public key (repeatable): pull only a manifest signed by one of "
+                   "them (the publishing daemon's --sign-key); anything else is refused before "
+                   "a byte moves, the signer's fingerprint in the error")
+      ->check(CLI::ExistingFile);
   pull->add_option("--timeout", pull_args.timeout_s,
                    "seconds to keep retrying while no source answers or every source failed "
                    "mid-pull (sources may start later or come back); each retry resumes")
@@ -181,6 +191,24 @@ int main(int argc, char** argv) {
                    "digest differs between them)")
       ->capture_default_str()
       ->check(CLI::IsMember({"xxh3", "sha256"}));
+
+  std::string manifest_sign_key;
+  manifest_cmd
+      ->add_option("--sign-key", manifest_sign_key,
+                   "PEM Ed25519 private key: sign the manifest (its root digest), as "
+                   "seedd --sign-key does")
+      ->check(CLI::ExistingFile);
+
+  std::vector<std::string> key_files;
+  CLI::App* key_cmd =
+      app.add_subcommand("key",
+                         "Ed25519 keys for --sign-key and --trust-key (make one with: "
+                         "openssl genpkey -algorithm ed25519 -out sign.pem; its public "
+                         "half: openssl pkey -in sign.pem -pubout -out trust.pem)");
+  key_cmd->require_subcommand(1);
+  CLI::App* key_fp = key_cmd->add_subcommand(
+      "fingerprint", "print each key's fingerprint, as signatures and errors name keys");
+  key_fp->add_option("file", key_files, "PEM key files (public or private)")->required();
 
   std::string status_admin;
   bool status_json = false;
@@ -276,7 +304,8 @@ int main(int argc, char** argv) {
   if (ls->parsed()) return seedctl::RunList(ls_conn, ls_prefix);
   if (manifest_cmd->parsed())
     return seedctl::RunManifest(manifest_dir, manifest_model, seedd::ChunkBytesOfFlag(chunk_mib),
-                                manifest_digest);
+                                manifest_digest, manifest_sign_key);
+  if (key_fp->parsed()) return seedctl::RunKeyFingerprint(key_files);
   if (pull->parsed()) return seedctl::RunPull(pull_args);
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);
   if (status_cmd->parsed()) return seedctl::RunStatus(status_admin, status_json, status_timeout);

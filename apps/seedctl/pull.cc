@@ -137,8 +137,16 @@ int RunPull(const PullArgs& args) {
     if (!pin.ok()) return Fail(pin.message());
   }
 
+  std::shared_ptr<const seedd::TrustedKeys> trust;
+  if (!args.trust_keys.empty()) {
+    auto keys = seedd::TrustedKeys::Load({args.trust_keys.begin(), args.trust_keys.end()});
+    if (!keys.ok()) return Fail("--trust-key: " + keys.status().message());
+    trust = std::move(*keys);
+  }
+
   StopOnSignal stop;
   seedd::PullOptions options;
+  options.trust = trust;
   options.sources = args.sources;
   options.token = *token;
   options.tls = Tls();

@@ -59,7 +59,8 @@ struct CompileFetchArgs {
   std::string ns, key, dir;
   std::vector<std::string> factors;  // NAME=VALUE
   std::string factors_file;
-  std::vector<std::string> params;  // factor.NAME=VALUE, namespace=..., key=...
+  std::vector<std::string> params;      // factor.NAME=VALUE, namespace=..., key=...
+  std::vector<std::string> trust_keys;  // Ed25519 public keys: only bundles they signed
 };
 int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& args);
 int RunList(const Connection& c, const std::string& prefix);
@@ -76,12 +77,15 @@ struct PullArgs {
   std::string verify = "chunks";
   double timeout_s = 1800;  // retrying sources that are down, then giving up
   bool replace = false;
-  std::string root_digest;  // a pin: any other version is refused
+  std::string root_digest;              // a pin: any other version is refused
+  std::vector<std::string> trust_keys;  // Ed25519 public keys: only manifests they signed
 };
 int RunPull(const PullArgs& args);
 
 int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes,
-                const std::string& chunk_digest);
+                const std::string& chunk_digest, const std::string& sign_key);
+// Prints the fingerprint of each key file (as --trust-key errors name keys).
+int RunKeyFingerprint(const std::vector<std::string>& files);
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file);
 int RunGc(const std::string& cache_dir, int keep_versions, bool dry_run);

@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> stores;
   std::vector<std::string> models;
   std::vector<std::string> pulls;
+  std::string sign_key;
+  std::vector<std::string> trust_keys;
   std::string advertise;
   std::string chunk_mib = "auto";
   std::string chunk_digest = "xxh3";
@@ -301,6 +303,15 @@ int main(int argc, char** argv) {
                "mTLS: require every client to present a certificate chained to --tls-ca");
   app.add_option("--tls-server-name", tls.server_name,
                  "the name peers' certificates must carry (default: the host connected to)");
+  app.add_option("--sign-key", sign_key,
+                 "PEM Ed25519 private key: sign the manifests of --model and the compile cache "
+                 "bundles this daemon publishes (openssl genpkey -algorithm ed25519)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--trust-key", trust_keys,
+                 "PEM Ed25519 public key (repeatable): install only manifests and compile cache "
+                 "bundles signed by one of them, from peers, stores and local copies alike; "
+                 "anything else is refused, the signer's fingerprint in the log")
+      ->check(CLI::ExistingFile);
   app.add_option("--listen-plain", listen_plain,
                  "with TLS, also serve plain TCP here: the compatibility path for peers that "
                  "cannot speak TLS (the reference implementation); keep it on a trusted network");
@@ -389,6 +400,8 @@ int main(int argc, char** argv) {
   options.weight_chunk_digest = chunk_digest;
   options.verify_pulled_files = verify == "sha256";
   options.tls = tls;
+  options.sign_key = sign_key;
+  options.trust_keys.assign(trust_keys.begin(), trust_keys.end());
   if (!listen_plain.empty()) {
     auto parsed = seedd::ParseHostPort(listen_plain);
     if (!parsed.ok()) return Fail("--listen-plain: " + parsed.status().message());

@@ -34,6 +34,7 @@
 #include "seedd/json.h"
 #include "seedd/seed_transport.h"
 #include "seedd/seedable.h"
+#include "seedd/signing.h"
 #include "seedd/status.h"
 
 namespace seedd {
@@ -52,6 +53,10 @@ struct CompileCacheSpec {
   std::string key;  // 16-128 lowercase hex
   CompileFactors factors;
   uint64_t max_bytes = kMaxCompileCacheBytes;
+  // Signs the bundles of this cache (its bundle digest); null: unsigned.
+  std::shared_ptr<const SigningKey> sign_key;
+  // Installs only bundles signed by one of these keys; null: any.
+  std::shared_ptr<const TrustedKeys> trust;
 };
 
 // Checks the key fields {"namespace", "key"} of `fields`; the error names the field.
@@ -63,14 +68,21 @@ Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs
                                            const std::filesystem::path& json_file = {});
 
 // The bundle of `spec.dir`'s regular files (symbolic links and other files are
-// skipped). ResourceExhausted beyond spec.max_bytes or kMaxCompileCacheFiles.
+// skipped), signed with spec.sign_key when set. ResourceExhausted beyond
+// spec.max_bytes or kMaxCompileCacheFiles.
 Result<Json> BundleCompileCache(const CompileCacheSpec& spec);
 
 // Checks a bundle for `ns`/`key` (every path, size, digest and the cap) and its
-// factors against `local`; returns it on success.
+// factors against `local`; with `trust`, that it is signed by one of its keys
+// (PermissionDenied naming the keys otherwise). Returns it on success.
 Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
                                         std::string_view key, const CompileFactors& local,
-                                        uint64_t max_bytes = kMaxCompileCacheBytes);
+                                        uint64_t max_bytes = kMaxCompileCacheBytes,
+                                        const TrustedKeys* trust = nullptr);
+
+// What a bundle's signatures sign: SHA-256 of its canonical text without its
+// "signatures" and without each file's "data" (each file's "sha256" covers it).
+std::string CompileCacheBundleDigest(const Json& bundle);
 
 // "" when equal, else "cuda: remote=12.4 vs local=12.8, ..." (a missing factor
 // shows as (none)).
@@ -90,9 +102,11 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
 // other keys from <cache_dir>/compile_cache (bundles published there) and then
 // the shared stores. The adopting side's ctx is {"namespace", "key", "dir",
 // "factors": {...}}.
+// With `trust`, an adopted bundle is installed only when signed by one of its keys.
 SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
                                     std::vector<CompileCacheSpec> served,
-                                    std::vector<std::shared_ptr<ArtifactStore>> shared = {});
+                                    std::vector<std::shared_ptr<ArtifactStore>> shared = {},
+                                    std::shared_ptr<const TrustedKeys> trust = nullptr);
 
 // What a daemon's warmup did for one cache.
 struct CompileCacheWarmupReport {
@@ -104,8 +118,10 @@ struct CompileCacheWarmupReport {
 
 // The daemon's warmup of one cache: an empty `spec.dir` is seeded from the local
 // disk store, the shared stores, then the transport's source (each bundle
-// checked); then the directory (seeded or warm already) is published to the local
-// disk store and the shared stores.
+// checked, its signature too with spec.trust); then the directory (seeded or
+// warm already) is published to the local disk store and the shared stores,
+// signed with spec.sign_key. With spec.trust and no spec.sign_key it is not
+// published: a bundle this daemon cannot sign would replace a signed one.
 Result<CompileCacheWarmupReport> WarmCompileCache(
     const CompileCacheSpec& spec, const std::filesystem::path& cache_dir,
     const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport);

@@ -99,6 +99,13 @@ struct DaemonOptions {
   // with tls.ca the daemon's own connections (adopts, pulls) do, verifying their
   // peers. Neither: plain TCP.
   TlsOptions tls;
+  // Ed25519 keys (seedd/signing.h). With sign_key, the manifests of --model and
+  // the compile cache bundles this daemon publishes are signed. With
+  // trust_keys, a manifest or bundle is installed only when signed by one of
+  // them (whatever its source: peers, shared stores, a local copy), and a
+  // bundle is published only when this daemon can sign it.
+  std::filesystem::path sign_key;
+  std::vector<std::filesystem::path> trust_keys;
   // With TLS, a second listener in plain TCP for peers that cannot speak TLS.
   std::optional<HostPort> listen_plain;
   TransportOptions transport;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "seedd/json.h"
+#include "seedd/signing.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
 
@@ -116,6 +117,8 @@ struct Manifest {
   std::vector<ManifestChunk> chunks;    // by file, then offset
   std::vector<std::string> sources;     // host:port
   std::string root_digest;              // see ManifestRootDigest
+  // Of the root digest (seedd/signing.h), kept and served on with the manifest.
+  std::vector<Signature> signatures;
 
   Json ToJson() const;  // includes root_digest
 };
@@ -127,6 +130,8 @@ struct BuildOptions {
   // restart does not rehash. Empty: no cache.
   std::filesystem::path digest_cache;
   std::vector<std::string> sources;
+  // Signs the manifest (its root digest); null: unsigned.
+  std::shared_ptr<const SigningKey> sign_key;
 };
 
 struct BuildStats {
@@ -155,8 +160,13 @@ struct ManifestLimits {
 Result<Manifest> ParseManifest(const Json& json, const ManifestLimits& limits = {});
 
 // SHA-256 hex of the canonical text (sorted keys, compact) of `manifest` without
-// its "root_digest" and "sources" (where to fetch varies; what to fetch does not).
+// its "root_digest", "sources" (where to fetch varies; what to fetch does not)
+// and "signatures" (they sign the root digest).
 std::string ManifestRootDigest(const Json& manifest);
+
+// Ok when `trust` is null or `m` carries a signature of its root digest by one
+// of its keys; else PermissionDenied naming the model, `from` and the keys.
+Status CheckManifestSigned(const Manifest& m, const TrustedKeys* trust, std::string_view from);
 
 // A pin: `pin` is a root digest (64 lowercase hex digits, as `seedctl manifest`
 // prints it); InvalidArgument naming `flag` otherwise.
@@ -249,6 +259,9 @@ struct PullOptions {
   // A pin: the model's root digest (64 lowercase hex digits); any other version
   // is refused before any byte moves. Empty: whatever the sources serve.
   std::string root_digest;
+  // Only a manifest signed by one of these keys is pulled (seedd/signing.h);
+  // null: signatures are not checked.
+  std::shared_ptr<const TrustedKeys> trust;
   int connections = 4;         // to each source
   size_t max_neighbours = 16;  // sources and relays fetched from at once
   bool verify_sha256 = false;  // also check every file's SHA-256 before committing
@@ -278,7 +291,8 @@ struct PullResult {
 //   InvalidArgument     a bad source, pin or destination;
 //   NotFound            every source answered that it does not serve the model;
 //   FailedPrecondition  a source answered with an error, offered another version
-//                       than the pin, or sent a bad manifest; `into` holds other
+//                       than the pin, or sent a bad manifest or one not signed
+//                       by a key of options.trust; `into` holds other
 //                       files (without options.replace);
 //   Unavailable         no source answered before options.timeout;
 //   DeadlineExceeded    the sources failed mid-pull until options.timeout;

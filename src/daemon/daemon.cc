@@ -87,6 +87,24 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   } else if (options.listen_plain.has_value()) {
     return Status::InvalidArgument("--listen-plain is for a daemon whose --listen speaks TLS");
   }
+  std::shared_ptr<const SigningKey> sign_key;
+  if (!options.sign_key.empty()) {
+    Result<std::shared_ptr<const SigningKey>> key = SigningKey::Load(options.sign_key);
+    if (!key.ok()) return key.status().WithContext("--sign-key");
+    sign_key = std::move(*key);
+    Logger().info("Signing what this daemon publishes with key {}", sign_key->fingerprint());
+  }
+  std::shared_ptr<const TrustedKeys> trust;
+  if (!options.trust_keys.empty()) {
+    Result<std::shared_ptr<const TrustedKeys>> keys = TrustedKeys::Load(options.trust_keys);
+    if (!keys.ok()) return keys.status().WithContext("--trust-key");
+    trust = std::move(*keys);
+    Logger().info("Installing only manifests and bundles signed by {}", trust->Describe());
+  }
+  for (CompileCacheSpec& spec : options.compile_caches) {
+    spec.sign_key = sign_key;
+    spec.trust = trust;
+  }
   std::vector<std::shared_ptr<ArtifactStore>> shared;
   for (const std::string& url : options.store_urls) {
     Result<ArtifactStorePtr> store = OpenArtifactStore(url);
@@ -146,7 +164,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   }
   std::vector<SeedablePtr> seedables = {
       NewArtifactSeedable(options.cache_dir, shared), autotune,
-      NewCompileCacheSeedable(options.cache_dir, options.compile_caches, shared)};
+      NewCompileCacheSeedable(options.cache_dir, options.compile_caches, shared, trust)};
   for (const std::string& pull : options.pulls) {
     const auto [name, pin] = SplitPin(pull);
     if (pull.find('@') != std::string::npos) {
@@ -164,6 +182,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     Result<ChunkDigest> algo = ParseChunkDigest(options.weight_chunk_digest, "--chunk-digest");
     if (!algo.ok()) return algo.status();
     build.chunk_digest = *algo;
+    build.sign_key = sign_key;
     for (const auto& [name, spec] : options.models) {
       Result<std::filesystem::path> dir = ResolveModelDir(spec.string());
       if (!dir.ok()) return dir.status().WithContext("--model " + name);
@@ -186,6 +205,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.registry = registry;
     install.verify_sha256 = options.verify_pulled_files;
     install.board = board;
+    install.trust = trust;
     if (options.transport.tls != nullptr && !options.tls.ca.empty()) {
       install.tls = options.transport.tls;
     }
@@ -214,6 +234,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->cancel_ = std::move(cancel);
   rep->registry_ = std::move(registry);
   rep->tokens_ = std::move(tokens);
+  rep->trust_ = std::move(trust);
   auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(rep)));
   daemon->rep_->pulls_ = std::move(board);
   return daemon;
@@ -338,7 +359,7 @@ Result<std::optional<HostPort>> Daemon::Start() {
       rep_->RecordWarmup({kind, "running", "", "", 0});
       const auto began = std::chrono::steady_clock::now();
       Status pulled = PullAtStart(rep_->options_, pull, relay, *rep_->weight_shards_,
-                                  *rep_->weights_, *rep_->cancel_);
+                                  *rep_->weights_, *rep_->cancel_, rep_->trust_.get());
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       if (!pulled.ok()) {

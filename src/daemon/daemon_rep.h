@@ -29,6 +29,7 @@ struct Daemon::Rep {
   std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
   std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
   std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
+  std::shared_ptr<const TrustedKeys> trust_;      // null without --trust-key
   struct WarmupRecord {
     std::string kind, state, source, error;  // state: "running", "done", "failed"
     double seconds = 0;

@@ -39,7 +39,7 @@ AdoptOutcome AdoptOnce(const DaemonOptions& options, const std::vector<HostPort>
 // `pin` when given), under the manifest recorded with it. NotFound when there
 // is none.
 Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, const std::string& pin,
-                      WeightServer& server) {
+                      WeightServer& server, const TrustedKeys* trust) {
   const std::filesystem::path base = options.cache_dir / "weights" / name;
   std::error_code ec;
   const std::filesystem::path version = std::filesystem::read_symlink(base / "current", ec);
@@ -51,6 +51,11 @@ Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, con
   if (!local.ok()) {
     return Status::Unavailable("the local copy " + (base / version).string() +
                                " cannot be served: " + local.status().message());
+  }
+  if (Status signed_by = CheckManifestSigned(local->manifest, trust,
+                                             "the local copy " + (base / version).string());
+      !signed_by.ok()) {
+    return Status::Unavailable(signed_by.message());
   }
   Logger().warn("Cannot pull model {}; serving the local copy {} (root digest {})", name,
                 (base / version).string(), local->manifest.root_digest);
@@ -67,7 +72,8 @@ std::pair<std::string, std::string> SplitPin(const std::string& pull) {
 }
 
 Status PullAtStart(const DaemonOptions& options, const std::string& pull, const std::string& relay,
-                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel) {
+                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel,
+                   const TrustedKeys* trust) {
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
   std::vector<HostPort> sources = {*options.seed.source};
   sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
@@ -91,7 +97,7 @@ Status PullAtStart(const DaemonOptions& options, const std::string& pull, const 
       return Status::NotFound("no source serves model '" + name + "'");
     }
     if (round == 1) {
-      Status local = ServeLocalCopy(options, name, pin, server);
+      Status local = ServeLocalCopy(options, name, pin, server, trust);
       if (local.ok()) return local;
       if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
     }

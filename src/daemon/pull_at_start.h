@@ -20,8 +20,10 @@ std::pair<std::string, std::string> SplitPin(const std::string& pull);
 // retried with capped exponential backoff and jitter until options.pull_timeout
 // (a pull resumes from its journal each round). A restart whose sources are down
 // serves the copy it pulled before, if unchanged, at once. `relay` is the address
-// this daemon relays on (empty: none).
+// this daemon relays on (empty: none). With `trust`, a local copy is served only
+// when its manifest is signed by one of its keys.
 Status PullAtStart(const DaemonOptions& options, const std::string& pull, const std::string& relay,
-                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel);
+                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel,
+                   const TrustedKeys* trust);
 
 }  // namespace seedd

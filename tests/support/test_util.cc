@@ -212,4 +212,17 @@ cert client ca 30 clientAuth
   return made.status == 0;
 }
 
+bool MakeSigningKeys(const std::filesystem::path& dir, const std::vector<std::string>& names,
+                     std::string* error) {
+  std::filesystem::create_directories(dir);
+  std::string script = "set -e; cd '" + dir.string() + "'\n";
+  for (const std::string& n : names) {
+    script += "openssl genpkey -algorithm ed25519 -out '" + n + ".pem' 2>/dev/null\n";
+    script += "openssl pkey -in '" + n + ".pem' -pubout -out '" + n + ".pub.pem' 2>/dev/null\n";
+  }
+  RunResult made = RunCommand({"/bin/sh", "-c", script});
+  if (made.status != 0) *error = made.err;
+  return made.status == 0;
+}
+
 }  // namespace seedd::testing

@@ -94,6 +94,10 @@ void HoldIdleConnections(const std::string& source, const HostPort& peer, size_t
 // day ago), stranger (from other-ca), client (from ca, for client auth); each
 // NAME.crt with NAME.key. False (and `*error`) when openssl failed.
 bool MakeTestPki(const std::filesystem::path& dir, std::string* error);
+// With the openssl CLI, in `dir`: an Ed25519 key pair per name, NAME.pem (the
+// private key, for --sign-key) and NAME.pub.pem (for --trust-key).
+bool MakeSigningKeys(const std::filesystem::path& dir, const std::vector<std::string>& names,
+                     std::string* error);
 void SendAll(int fd, const std::string& bytes);
 // Reads until EOF or error; returns everything received.
 std::string ReadToEof(int fd);

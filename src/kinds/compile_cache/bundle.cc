@@ -221,11 +221,42 @@ Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
   }
   Json factors = Json::object();
   for (const auto& [name, value] : spec.factors) factors[name] = value;
-  return Json{{"namespace", spec.name},
+  Json bundle{{"namespace", spec.name},
               {"key", spec.key},
               {"factors", std::move(factors)},
               {"files", std::move(files)},
               {"total_size", total}};
+  if (spec.sign_key != nullptr) {
+    bundle["signatures"] =
+        SignaturesToJson({spec.sign_key->Sign(kBundlePurpose, CompileCacheBundleDigest(bundle))});
+  }
+  return bundle;
+}
+
+std::string CompileCacheBundleDigest(const Json& bundle) {
+  Json without = Json::object();
+  if (!bundle.is_object()) return Sha256Hex(DumpJson(bundle));
+  for (auto it = bundle.begin(); it != bundle.end(); ++it) {
+    if (it.key() == "signatures") continue;
+    if (it.key() != "files" || !it->is_array()) {
+      without[it.key()] = it.value();
+      continue;
+    }
+    Json files = Json::array();
+    for (const Json& f : *it) {
+      if (!f.is_object()) {
+        files.push_back(f);
+        continue;
+      }
+      Json entry = Json::object();
+      for (auto field = f.begin(); field != f.end(); ++field) {
+        if (field.key() != "data") entry[field.key()] = field.value();
+      }
+      files.push_back(std::move(entry));
+    }
+    without["files"] = std::move(files);
+  }
+  return Sha256Hex(DumpJson(without));
 }
 
 std::string CompareCompileFactors(const CompileFactors& remote, const CompileFactors& local) {
@@ -246,11 +277,21 @@ std::string CompareCompileFactors(const CompileFactors& remote, const CompileFac
 
 Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
                                         std::string_view key, const CompileFactors& local,
-                                        uint64_t max_bytes) {
+                                        uint64_t max_bytes, const TrustedKeys* trust) {
   if (!bundle.is_object()) return Status::InvalidArgument("the bundle must be an object");
   if (bundle.value("namespace", Json()) != ns || bundle.value("key", Json()) != key) {
     return Status::InvalidArgument("the bundle is for another cache than " + std::string(ns) + "/" +
                                    std::string(key));
+  }
+  auto sigs = bundle.find("signatures");
+  Result<std::vector<Signature>> signatures =
+      SignaturesFromJson(sigs == bundle.end() ? nullptr : &*sigs);
+  if (!signatures.ok()) return signatures.status().WithContext("the bundle");
+  if (trust != nullptr) {
+    // The digest covers every file's size and SHA-256, checked against the bytes below.
+    SEEDD_RETURN_IF_ERROR(
+        trust->Check(*signatures, kBundlePurpose, CompileCacheBundleDigest(bundle),
+                     "the bundle of " + std::string(ns) + "/" + std::string(key)));
   }
   auto factors = bundle.find("factors");
   if (factors == bundle.end() || !factors->is_object() || factors->size() > 1024) {

@@ -54,9 +54,11 @@ Result<std::string> Fingerprint(const CompileCacheSpec& spec) {
 class CompileCacheSeedable final : public Seedable {
  public:
   CompileCacheSeedable(const std::filesystem::path& cache_dir, std::vector<CompileCacheSpec> served,
-                       std::vector<std::shared_ptr<ArtifactStore>> shared)
+                       std::vector<std::shared_ptr<ArtifactStore>> shared,
+                       std::shared_ptr<const TrustedKeys> trust)
       : served_(std::move(served)),
         shared_(std::move(shared)),
+        trust_(std::move(trust)),
         disk_(CompileDiskStore(cache_dir)),
         built_(served_.size()) {}
 
@@ -115,7 +117,8 @@ class CompileCacheSeedable final : public Seedable {
       for (auto it = f->begin(); it != f->end(); ++it) local[it.key()] = FactorText(it.value());
     }
     Result<Json> valid = ValidateCompileCacheBundle(payload, ctx["namespace"].get<std::string>(),
-                                                    ctx["key"].get<std::string>(), local);
+                                                    ctx["key"].get<std::string>(), local,
+                                                    kMaxCompileCacheBytes, trust_.get());
     if (!valid.ok()) return valid.status();
     Result<CompileCacheInstall> done = InstallCompileCache(*valid, dir->get<std::string>());
     if (!done.ok()) return done.status();
@@ -149,6 +152,7 @@ class CompileCacheSeedable final : public Seedable {
 
   std::vector<CompileCacheSpec> served_;
   std::vector<std::shared_ptr<ArtifactStore>> shared_;
+  std::shared_ptr<const TrustedKeys> trust_;
   ArtifactStorePtr disk_;
   struct Built {
     std::string fingerprint;
@@ -162,8 +166,10 @@ class CompileCacheSeedable final : public Seedable {
 
 SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
                                     std::vector<CompileCacheSpec> served,
-                                    std::vector<std::shared_ptr<ArtifactStore>> shared) {
-  return std::make_shared<CompileCacheSeedable>(cache_dir, std::move(served), std::move(shared));
+                                    std::vector<std::shared_ptr<ArtifactStore>> shared,
+                                    std::shared_ptr<const TrustedKeys> trust) {
+  return std::make_shared<CompileCacheSeedable>(cache_dir, std::move(served), std::move(shared),
+                                                std::move(trust));
 }
 
 Result<CompileCacheWarmupReport> WarmCompileCache(
@@ -181,8 +187,8 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
                     bundle.status().message());
       return false;
     }
-    Result<Json> valid =
-        ValidateCompileCacheBundle(*bundle, spec.name, spec.key, spec.factors, spec.max_bytes);
+    Result<Json> valid = ValidateCompileCacheBundle(*bundle, spec.name, spec.key, spec.factors,
+                                                    spec.max_bytes, spec.trust.get());
     if (!valid.ok()) {
       Logger().warn("{}: rejected the bundle from {}: {}", label, from, valid.status().message());
       return false;
@@ -208,7 +214,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
           got.ok() && got->has_value() && install(**got, "shared store " + shared[i]->Describe());
     }
     if (!adopted) {
-      CompileCacheSeedable seedable(cache_dir, {}, {});
+      CompileCacheSeedable seedable(cache_dir, {}, {}, spec.trust);
       Json factors = Json::object();
       for (const auto& [n, v] : spec.factors) factors[n] = v;
       std::string why;
@@ -227,7 +233,12 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
     }
   }
   // Publish what the directory holds now, for the next cold host.
-  if (HasFiles(spec.dir)) {
+  if (HasFiles(spec.dir) && spec.trust != nullptr && spec.sign_key == nullptr) {
+    Logger().info(
+        "{}: not published: this daemon trusts signed bundles only and has no --sign-key to sign "
+        "its own",
+        label);
+  } else if (HasFiles(spec.dir)) {
     Result<Json> bundle = BundleCompileCache(spec);
     if (!bundle.ok()) {
       Logger().warn("{}: not published: {}", label, bundle.status().message());

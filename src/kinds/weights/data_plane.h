@@ -103,6 +103,8 @@ struct WeightInstallOptions {
   bool verify_sha256 = false;                       // see FetchOptions::verify_sha256
   std::shared_ptr<const TlsContext> tls;            // see FetchOptions::tls
   std::shared_ptr<PullBoard> board;                 // where pulls report; may be null
+  // Only manifests signed by one of these keys are installed; null: any.
+  std::shared_ptr<const TrustedKeys> trust;
 };
 
 // The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),

@@ -99,16 +99,19 @@ Json Manifest::ToJson() const {
   // before SHA-256 chunks existed as they were.
   if (chunk_digest != ChunkDigest::kXxh3) j["chunk_digest"] = key;
   j["root_digest"] = root_digest.empty() ? ManifestRootDigest(j) : root_digest;
+  if (!signatures.empty()) j["signatures"] = SignaturesToJson(signatures);
   return j;
 }
 
 std::string ManifestRootDigest(const Json& manifest) {
   // The sources say where to fetch, not what: they vary per manifest handed out
-  // (the origin adds the peers holding the model), so the digest leaves them out.
+  // (the origin adds the peers holding the model), so the digest leaves them out;
+  // signatures are over the digest.
   Json without = manifest;
   if (without.is_object()) {
     without.erase("root_digest");
     without.erase("sources");
+    without.erase("signatures");
   }
   return Sha256Hex(DumpJson(without));
 }
@@ -269,7 +272,19 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   if (j["root_digest"] != ManifestRootDigest(j))
     return bad("root digest does not match the manifest");
   m.root_digest = j["root_digest"];
+  auto sigs = j.find("signatures");
+  Result<std::vector<Signature>> signatures =
+      SignaturesFromJson(sigs == j.end() ? nullptr : &*sigs);
+  if (!signatures.ok()) return bad(signatures.status().message());
+  m.signatures = std::move(*signatures);
   return m;
+}
+
+Status CheckManifestSigned(const Manifest& m, const TrustedKeys* trust, std::string_view from) {
+  if (trust == nullptr) return Status::Ok();
+  return trust->Check(m.signatures, kManifestPurpose, m.root_digest,
+                      "the manifest of model " + m.model + " (root digest " + m.root_digest +
+                          ") from " + std::string(from));
 }
 
 Status ValidatePin(std::string_view pin, std::string_view flag) {

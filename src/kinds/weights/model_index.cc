@@ -192,6 +192,9 @@ Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem:
   }
   m.fingerprint = Sha256Hex(fingerprint_input);
   m.root_digest = ManifestRootDigest(m.ToJson());
+  if (options.sign_key != nullptr) {
+    m.signatures.push_back(options.sign_key->Sign(kManifestPurpose, m.root_digest));
+  }
   return index;
 }
 

@@ -59,6 +59,11 @@ ManifestRound AskManifest(const std::vector<HostPort>& sources, const PullOption
       round.error = source.ToString() + " sent a bad manifest: " + parsed.status().message();
       continue;
     }
+    if (Status signed_by = CheckManifestSigned(*parsed, o.trust.get(), source.ToString());
+        !signed_by.ok()) {
+      round.error = signed_by.message();
+      continue;
+    }
     round.manifest = std::move(*parsed);
     return round;
   }

@@ -123,6 +123,7 @@ class WeightShardsSeedable final : public Seedable {
     if (auto pin = ctx.find("root_digest"); pin != ctx.end() && pin->is_string()) {
       SEEDD_RETURN_IF_ERROR(CheckPinned(*manifest, pin->get<std::string>()));
     }
+    SEEDD_RETURN_IF_ERROR(CheckManifestSigned(*manifest, install_.trust.get(), "the source"));
     // A version is named by its root digest, which covers every byte: a new
     // checkpoint with the same files, sizes and headers gets a directory of its own.
     const std::filesystem::path base = install_.cache_dir / "weights" / name;
@@ -136,6 +137,8 @@ class WeightShardsSeedable final : public Seedable {
       if (local.ok()) {
         Logger().info("Model {}: the local copy {} is this version, unchanged; not fetching", name,
                       dir.string());
+        // Its record may predate the signatures just checked: serve them on.
+        if (!manifest->signatures.empty()) local->manifest.signatures = manifest->signatures;
         served = std::move(*local);
       } else {
         Logger().warn("Model {}: not reusing the local copy {}: {}; fetching it again", name,
