@@ -5,8 +5,12 @@
 # puller can do here (bench/weights/minimal_pull.cc: the same files over 4
 # connections, received, hashed and written, or only received), and landing the
 # bytes alone (written and synced from memory: no puller is faster). Peak RSS of both sides.
-# Then the same model served with SHA-256 chunk digests (--chunk-digest sha256)
-# against XXH3-128 in the same run: indexing time, pull time and the fetcher's CPU.
+# The first daemon serves XXH3-128 chunk digests (--chunk-digest xxh3), the
+# baseline; then the same model served with SHA-256 chunk digests (the default)
+# in the same run: indexing time, pull time and the fetcher's CPU, against the
+# cost of the hash alone (bench/weights/minimal_pull.cc hash: one thread, bytes
+# in cache): SHA-256 costs the fetcher no more than the hash itself when its
+# extra CPU per GiB is at most what the hash alone costs more than XXH3.
 # Last, the same model over TLS 1.3 against plain TCP in the same run (a CA and
 # a certificate made with the openssl CLI): pull time and CPU per GiB of both sides.
 # Usage: bench/weights.sh BIN_DIR
@@ -78,7 +82,7 @@ median_minimal() {  # median_minimal network | write DEST | land DEST: the media
 read -r net_gbps net_cpu <<< "$(median_minimal network)"
 
 t0="$(date +%s.%N)"
-start_seedd W --model "bench=$shm/model" --log-level warn
+start_seedd W --model "bench=$shm/model" --chunk-digest xxh3 --log-level warn
 t1="$(date +%s.%N)"
 src="$addr"
 w_pid="${pids[-1]}"
@@ -133,6 +137,15 @@ start_seedd S --model "bench=$shm/model" --chunk-digest sha256 --log-level warn
 t3="$(date +%s.%N)"
 src="$addr"
 read -r sha_chunks_s _ sha_cpu <<< "$(median_pull "$shm/dest")"
+# The hash alone, per GiB of CPU: the median of REPS runs each.
+hash_alone() {
+  for _ in $(seq 1 "$reps"); do
+    "$bin/minimal_pull" hash "$1" "$shm"/model/*.safetensors |
+      sed -n 's/.*receiver CPU \([0-9.]*\) s\/GiB.*/\1/p'
+  done | sort -n | sed -n "$(((reps + 1) / 2))p"
+}
+hash_sha="$(hash_alone sha256)"
+hash_xxh3="$(hash_alone xxh3)"
 # TLS 1.3: the same model from a daemon with a certificate, pulled with --tls-ca.
 echo "weights: the same model over TLS 1.3"
 pki="$work/pki"
@@ -164,13 +177,13 @@ else
   export KTLS="not offered by this kernel: OpenSSL encrypts in user space"
 fi
 index_sha="$(python3 -c "print($t3 - $t2)")"
-python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" "$iperf_rx_cpu" "$net_gbps" "$net_cpu" "$min_tmpfs_gbps" "$min_tmpfs_cpu" "$min_disk_gbps" "$land_tmpfs_gbps" "$land_tmpfs_cpu" "$land_disk_gbps" "$land_disk_cpu" <<'PY'
+python3 - "$size_gib" "$iperf_gbps" "$tmpfs_s" "$disk_s" "$pull_rss" "$server_rss" "$sha_s" "$first_s" "$huge_first" "$huge_s" "$reps" "$xxh3_cpu" "$sha_chunks_s" "$sha_cpu" "$index_xxh3" "$index_sha" "$tls_s" "$tls_cpu" "$tls_server_cpu" "$plain_s" "$plain_cpu" "$plain_server_cpu" "$iperf_rx_cpu" "$net_gbps" "$net_cpu" "$min_tmpfs_gbps" "$min_tmpfs_cpu" "$min_disk_gbps" "$land_tmpfs_gbps" "$land_tmpfs_cpu" "$land_disk_gbps" "$land_disk_cpu" "$hash_sha" "$hash_xxh3" <<'PY'
 import sys
 (gib, iperf, tmpfs_s, disk_s, pull_rss, server_rss, sha_s, first_s, huge_first, huge_s, reps,
  xxh3_cpu, sha_chunks_s, sha_cpu, index_xxh3, index_sha, tls_s, tls_cpu, tls_server_cpu,
  plain_s, plain_cpu, plain_server_cpu, iperf_rx_cpu, net_gbps, net_cpu, min_tmpfs_gbps,
  min_tmpfs_cpu, min_disk_gbps, land_tmpfs_gbps, land_tmpfs_cpu, land_disk_gbps,
- land_disk_cpu) = map(float, sys.argv[1:])
+ land_disk_cpu, hash_sha, hash_xxh3) = map(float, sys.argv[1:])
 bits = gib * (1 << 30) * 8
 t = bits / tmpfs_s / 1e9
 d = bits / disk_s / 1e9
@@ -189,7 +202,7 @@ print("    onto disk, synced                 %6.2f Gbit/s  CPU %.2f s/GiB (%.2fx
       % (land_disk_gbps, land_disk_cpu, land_disk_gbps / iperf))
 f = bits / first_s / 1e9
 print("  seedctl pull, tmpfs, first pull     %6.2f Gbit/s  (%.2fx iperf3)" % (f, f / iperf))
-print("  seedctl pull, destination tmpfs     %6.2f Gbit/s  (%.2fx iperf3; target >= 0.85x; %.2fx the minimal"
+print("  seedctl pull, XXH3 chunks, tmpfs    %6.2f Gbit/s  (%.2fx iperf3; target >= 0.85x; %.2fx the minimal"
       " puller)  fetcher CPU %.2f s/GiB" % (t, t / iperf, t / min_tmpfs_gbps, xxh3_cpu / gib))
 if huge_s > 0:
     hf = bits / huge_first / 1e9
@@ -204,13 +217,18 @@ print("  pull --verify sha256, tmpfs         %6.2f Gbit/s  (%.2f s vs %.2f s wit
 print("  peak RSS: seedctl %.1f MiB, serving seedd %.1f MiB (target <= 64 MiB each)"
       % (pull_rss / 1024, server_rss / 1024))
 s = bits / sha_chunks_s / 1e9
-print("  chunk digests sha256 vs xxh3 (baseline), tmpfs:")
+print("  chunk digests sha256 (the default) vs xxh3 (baseline), tmpfs:")
 print("    pull       %6.2f Gbit/s vs %6.2f Gbit/s: %.2fx the throughput (%.2f s vs %.2f s)"
       % (s, t, tmpfs_s / sha_chunks_s, sha_chunks_s, tmpfs_s))
 print("    fetcher CPU %5.2f s/GiB vs %5.2f s/GiB: %.2fx"
       % (sha_cpu / gib, xxh3_cpu / gib, sha_cpu / max(xxh3_cpu, 1e-9)))
 print("    indexing the model at start: %.2f s vs %.2f s: %.2fx"
       % (index_sha, index_xxh3, index_sha / max(index_xxh3, 1e-9)))
+extra = (sha_cpu - xxh3_cpu) / gib
+alone = hash_sha - hash_xxh3
+print("    the hash alone, one thread: sha256 %.2f s/GiB, xxh3 %.2f s/GiB: %.2f s/GiB more" % (hash_sha, hash_xxh3, alone))
+print("    the fetcher's extra CPU for sha256 %.2f s/GiB: %.2fx what the hash alone costs more (target <= 1.0x)"
+      % (extra, extra / max(alone, 1e-9)))
 tg = bits / tls_s / 1e9
 pg = bits / plain_s / 1e9
 import os

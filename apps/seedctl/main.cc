@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   std::string manifest_dir;
   std::string manifest_model;
   std::string chunk_mib = "auto";
-  std::string manifest_digest = "xxh3";
+  std::string manifest_digest = "sha256";
   CLI::App* manifest_cmd = app.add_subcommand(
       "manifest",
       "print the weight_shards manifest of a model directory (files, safetensors "
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
       ->check(seedd::ChunkMibValidator());
   manifest_cmd
       ->add_option("--chunk-digest", manifest_digest,
-                   "digest of each chunk: xxh3 or sha256 (as seedd --chunk-digest; the root "
+                   "digest of each chunk: sha256 or xxh3 (as seedd --chunk-digest; the root "
                    "digest differs between them)")
       ->capture_default_str()
       ->check(CLI::IsMember({"xxh3", "sha256"}));

@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> trust_keys;
   std::string advertise;
   std::string chunk_mib = "auto";
-  std::string chunk_digest = "xxh3";
+  std::string chunk_digest = "sha256";
   std::string verify = "chunks";
   std::vector<std::string> warmups;
   std::string compile_key;
@@ -226,10 +226,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(seedd::ChunkMibValidator());
   app.add_option("--chunk-digest", chunk_digest,
-                 "digest of each chunk in the manifests of --model: xxh3 (XXH3-128: catches "
-                 "corruption, at memory speed) or sha256 (also holds against a relay forging "
-                 "chunks; costs CPU on every fetcher). Fetchers verify whatever the manifest "
-                 "names, and pinning (NAME@H) covers the choice")
+                 "digest of each chunk in the manifests of --model: sha256 (holds against a "
+                 "relay forging chunks) or xxh3 (XXH3-128: catches corruption only, at memory "
+                 "speed; for fleets whose relays are all trusted). Fetchers verify whatever the "
+                 "manifest names, and pinning (NAME@H) covers the choice")
       ->capture_default_str()
       ->check(CLI::IsMember({"xxh3", "sha256"}));
   app.add_option("--verify", verify,

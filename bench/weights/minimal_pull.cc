@@ -7,15 +7,20 @@
 // journal, no deadlines. Mode `land` is the bound of landing the bytes at all:
 // no network and no hash, 4 threads pwrite the files' sizes from one 256 KiB
 // buffer each into DEST and sync them; no puller lands bytes faster than this.
+// Mode `hash` is the cost of a chunk digest alone: one thread hashes a 256 KiB
+// buffer in cache, as many times as the files hold bytes, with XXH3-128 or
+// SHA-256 (OpenSSL, SHA extensions where the CPU has them).
 //
 //   minimal_pull network FILE...
 //   minimal_pull write DEST FILE...
 //   minimal_pull land DEST FILE...
+//   minimal_pull hash xxh3|sha256 FILE...
 // Prints "minimal_pull: MODE B bytes in S s: G Gbit/s, receiver CPU R s/GiB,
 // sender CPU T s/GiB".
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -123,15 +128,67 @@ void Land(const std::vector<std::string>& files, const std::vector<uint64_t>& si
   }
 }
 
+// Mode `hash`: `total` bytes of one 256 KiB piece in cache through the digest,
+// one digest per 2 MiB (a chunk). Returns CPU seconds.
+double Hash(const std::string& algo, uint64_t total) {
+  std::vector<char> buf(kPiece, 0x5a);
+  constexpr uint64_t kChunk = 2u << 20;
+  XXH3_state_t* state = XXH3_createState();
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  const EVP_MD* sha = EVP_sha256();
+  const double cpu0 = CpuSeconds(RUSAGE_SELF);
+  for (uint64_t at = 0; at < total;) {
+    if (algo == "sha256") {
+      EVP_DigestInit_ex(ctx, sha, nullptr);
+    } else {
+      XXH3_128bits_reset(state);
+    }
+    for (uint64_t in = 0; in < kChunk && at < total; in += kPiece, at += kPiece) {
+      if (algo == "sha256") {
+        EVP_DigestUpdate(ctx, buf.data(), buf.size());
+      } else {
+        XXH3_128bits_update(state, buf.data(), buf.size());
+      }
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (algo == "sha256") {
+      EVP_DigestFinal_ex(ctx, md, &n);
+    } else {
+      volatile uint64_t digest = XXH3_128bits_digest(state).low64;
+      (void)digest;
+    }
+  }
+  EVP_MD_CTX_free(ctx);
+  XXH3_freeState(state);
+  return CpuSeconds(RUSAGE_SELF) - cpu0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "hash" && argc >= 4 &&
+      (std::string(argv[2]) == "xxh3" || std::string(argv[2]) == "sha256")) {
+    uint64_t total = 0;
+    for (int i = 3; i < argc; ++i) {
+      struct stat st {};
+      if (::stat(argv[i], &st) != 0) Die("minimal_pull: stat");
+      total += static_cast<uint64_t>(st.st_size);
+    }
+    const double cpu = Hash(argv[2], total);
+    const double gib = static_cast<double>(total) / (1u << 30);
+    std::printf("minimal_pull: hash %s %llu bytes: %.2f Gbit/s, receiver CPU %.3f s/GiB\n", argv[2],
+                static_cast<unsigned long long>(total),
+                static_cast<double>(total) * 8 / std::max(cpu, 1e-9) / 1e9, cpu / gib);
+    return 0;
+  }
   const bool write = mode == "write" || mode == "land";
   if ((mode != "network" && !write) || argc < (write ? 4 : 3)) {
     std::fprintf(stderr,
                  "usage: minimal_pull network FILE...\n       minimal_pull write DEST FILE...\n"
-                 "       minimal_pull land DEST FILE...\n");
+                 "       minimal_pull land DEST FILE...\n"
+                 "       minimal_pull hash xxh3|sha256 FILE...\n");
     return 2;
   }
   const char* dest = write ? argv[2] : nullptr;

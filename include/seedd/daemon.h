@@ -58,10 +58,11 @@ struct DaemonOptions {
   // Chunk size of their manifests; 0: chosen by each model's size (about 1,024
   // chunks, a power of two from 256 KiB to 64 MiB).
   uint64_t weight_chunk_bytes = 0;
-  // How the chunks of served models are digested: "xxh3" (XXH3-128, catches
-  // corruption) or "sha256" (also holds against a relay forging chunks).
-  // Fetchers verify with whatever the manifest names.
-  std::string weight_chunk_digest = "xxh3";
+  // How the chunks of served models are digested: "sha256" (holds against a
+  // relay forging chunks) or "xxh3" (XXH3-128: catches corruption only, for
+  // fleets whose relays are all trusted). Fetchers verify with whatever the
+  // manifest names.
+  std::string weight_chunk_digest = "sha256";
   // --pull also checks each file's SHA-256 before the model is committed.
   bool verify_pulled_files = false;
   // Models to fetch from the source at start, into

@@ -125,7 +125,7 @@ struct Manifest {
 
 struct BuildOptions {
   uint64_t chunk_size = 0;  // 0: AutoChunkBytes of the model's size
-  ChunkDigest chunk_digest = ChunkDigest::kXxh3;
+  ChunkDigest chunk_digest = ChunkDigest::kSha256;
   // Chunk digests are cached here, keyed by path, size and modification time, so a
   // restart does not rehash. Empty: no cache.
   std::filesystem::path digest_cache;

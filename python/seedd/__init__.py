@@ -313,6 +313,7 @@ def pull(
     tls_ca: str | os.PathLike[str] | None = None,
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None,
+    trust_keys: Iterable[str | os.PathLike[str]] = (),
 ) -> PullStats:
     """Pull ``model``'s weights from seedd daemons into the directory ``into``.
 
@@ -325,7 +326,10 @@ def pull(
     are verified, on the calling thread. ``tls_ca``: connect with TLS and
     verify the daemons against this CA (PEM); ``tls_cert``/``tls_key``: a
     client certificate for daemons that require one (each by default from
-    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``).
+    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``). ``trust_keys``:
+    Ed25519 public keys (PEM files); only a manifest signed by one of them (the
+    publishing daemon's ``--sign-key``) is pulled, anything else raises
+    ``FailedPrecondition`` naming the signer's key.
 
     Every chunk is verified before it lands; the files appear under ``into``
     only once all are (a pull interrupted, by Ctrl-C too, keeps what it
@@ -361,6 +365,7 @@ def pull(
         os.fspath(tls_ca or env_tls.ca or ""),
         os.fspath(tls_cert or env_tls.cert or ""),
         os.fspath(tls_key or env_tls.key or ""),
+        [os.fspath(k) for k in ([trust_keys] if isinstance(trust_keys, (str, os.PathLike)) else trust_keys)],
     )
     return PullStats(**stats)
 

@@ -325,8 +325,15 @@ py::dict Pull(const std::string& model, const std::vector<std::string>& sources,
               const std::string& into, const std::string& token, const std::string& root_digest,
               double timeout, const py::object& progress, bool replace, bool verify_sha256,
               int connections, size_t max_neighbours, const std::string& tls_ca,
-              const std::string& tls_cert, const std::string& tls_key) {
+              const std::string& tls_cert, const std::string& tls_key,
+              const std::vector<std::string>& trust_keys) {
   seedd::PullOptions o;
+  if (!trust_keys.empty()) {
+    seedd::Result<std::shared_ptr<const seedd::TrustedKeys>> keys =
+        seedd::TrustedKeys::Load({trust_keys.begin(), trust_keys.end()});
+    if (!keys.ok()) throw py::value_error("trust_keys: " + keys.status().message());
+    o.trust = std::move(*keys);
+  }
   o.sources = sources;
   o.token = token;
   o.root_digest = root_digest;
@@ -433,7 +440,7 @@ PYBIND11_MODULE(_seedd, m) {
         py::arg("root_digest") = "", py::arg("timeout") = 1800.0, py::arg("progress") = py::none(),
         py::arg("replace") = false, py::arg("verify_sha256") = false, py::arg("connections") = 4,
         py::arg("max_neighbours") = 16, py::arg("tls_ca") = "", py::arg("tls_cert") = "",
-        py::arg("tls_key") = "");
+        py::arg("tls_key") = "", py::arg("trust_keys") = std::vector<std::string>());
 
   m.def(
       "build_manifest",

@@ -143,14 +143,14 @@ TEST_F(CliTest, APinnedPullRefusesAnyOtherVersion) {
   EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "pinned-ok" / "weights" / "m" / "current"));
 }
 
-// An origin with --chunk-digest sha256 hands out manifests with SHA-256 per
-// chunk (the same root digest seedctl manifest --chunk-digest sha256 prints); a
-// daemon pulls it with --verify sha256 and relays it under that same manifest, and
-// seedctl pulls from that relay, byte-identical at each hop.
-TEST_F(CliTest, Sha256ChunksTravelFromOriginThroughARelayToSeedctl) {
+// An origin hands out manifests with SHA-256 per chunk by default (the same
+// root digest seedctl manifest prints by default, and with --chunk-digest
+// sha256); a daemon pulls it with --verify sha256 and relays it under that same
+// manifest, and seedctl pulls from that relay, byte-identical at each hop.
+// --chunk-digest xxh3 makes another version.
+TEST_F(CliTest, Sha256ChunksAreTheDefaultAndTravelFromOriginThroughARelayToSeedctl) {
   std::string addr;
-  auto origin = Daemon("127.0.0.1:0",
-                       {"--model", "m=" + model().string(), "--chunk-digest", "sha256"}, &addr);
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);
   auto manifest = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = {SEEDCTL_BIN, "manifest", model().string(), "--model", "m"};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -164,7 +164,8 @@ TEST_F(CliTest, Sha256ChunksTravelFromOriginThroughARelayToSeedctl) {
     return at == std::string::npos ? std::string() : text.substr(at + key.size(), 64);
   };
   const std::string sha = manifest({"--chunk-digest", "sha256"});
-  const std::string xxh3 = manifest({});
+  EXPECT_EQ(manifest({}), sha);
+  const std::string xxh3 = manifest({"--chunk-digest", "xxh3"});
   EXPECT_TRUE(Has(sha, "\"chunk_digest\": \"sha256\"")) << sha;
   EXPECT_FALSE(Has(xxh3, "\"chunk_digest\"")) << xxh3;
   const std::string sha_root = root_of(sha);

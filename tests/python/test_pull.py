@@ -8,6 +8,7 @@ import _thread
 import filecmp
 import math
 import os
+import subprocess
 import socket
 import threading
 import time
@@ -134,6 +135,30 @@ def test_the_package_speaks_tls_verifying_daemons_against_a_ca(start, seedd_bin,
         assert t.request({"kind": "catalog", "prefix": ""})["status"] == "ok"
     finally:
         del os.environ["SEEDD_TLS_CA"]
+
+
+def test_trust_keys_pull_only_a_manifest_the_publisher_signed(start, seedd_bin, tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    for name in ("publisher", "stranger"):
+        subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", f"{name}.pem"],
+                       check=True, capture_output=True, cwd=keys)
+        subprocess.run(["openssl", "pkey", "-in", f"{name}.pem", "-pubout", "-out",
+                        f"{name}.pub.pem"], check=True, capture_output=True, cwd=keys)
+    model = make_model(str(tmp_path / "model"))
+    daemon = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "cache"),
+                    "--model", f"tiny={model}", "--chunk-mib", "0.25", "--log-level", "warn",
+                    "--sign-key", str(keys / "publisher.pem")])
+    seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN,
+               trust_keys=[keys / "publisher.pub.pem"])
+    assert same_tree(model, str(tmp_path / "out"))
+    with pytest.raises(seedd.Error, match="which is not trusted") as refused:
+        seedd.pull("tiny", [daemon.addr], tmp_path / "x", token=TOKEN,
+                   trust_keys=[keys / "stranger.pub.pem"])
+    assert refused.value.code == "FailedPrecondition"
+    assert not os.path.exists(tmp_path / "x")
+    with pytest.raises(ValueError, match="trust_keys"):
+        seedd.pull("tiny", [daemon.addr], tmp_path / "y", token=TOKEN, trust_keys=[model])
 
 
 def test_ctrl_c_stops_a_pull_and_is_raised(tmp_path):

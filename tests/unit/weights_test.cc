@@ -11,6 +11,7 @@
 #include "kinds/weights/model_index.h"
 #include "kinds/weights/records.h"
 #include "kinds/weights/safetensors.h"
+#include "seedd/daemon.h"
 #include "seedd/json_text.h"
 #include "support/test_util.h"
 
@@ -109,6 +110,9 @@ class ManifestTest : public ::testing::Test {
     options_.chunk_size = 16384;
     options_.digest_cache = dir_.path() / "digests";
     options_.sources = {"127.0.0.1:7420"};
+    // The layout the tests below check; new manifests default to SHA-256
+    // (Manifest.NewManifestsDigestChunksWithSha256ByDefault).
+    options_.chunk_digest = ChunkDigest::kXxh3;
   }
   Json Built() {
     auto m = BuildManifest("tiny", model_, options_);
@@ -447,6 +451,21 @@ TEST(Manifest, WithoutAChunkSizeAModelIsCutIntoAboutAThousandChunks) {
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->chunk_size, 1u << 20);  // a size given is kept
   EXPECT_NE(f->root_digest, m->root_digest);
+}
+
+// Relays are not trusted to be honest: a manifest built without a choice names
+// SHA-256, whose chunks a relay cannot forge (XXH3-128 collisions can be made).
+TEST(Manifest, NewManifestsDigestChunksWithSha256ByDefault) {
+  testing::TempDir dir;
+  const auto model = dir.path() / "m";
+  std::filesystem::create_directories(model);
+  std::ofstream(model / "config.json") << R"({"hidden_size": 64})";
+  auto m = BuildManifest("m", model, BuildOptions{});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->chunk_digest, ChunkDigest::kSha256);
+  EXPECT_EQ(m->ToJson()["chunk_digest"], "sha256");
+  EXPECT_EQ(m->chunks[0].digest, Sha256Hex(R"({"hidden_size": 64})"));
+  EXPECT_EQ(DaemonOptions{}.weight_chunk_digest, "sha256");
 }
 
 TEST(DataPlaneRecords, EncodeAndDecodeBigEndianFields) {
