@@ -60,6 +60,12 @@ int MillisLeft(Conn::Clock::time_point deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
 }
 
+// SSL_get_error reads the calling thread's error queue: an error an earlier
+// connection left there makes a mere WANT_READ look fatal (a stream thread
+// then closed a healthy connection, found by bench/weights.sh over TLS). Every
+// SSL call starts with the queue empty.
+void FreshErrorQueue() { ERR_clear_error(); }
+
 // After an SSL call on a non-blocking socket returned `ret`: waits until the
 // socket can do what the call wants (*error, SSL_get_error's verdict), by
 // `deadline`. False when the call failed for good or the deadline passed: the
@@ -170,6 +176,7 @@ Conn::Step Conn::Stepped(int ret, std::string* why) {
 
 Conn::Step Conn::AcceptStep(std::string* why) {
   NoSigpipe guard;
+  FreshErrorQueue();
   const int r = SSL_accept(ssl_);
   return r == 1 ? Step::kDone : Stepped(r, why);
 }
@@ -177,6 +184,7 @@ Conn::Step Conn::AcceptStep(std::string* why) {
 Conn::Step Conn::ReadStep(char* p, size_t n, size_t* got, std::string* why) {
   NoSigpipe guard;
   *got = 0;
+  FreshErrorQueue();
   const int r = SSL_read_ex(ssl_, p, n, got);
   if (r == 1) return Step::kDone;
   const Step step = Stepped(r, why);
@@ -191,6 +199,7 @@ Result<std::unique_ptr<Conn>> Conn::Accept(int fd, const TlsContext& tls,
   SSL* ssl = (*conn)->ssl_;
   NoSigpipe guard;
   for (;;) {
+    FreshErrorQueue();
     const int r = SSL_accept(ssl);
     if (r == 1) break;
     int error = 0;
@@ -225,6 +234,7 @@ Result<std::unique_ptr<Conn>> Conn::Connect(int fd, const TlsContext& tls, const
   }
   NoSigpipe guard;
   for (;;) {
+    FreshErrorQueue();
     const int r = SSL_connect(ssl);
     if (r == 1) break;
     int error = 0;
@@ -241,6 +251,7 @@ bool Conn::SendAllBy(const char* p, size_t n, Clock::time_point deadline) {
   NoSigpipe guard;
   while (n > 0) {
     size_t wrote = 0;
+    FreshErrorQueue();
     const int r = SSL_write_ex(ssl_, p, n, &wrote);
     if (r == 1) {
       p += wrote;
@@ -261,6 +272,7 @@ Status Conn::RecvAllBy(char* p, size_t n, Clock::time_point deadline) {
   NoSigpipe guard;
   while (n > 0) {
     size_t got = 0;
+    FreshErrorQueue();
     const int r = SSL_read_ex(ssl_, p, n, &got);
     if (r == 1) {
       p += got;
@@ -299,6 +311,7 @@ long Conn::RecvSome(char* p, size_t n, std::chrono::milliseconds wait) {
   NoSigpipe guard;
   for (;;) {
     size_t got = 0;
+    FreshErrorQueue();
     const int r = SSL_read_ex(ssl_, p, n, &got);
     if (r == 1) return static_cast<long>(got);
     int error = 0;
@@ -328,6 +341,7 @@ bool Conn::SendFileBy(int file, off_t offset, uint64_t n, Clock::time_point dead
   if (BIO_get_ktls_send(SSL_get_wbio(ssl_))) {
     NoSigpipe guard;
     while (n > 0) {  // kernel TLS: encrypted by the kernel from the page cache
+      FreshErrorQueue();
       ossl_ssize_t w = SSL_sendfile(ssl_, file, offset, std::min<uint64_t>(n, 1ull << 30), 0);
       if (w <= 0) {
         int error = 0;
@@ -373,7 +387,9 @@ std::string Conn::ExportedKey(const std::string& label) const {
 void Conn::Shutdown() {
   if (ssl_ == nullptr) return;
   NoSigpipe guard;
+  FreshErrorQueue();
   SSL_shutdown(ssl_);  // once, without waiting: the socket does not block
+  FreshErrorQueue();   // a peer gone already is not the next call's error
 }
 
 Result<std::string> ReadFrameBody(Conn& conn, uint64_t max_bytes,

@@ -3,6 +3,7 @@
 // the deadline, and so is a handshake whose peer never finishes it.
 #include <gtest/gtest.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -144,6 +145,32 @@ TEST_F(TlsConnTest, ASendToASlowReaderEndsAtItsDeadline) {
   reader.join();
   EXPECT_FALSE(sent);
   EXPECT_LT(took, milliseconds(1500));
+}
+
+// OpenSSL's error queue is per thread, and a stream thread serves connection
+// after connection: an error an earlier connection left there (a peer gone
+// mid-record) must not turn this connection's ordinary wait for data into a
+// failure. Before, a pull over TLS lost healthy data connections this way.
+TEST_F(TlsConnTest, AnErrorLeftOnTheThreadByAnotherConnectionDoesNotFailThisOne) {
+  ManualClient client;
+  std::unique_ptr<Conn> conn = Established(&client);
+  ASSERT_NE(conn, nullptr);
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(100));  // the read below has to wait
+    ASSERT_EQ(SSL_write(client.ssl, "request!", 8), 8);
+    testing::SendAll(client_fd_.get(), client.Take());
+  });
+  ERR_raise(ERR_LIB_SSL, SSL_R_UNEXPECTED_EOF_WHILE_READING);  // another connection's
+  char buf[8];
+  Status got = conn->RecvAllBy(buf, sizeof(buf), Clock::now() + milliseconds(5000));
+  late.join();
+  ASSERT_TRUE(got.ok()) << got.ToString();
+  EXPECT_EQ(std::string(buf, 8), "request!");
+  // A send, and a read of what is not there yet, alike.
+  ERR_raise(ERR_LIB_SSL, SSL_R_UNEXPECTED_EOF_WHILE_READING);
+  EXPECT_TRUE(conn->SendAllBy("answer", 6, Clock::now() + milliseconds(5000)));
+  ERR_raise(ERR_LIB_SSL, SSL_R_UNEXPECTED_EOF_WHILE_READING);
+  EXPECT_EQ(conn->RecvSome(buf, sizeof(buf), milliseconds(100)), 0);
 }
 
 TEST_F(TlsConnTest, AHandshakeTrickledAByteAtATimeIsCutAtItsDeadline) {
