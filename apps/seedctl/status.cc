@@ -43,6 +43,10 @@ void PrintTable(const seedd::Json& status) {
     std::string state = m.value("complete", false) ? "complete" : "relaying while pulling";
     if (m.value("pulled", false)) state += ", pulled";
     state += ", " + S(m, "chunk_digest") + " chunks";
+    if (auto by = m.find("signed_by");
+        by != m.end() && by->is_array() && !by->empty() && (*by)[0].is_string()) {
+      state += ", signed by " + (*by)[0].get<std::string>();
+    }
     std::printf("%-24s %-14s %10s %15s  %s\n", S(m, "name").c_str(),
                 S(m, "root_digest").substr(0, 12).c_str(), Mib(U(m, "bytes")).c_str(),
                 chunks.c_str(), state.c_str());

@@ -26,6 +26,8 @@ Json Daemon::StatusJson() const {
     for (const auto& m : rep_->weights_->Models()) {
       const uint64_t chunks = m->manifest.chunks.size();
       const uint64_t have = m->available == nullptr ? chunks : m->available->Count();
+      Json signed_by = Json::array();  // checked on install when this daemon has --trust-key
+      for (const Signature& s : m->manifest.signatures) signed_by.push_back(s.key);
       models.push_back({{"name", m->manifest.model},
                         {"root_digest", m->manifest.root_digest},
                         {"files", m->manifest.files.size()},
@@ -34,7 +36,8 @@ Json Daemon::StatusJson() const {
                         {"chunks_served", have},
                         {"complete", m->available == nullptr},
                         {"pulled", m->pulled},
-                        {"chunk_digest", std::string(ChunkDigestName(m->manifest.chunk_digest))}});
+                        {"chunk_digest", std::string(ChunkDigestName(m->manifest.chunk_digest))},
+                        {"signed_by", std::move(signed_by)}});
     }
   }
   Json pulls = Json::array();

@@ -44,8 +44,15 @@ TEST_F(SignaturesTest, ASignedManifestPassesThroughARelayAndOnlyATrustedKeysIsPu
   auto a = StartDaemon({"--model", "m=" + model().string(), "--sign-key", pem("publisher")},
                        &origin, dir_.path() / "a");
   // A daemon that pulls with --trust-key and serves the model on, signature and all.
-  auto b = StartDaemon({"--source", origin, "--pull", "m", "--trust-key", pem("publisher.pub")},
+  uint16_t admin_port = 0;
+  { UniqueFd probe = ListenLoopback(&admin_port); }
+  const std::string admin = "127.0.0.1:" + std::to_string(admin_port);
+  auto b = StartDaemon({"--source", origin, "--pull", "m", "--trust-key", pem("publisher.pub"),
+                        "--admin-listen", admin},
                        &relay, dir_.path() / "b");
+  RunResult status = RunCommand({SEEDCTL_BIN, "status", "--admin", admin});
+  EXPECT_TRUE(Has(status.out, "sha256 chunks, signed by " + publisher_fp_))
+      << status.out << status.err;
   RunResult through =
       RunCommand(PullArgs(relay, dir_.path() / "via-relay", {"--trust-key", pem("publisher.pub")}));
   ASSERT_EQ(through.status, 0) << through.err;
