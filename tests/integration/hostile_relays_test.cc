@@ -445,10 +445,11 @@ class StallingPeersTest : public testing::WeightsFixture {
     *addr = ServeWeights(server);
     return server;
   }
-  // A data connection that asks for `magic` `index` and then never reads.
+  // A data connection that asks for `magic` `index` and then never reads; from
+  // the address `from` when given.
   UniqueFd Stall(const HostPort& origin, const Manifest& m, const char* magic, uint32_t index,
-                 const std::string& relay) {
-    UniqueFd fd = ConnectNarrow(origin);
+                 const std::string& relay, const std::string& from = "") {
+    UniqueFd fd = from.empty() ? ConnectNarrow(origin) : testing::ConnectFrom(from, origin, 4096);
     Json hello = {{"kind", "weight_data"}, {"root_digest", m.root_digest}, {"token", kToken}};
     if (!relay.empty()) {
       hello["relay"] = relay;
@@ -513,6 +514,41 @@ TEST_F(StallingPeersTest, RelaysHoldingUploadSlotsWithoutReadingArePreempted) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
   EXPECT_TRUE(
       logs.Contains(spdlog::level::warn, "weight_data: closed the upload of relay 10.99.0."))
+      << logs.Dump();
+}
+
+// Relay names are the peer's word; its address is not. Four connections from
+// one address, under four invented relay names, hold every upload slot and are
+// not slow by the rate rule (it is off here): before, a relaying pull from
+// another address was answered busy until their send deadline (a minute). The
+// address holding every slot loses one to the address holding none.
+TEST_F(StallingPeersTest, OneAddressCannotKeepEveryUploadSlotFromTheOthers) {
+  WeightServerOptions options;
+  options.send.grace = std::chrono::seconds(60);
+  options.relay_min_rate = 0;
+  HostPort origin;
+  Manifest m;
+  std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
+  std::vector<uint32_t> big;
+  for (uint32_t i = 0; i < m.chunks.size(); ++i) {
+    if (m.chunks[i].file == "big.bin") big.push_back(i);
+  }
+  LogCapture logs;
+  std::vector<UniqueFd> stalled;
+  for (int i = 0; i < 4; ++i) {
+    stalled.push_back(Stall(origin, m, "SDRQ", big[static_cast<size_t>(i) % big.size()],
+                            "10.99.0." + std::to_string(i + 1) + ":7420", "127.0.0.2"));
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return server->connections() == 4; }));
+  FetchOptions o = Options();
+  o.relay = "127.0.0.1:10";
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK(FetchModel(m, {origin}, dir_.path() / "dest", o));
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn,
+                            "from 127.0.0.2, which holds 4 upload slots, for a relay from "
+                            "127.0.0.1, which holds none"))
       << logs.Dump();
 }
 

@@ -20,6 +20,7 @@
 #include "kinds/weights/records.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
+#include "transport/address_limits.h"
 #include "wire/frame.h"
 
 namespace seedd {
@@ -29,6 +30,21 @@ constexpr size_t kMaxRelayText = 300;
 constexpr size_t kMaxOpenFilesPerConnection = 16;
 
 constexpr uint64_t kHeaderBytes = std::tuple_size_v<HeaderRecord>;
+
+// The peer's address on `fd` (IPv6 by /64, as the listener's limits count it);
+// "?" when unknown.
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in&>(addr).sin_addr, text, sizeof(text));
+  } else if (addr.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(addr).sin6_addr, text, sizeof(text));
+  }
+  return AddressLimits::Key(text);
+}
 
 // True when [offset, offset + length) of `fd` holds no data (a hole reads as zeros).
 bool IsHole(int fd, uint64_t offset, uint64_t length) {
@@ -229,6 +245,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
   };
   auto deadline_for = [&](uint64_t n) { return options_.send.For(n); };
   std::map<std::string, UniqueFd, std::less<>> files;
+  std::string address;  // the peer's, once it asks for a slot
   RequestRecord req;
   size_t have = 0;
   for (;;) {
@@ -277,7 +294,8 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     } slot;
     if (peer >= 0 && options_.upload_slots > 0) {
       slot.sent = std::make_shared<std::atomic<uint64_t>>(0);
-      if (!TakeSlot(relay, waiting, conn.fd(), slot.sent, &slot.holder)) {
+      if (address.empty()) address = PeerAddress(conn.fd());
+      if (!TakeSlot(relay, address, waiting, conn.fd(), slot.sent, &slot.holder)) {
         const auto retry = static_cast<uint32_t>(options_.busy_retry.count());
         if (!send_header(kChunkMagic, index, kChunkBusy, retry, 0, small)) return;
         continue;

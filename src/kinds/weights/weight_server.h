@@ -91,6 +91,13 @@ struct WeightServerOptions {
   // connection closed, to a relay turned away meanwhile.
   uint64_t relay_min_rate = 256 * 1024;
   std::chrono::milliseconds preempt_after{2000};
+  // Relay names are claimed by peers; their addresses are not. When every slot
+  // is taken and a relay from an address holding none asks, the address holding
+  // the most (two or more) loses its newest slot held for preempt_after: one
+  // address cannot keep the slots from the others under invented names, however
+  // fast it reads. A fleet behind one address (NAT, one test host) keeps
+  // them all while no other address asks.
+  bool fair_addresses = true;
   // Bytes per second this server sends of a model that this host is itself still
   // pulling (0: no limit). Set a little below the host's uplink: a full uplink
   // queues the host's own chunk requests and TCP acknowledgements behind its
@@ -167,12 +174,17 @@ class WeightServer {
   // At most upload_slots wait in line.
   // The slot is held by the connection `fd`, whose progress `sent` counts (for
   // preemption: relay_min_rate); *holder names it for ReleaseSlot.
-  bool TakeSlot(const std::string& relay, bool waiting, int fd,
+  // `address` is the peer's (IPv6 by /64), for fair_addresses.
+  bool TakeSlot(const std::string& relay, const std::string& address, bool waiting, int fd,
                 std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder);
   void ReleaseSlot(const std::string& relay, uint64_t holder);
   // Closes the connection of each slot holder slower than relay_min_rate after
   // preempt_after (its send then fails and frees the slot). REQUIRES: slots_mu_.
   void PreemptSlowHolders(std::chrono::steady_clock::time_point now);
+  // With fair_addresses: for a relay from `address`, which holds no slot, closes
+  // the newest slot held for preempt_after by the address holding the most, if
+  // it holds two or more. REQUIRES: slots_mu_.
+  void PreemptForAddress(const std::string& address, std::chrono::steady_clock::time_point now);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
@@ -198,6 +210,7 @@ class WeightServer {
   uint64_t next_ticket_ = 0;   // GUARDED_BY(slots_mu_)
   struct SlotHolder {
     std::string relay;
+    std::string address;
     int fd;
     std::chrono::steady_clock::time_point since;
     std::shared_ptr<std::atomic<uint64_t>> sent;

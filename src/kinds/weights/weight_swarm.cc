@@ -153,8 +153,35 @@ void WeightServer::PreemptSlowHolders(std::chrono::steady_clock::time_point now)
   }
 }
 
-bool WeightServer::TakeSlot(const std::string& relay, bool waiting, int fd,
-                            std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder) {
+void WeightServer::PreemptForAddress(const std::string& address,
+                                     std::chrono::steady_clock::time_point now) {
+  if (!options_.fair_addresses) return;
+  std::map<std::string, std::vector<SlotHolder*>> by_address;
+  for (auto& [id, h] : holders_) {
+    if (!h.preempted) by_address[h.address].push_back(&h);
+  }
+  if (by_address.count(address) != 0) return;  // it has its share already
+  std::vector<SlotHolder*>* most = nullptr;
+  for (auto& [a, held] : by_address) {
+    if (most == nullptr || held.size() > most->size()) most = &held;
+  }
+  if (most == nullptr || most->size() < 2) return;
+  SlotHolder* newest = nullptr;
+  for (SlotHolder* h : *most) {
+    if (now - h->since < options_.preempt_after) continue;
+    if (newest == nullptr || h->since > newest->since) newest = h;
+  }
+  if (newest == nullptr) return;
+  newest->preempted = true;
+  ::shutdown(newest->fd, SHUT_RDWR);  // its send fails at once and frees the slot
+  Logger().warn(
+      "weight_data: closed the upload of relay {} from {}, which holds {} upload slots, for a "
+      "relay from {}, which holds none",
+      newest->relay, newest->address, most->size(), address);
+}
+
+bool WeightServer::TakeSlot(const std::string& relay, const std::string& address, bool waiting,
+                            int fd, std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder) {
   std::unique_lock<std::mutex> lock(slots_mu_);
   const auto now = std::chrono::steady_clock::now();
   const auto deadline = now + options_.own_slot_wait;
@@ -166,11 +193,15 @@ bool WeightServer::TakeSlot(const std::string& relay, bool waiting, int fd,
     ++sending_[relay];
     ++relay_sends_;
     *holder = ++next_holder_;
-    holders_.emplace(*holder, SlotHolder{relay, fd, std::chrono::steady_clock::now(), sent});
+    holders_.emplace(*holder,
+                     SlotHolder{relay, address, fd, std::chrono::steady_clock::now(), sent});
     return true;
   };
   const bool free = relay_sends_ < options_.upload_slots;
-  if (!free && mine() == 0) PreemptSlowHolders(now);
+  if (!free && mine() == 0) {
+    PreemptSlowHolders(now);
+    PreemptForAddress(address, now);
+  }
   if (mine() == 0 && free && line_.empty()) return take();
   if (mine() > 0) {
     // A relay's next request waits for its own send to end (the chunks it asks
