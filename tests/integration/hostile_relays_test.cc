@@ -461,6 +461,32 @@ class StallingPeersTest : public testing::WeightsFixture {
     testing::SendAll(fd.get(), std::string(req.data(), req.size()));
     return fd;
   }
+  // Four data connections (from `from` when given) under four invented relay
+  // names 10.99.0.1-4, each asking for an 8 MiB chunk of big.bin and never
+  // reading: every upload slot, once they are all connected.
+  std::vector<UniqueFd> HoldEverySlot(WeightServer& server, const HostPort& origin,
+                                      const Manifest& m, const std::string& from = "") {
+    std::vector<uint32_t> big;
+    for (uint32_t i = 0; i < m.chunks.size(); ++i) {
+      if (m.chunks[i].file == "big.bin") big.push_back(i);
+    }
+    std::vector<UniqueFd> stalled;
+    for (int i = 0; i < 4; ++i) {
+      stalled.push_back(Stall(origin, m, "SDRQ", big[static_cast<size_t>(i) % big.size()],
+                              "10.99.0." + std::to_string(i + 1) + ":7420", from));
+    }
+    EXPECT_TRUE(testing::WaitUntil([&] { return server.connections() == 4; }));
+    return stalled;
+  }
+  // A relaying fetcher's pull of `m` from `origin` into dest/, checked: how long it took.
+  std::chrono::steady_clock::duration PullAsRelay(const HostPort& origin, const Manifest& m) {
+    FetchOptions o = Options();
+    o.relay = "127.0.0.1:10";
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_OK(FetchModel(m, {origin}, dir_.path() / "dest", o));
+    EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+    return std::chrono::steady_clock::now() - start;
+  }
 };
 
 TEST_F(StallingPeersTest, AFetcherThatStopsReadingIsCutAtTheSendDeadline) {
@@ -495,23 +521,9 @@ TEST_F(StallingPeersTest, RelaysHoldingUploadSlotsWithoutReadingArePreempted) {
   HostPort origin;
   Manifest m;
   std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
-  std::vector<uint32_t> big;
-  for (uint32_t i = 0; i < m.chunks.size(); ++i) {
-    if (m.chunks[i].file == "big.bin") big.push_back(i);
-  }
   LogCapture logs;
-  std::vector<UniqueFd> stalled;
-  for (int i = 0; i < 4; ++i) {
-    stalled.push_back(Stall(origin, m, "SDRQ", big[static_cast<size_t>(i) % big.size()],
-                            "10.99.0." + std::to_string(i + 1) + ":7420"));
-  }
-  ASSERT_TRUE(testing::WaitUntil([&] { return server->connections() == 4; }));
-  FetchOptions o = Options();
-  o.relay = "127.0.0.1:10";
-  const auto start = std::chrono::steady_clock::now();
-  ASSERT_OK(FetchModel(m, {origin}, dir_.path() / "dest", o));
-  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  std::vector<UniqueFd> stalled = HoldEverySlot(*server, origin, m);
+  EXPECT_LT(PullAsRelay(origin, m), std::chrono::seconds(15));
   EXPECT_TRUE(
       logs.Contains(spdlog::level::warn, "weight_data: closed the upload of relay 10.99.0."))
       << logs.Dump();
@@ -529,23 +541,9 @@ TEST_F(StallingPeersTest, OneAddressCannotKeepEveryUploadSlotFromTheOthers) {
   HostPort origin;
   Manifest m;
   std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
-  std::vector<uint32_t> big;
-  for (uint32_t i = 0; i < m.chunks.size(); ++i) {
-    if (m.chunks[i].file == "big.bin") big.push_back(i);
-  }
   LogCapture logs;
-  std::vector<UniqueFd> stalled;
-  for (int i = 0; i < 4; ++i) {
-    stalled.push_back(Stall(origin, m, "SDRQ", big[static_cast<size_t>(i) % big.size()],
-                            "10.99.0." + std::to_string(i + 1) + ":7420", "127.0.0.2"));
-  }
-  ASSERT_TRUE(testing::WaitUntil([&] { return server->connections() == 4; }));
-  FetchOptions o = Options();
-  o.relay = "127.0.0.1:10";
-  const auto start = std::chrono::steady_clock::now();
-  ASSERT_OK(FetchModel(m, {origin}, dir_.path() / "dest", o));
-  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  std::vector<UniqueFd> stalled = HoldEverySlot(*server, origin, m, "127.0.0.2");
+  EXPECT_LT(PullAsRelay(origin, m), std::chrono::seconds(15));
   EXPECT_TRUE(logs.Contains(spdlog::level::warn,
                             "from 127.0.0.2, which holds 4 upload slots, for a relay from "
                             "127.0.0.1, which holds none"))
