@@ -305,13 +305,11 @@ int main(int argc, char** argv) {
                  "the name peers' certificates must carry (default: the host connected to)");
   app.add_option("--sign-key", sign_key,
                  "PEM Ed25519 private key: sign the manifests of --model and the compile cache "
-                 "bundles this daemon publishes (openssl genpkey -algorithm ed25519)")
-      ->check(CLI::ExistingFile);
+                 "bundles this daemon publishes (openssl genpkey -algorithm ed25519)");
   app.add_option("--trust-key", trust_keys,
                  "PEM Ed25519 public key (repeatable): install only manifests and compile cache "
                  "bundles signed by one of them, from peers, stores and local copies alike; "
-                 "anything else is refused, the signer's fingerprint in the log")
-      ->check(CLI::ExistingFile);
+                 "anything else is refused, the signer's fingerprint in the log");
   app.add_option("--listen-plain", listen_plain,
                  "with TLS, also serve plain TCP here: the compatibility path for peers that "
                  "cannot speak TLS (the reference implementation); keep it on a trusted network");
