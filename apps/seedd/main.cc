@@ -377,6 +377,11 @@ int main(int argc, char** argv) {
       !strong.ok()) {
     return Fail(strong.message());
   }
+  if (tokens->empty() && (!listen.empty() || !sources.empty())) {
+    return Fail(
+        "no token: pass --token-file FILE (a file holding the fleet's token, e.g. made with "
+        "`openssl rand -hex 32 > FILE`) or set SEEDD_TOKEN to the token itself");
+  }
   if (!tokens->empty()) {
     options.seed.token = tokens->front();
     options.accepted_tokens.assign(tokens->begin() + 1, tokens->end());

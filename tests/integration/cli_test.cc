@@ -38,6 +38,24 @@ class CliTest : public testing::DaemonProcessTest {
   }
 };
 
+// A mistyped command or a long flag with one dash is named with what was meant,
+// in one line, exit status 2.
+TEST_F(CliTest, AMistypedCommandOrAOneDashFlagIsNamedWithWhatWasMeant) {
+  auto pul = RunCommand({SEEDCTL_BIN, "pul", "--source", "127.0.0.1:1"});
+  EXPECT_EQ(pul.status, 2);
+  EXPECT_EQ(pul.err, "seedctl: unknown command 'pul' (did you mean pull?); see --help\n");
+  auto odd = RunCommand({SEEDCTL_BIN, "warm"});
+  EXPECT_EQ(odd.status, 2);
+  EXPECT_TRUE(Has(odd.err, "unknown command 'warm'; the commands: request, fetch")) << odd.err;
+  auto one_dash = RunCommand({SEEDCTL_BIN, "pull", "-source", "127.0.0.1:1", "--model", "m",
+                              "--into", (dir_.path() / "x").string()});
+  EXPECT_EQ(one_dash.status, 2);
+  EXPECT_EQ(one_dash.err, "seedctl: '-source' takes two dashes: --source; see --help\n");
+  auto daemon = RunCommand({SEEDD_BIN, "-listen", "127.0.0.1:0"});
+  EXPECT_EQ(daemon.status, 2);
+  EXPECT_EQ(daemon.err, "seedd: '-listen' takes two dashes: --listen; see --help\n");
+}
+
 TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {
   uint16_t port = 0;
   testing::ListenLoopback(&port);  // closed at once: a free port, nobody listening

@@ -169,7 +169,9 @@ TEST_F(E2eTest, TheTokenCanComeFromTheEnvironmentAndIsNeverLogged) {
 TEST_F(E2eTest, BadFlagsAndMissingTokensExitTwoWithOneLine) {
   auto no_token = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0"}, {"SEEDD_TOKEN="});
   EXPECT_EQ(no_token.status, 2);
-  EXPECT_EQ(no_token.err, "seedd: A daemon-to-daemon listener/source requires a token\n");
+  EXPECT_EQ(no_token.err,
+            "seedd: no token: pass --token-file FILE (a file holding the fleet's token, e.g. made "
+            "with `openssl rand -hex 32 > FILE`) or set SEEDD_TOKEN to the token itself\n");
   auto missing = RunCommand({SEEDD_BIN, "--token-file", (dir_.path() / "nope").string()});
   EXPECT_EQ(missing.status, 2);
   EXPECT_EQ(missing.err,
