@@ -126,6 +126,14 @@ void AdminServer::Rep::Read(const ExchangePtr& x) {
   x->socket.async_read_some(asio::buffer(x->buf), [this, x](const asio::error_code& ec, size_t n) {
     if (ec) return End(x);
     x->head.append(x->buf.data(), n);
+    // A request line starts with a method in capitals: anything else (a seed
+    // frame's length, sent here by mistake) is answered at once, not at the
+    // request deadline, and the client can say what it reached.
+    if (!x->head.empty() && (x->head[0] < 'A' || x->head[0] > 'Z')) {
+      return Send(x, {400, "text/plain; charset=utf-8",
+                      "this is a seedd admin endpoint (HTTP): the seed protocol is on the "
+                      "daemon's --listen port\n"});
+    }
     size_t end = x->head.find("\r\n\r\n");
     if (end == std::string::npos) end = x->head.find("\n\n");
     if (end == std::string::npos) {

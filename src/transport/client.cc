@@ -147,8 +147,12 @@ Status NotOurProtocol(std::string_view first) {
     if (c == '\r' || c == '\n') break;
     said += (c >= 0x20 && c < 0x7f) ? c : '?';
   }
+  const std::string hint = said.rfind("HTTP/", 0) == 0
+                               ? "an HTTP server, such as a daemon's --admin-listen port: the seed "
+                                 "protocol is on its --listen port"
+                               : "check the address and port";
   return Status::Unavailable("the peer does not speak the seed protocol (it answered '" + said +
-                             "'): check the address and port");
+                             "'): " + hint);
 }
 
 bool LooksLikeText(std::string_view first) {

@@ -228,6 +228,21 @@ std::string Exchange(const std::string& admin, const std::string& request) {
   return testing::ReadToEof(fd.get());
 }
 
+// seedctl pointed at the admin port by mistake is told so at once, not after
+// the request deadline with "connection closed".
+TEST_F(AdminTest, ASeedRequestToTheAdminPortIsAnsweredAtOnceAndNamedAsHttp) {
+  std::string admin, addr;
+  auto d = Daemon("d", {}, &admin, &addr);
+  const auto start = std::chrono::steady_clock::now();
+  auto ls = RunCommand({SEEDCTL_BIN, "ls", "--source", admin, "--token-file", token_file()});
+  EXPECT_NE(ls.status, 0);
+  EXPECT_TRUE(Has(ls.err,
+                  "it answered 'HTTP/1.1 400 Bad Request'): an HTTP server, such as a "
+                  "daemon's --admin-listen port"))
+      << ls.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
 TEST_F(AdminTest, OnlyGetAndHeadAreServedAndABodyIsRefusedUnread) {
   std::string admin, addr;
   auto p = Daemon("d", {}, &admin, &addr);

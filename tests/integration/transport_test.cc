@@ -213,7 +213,8 @@ TEST_F(TransportTest, APeerThatSpeaksHttpIsNamedAsNotSpeakingTheProtocol) {
   EXPECT_FALSE(Client(http.addr())->Request(ArtifactRequest()).has_value());
   EXPECT_TRUE(logs.Contains(spdlog::level::warn,
                             "the peer does not speak the seed protocol (it answered 'HTTP/1.1 "
-                            "400 Bad Request'): check the address and port"))
+                            "400 Bad Request'): an HTTP server, such as a daemon's --admin-listen "
+                            "port: the seed protocol is on its --listen port"))
       << logs.Dump();
   EXPECT_FALSE(logs.Contains(spdlog::level::warn, "Message size")) << logs.Dump();
 }
