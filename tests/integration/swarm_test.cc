@@ -475,7 +475,9 @@ TEST_F(SwarmTest, ARelayThatAnnouncedItselfHereBecomesANeighbour) {
 // host, and the fetcher wants 5) says when to try again; the fetcher does, on
 // the connections it has meanwhile, and does not drop it (before, each refusal
 // counted as a failure and the third dropped the only source). Past
-// capacity_patience the refusals count again, so a pull still ends.
+// capacity_patience the refusals count again, so a pull still ends (before,
+// the impatient pull raced its own two accepted connections, which under ASan
+// sometimes finished the model first).
 TEST_F(SwarmTest, AFullSourceIsTriedAgainNotDropped) {
   WriteRandom(model_ / "big.bin", 16 << 20, 8);
   auto origin = Server(WeightServerOptions{});
@@ -490,6 +492,11 @@ TEST_F(SwarmTest, AFullSourceIsTriedAgainNotDropped) {
   EXPECT_GT(stats.refused_full, 0u);
   EXPECT_TRUE(stats.sources_dropped.empty());
 
+  // Both places taken by other connections of this host: every connection of
+  // an impatient fetcher is refused, and refusals count as failures at once.
+  Json answer;
+  UniqueFd held_a = testing::OpenData(origin_addr, manifest_.root_digest, &answer);
+  UniqueFd held_b = testing::OpenData(origin_addr, manifest_.root_digest, &answer);
   options.capacity_patience = std::chrono::milliseconds(0);
   FetchStats impatient;
   Status st = FetchModel(manifest_, {origin_addr}, dir_.path() / "out2", options, &impatient);
