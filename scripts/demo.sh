@@ -108,7 +108,7 @@ s="$(date +%s.%N)"
 "$bin/seedctl" pull --source "$addr" --token-file "$work/token" --model demo --into "$work/B/weights/demo" \
   | sed 's/^/demo: /'
 diff -r "$work/model" "$work/B/weights/demo" > /dev/null || { echo "demo: the pulled model differs" >&2; exit 1; }
-echo "demo: the pulled model is byte-identical (every chunk verified with XXH3-128 as it landed)"
+echo "demo: the pulled model is byte-identical (every chunk verified with SHA-256 as it landed)"
 
 # A fleet: an origin and two daemons pulling the model from it at once; each
 # relays the chunks it has verified to the other, so the origin sends about one
