@@ -233,7 +233,10 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
     }
   }
   // Publish what the directory holds now, for the next cold host.
-  if (HasFiles(spec.dir) && spec.trust != nullptr && spec.sign_key == nullptr) {
+  // A daemon that trusts signed bundles only and cannot sign publishes nothing:
+  // its unsigned bundle would replace a signed one.
+  const bool can_publish = spec.trust == nullptr || spec.sign_key != nullptr;
+  if (!can_publish) {
     Logger().info(
         "{}: not published: this daemon trusts signed bundles only and has no --sign-key to sign "
         "its own",
