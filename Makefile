@@ -7,12 +7,17 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps build python install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
+.PHONY: all deps demo-deps test-deps build python wheel install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
 
 all: build
 
+# What building needs; `make demo` and `make test` add the servers they start.
 deps:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh build
+demo-deps:
+	@bash scripts/setup.sh demo
+test-deps:
+	@bash scripts/setup.sh test
 
 $(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
@@ -27,18 +32,22 @@ python: deps $(BUILD)/build.ninja
 
 # The binaries, libseedd (headers, seedd.pc), the systemd unit and an example
 # configuration under $(PREFIX); DESTDIR=... stages them for a package.
+# A wheel for CPython 3.9+ in dist/: pip install --no-index --find-links dist seedd
+wheel: python
+	python3 scripts/build_wheel.py $(BUILD) dist
+
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Every test: unit, integration, end to end, interop; each fuzz target for
 # $(FUZZ_SECONDS) s; the unit, transport and store tests again under ASan+UBSan.
-test: build
+test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 	$(MAKE) fuzz-smoke
 	$(MAKE) asan-test
 
-asan-test: deps
+asan-test: test-deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSEEDD_SANITIZE=ON -DSEEDD_BENCH=OFF
 	cmake --build build-asan -j $(JOBS) --target seedd_unit_tests seedd_transport_tests seedd_store_tests
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -46,16 +55,16 @@ asan-test: deps
 
 # ThreadSanitizer over the concurrent code (not part of `make test`: GCC's TSan
 # does not model the fences Asio uses, so it is a tool for changes to threading).
-tsan-test: deps
+tsan-test: test-deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSEEDD_BENCH=OFF \
 	  -DCMAKE_CXX_FLAGS="-fsanitize=thread -O1 -Wno-tsan" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
 	cmake --build build-tsan -j $(JOBS) --target seedd_unit_tests seedd_transport_tests
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(unit|transport)[.]"
 
-build-fuzz/build.ninja: | deps
+build-fuzz/build.ninja: | test-deps
 	CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEEDD_FUZZ=ON
 
-fuzz-build: build-fuzz/build.ninja
+fuzz-build: test-deps build-fuzz/build.ninja
 	cmake --build build-fuzz -j $(JOBS)
 
 fuzz-smoke: fuzz-build
@@ -64,10 +73,10 @@ fuzz-smoke: fuzz-build
 fuzz:
 	$(MAKE) fuzz-smoke FUZZ_SECONDS=60
 
-demo: build
+demo: demo-deps build
 	bash scripts/demo.sh $(BUILD)/bin
 
-bench: build
+bench: test-deps build
 	bash bench/run.sh $(BUILD)/bin
 	bash bench/stores.sh $(BUILD)/bin
 	bash bench/warmup.sh $(BUILD)/bin

@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Installs the Debian packages seedd needs to build, test and benchmark, only when
-# something is missing. Idempotent; safe to run on every `make`.
+# Installs the Debian packages seedd needs, only when something is missing.
+# Idempotent; safe to run on every `make`.
+#   setup.sh build  what building needs (make, make install, make wheel, make deb)
+#   setup.sh demo   and the redis-server `make demo` starts
+#   setup.sh test   and every server and tool the tests start (make test, make bench)
 set -euo pipefail
+mode="${1:-test}"
 
 PACKAGES=(
-  cmake ninja-build g++ ccache clang-14 libclang-rt-14-dev clang-format python3
+  cmake ninja-build g++ ccache pkg-config python3 binutils dpkg-dev
   nlohmann-json3-dev libasio-dev libssl-dev libxxhash-dev libspdlog-dev libfmt-dev
-  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  pkg-config libhiredis-dev libcurl4-openssl-dev redis-server redis-tools
-  libtomlplusplus-dev systemd prometheus-cpp-dev libcpp-httplib-dev prometheus
-  python3-dev pybind11-dev python3-pybind11 python3-pytest python3-pip
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev libcurl4-openssl-dev
+  libtomlplusplus-dev prometheus-cpp-dev libcpp-httplib-dev
 )
-command -v node >/dev/null && command -v npm >/dev/null || PACKAGES+=(nodejs npm)
+case "$mode" in
+  build) ;;
+  demo) PACKAGES+=(redis-server redis-tools) ;;
+  test)
+    PACKAGES+=(redis-server redis-tools clang-14 libclang-rt-14-dev clang-format systemd prometheus
+               python3-pytest python3-venv)
+    ;;
+  *) echo "usage: setup.sh build|demo|test" >&2; exit 2 ;;
+esac
+if [ "$mode" = test ] && ! { command -v node > /dev/null && command -v npm > /dev/null; }; then
+  PACKAGES+=(nodejs npm)
+fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -23,6 +36,7 @@ for p in "${PACKAGES[@]}"; do
 done
 install_s3rver() {
   # The S3-compatible server the tests run against, from the npm registry.
+  [ "$mode" = test ] || return 0
   if [ ! -x "$root/tools/s3rver/node_modules/.bin/s3rver" ]; then
     echo "setup: installing s3rver (npm)"
     (cd "$root/tools/s3rver" && npm ci --no-audit --no-fund --loglevel=error)

@@ -2,11 +2,13 @@
 // SIGHUP re-reads the token file.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -16,6 +18,10 @@
 #include "config_file.h"
 #include "seedd/daemon.h"
 #include "seedd/logging.h"
+#include "seedd/signing.h"
+#include "seedd/store_registry.h"
+#include "seedd/tls.h"
+#include "seedd/weights.h"
 #include "seedd_version.h"
 
 namespace {
@@ -42,6 +48,77 @@ int Fail(const std::string& message) {
   }
   std::fprintf(stderr, "seedd: %s%s\n", where.c_str(), message.c_str());
   return 2;
+}
+
+// What --check-config opens without side effects: the TLS files parse and the
+// key matches the certificate, the signing and trusted keys load, every model
+// directory exists and can be read, the cache directory can be written (or
+// created), store and registry URLs parse, the factors file reads. Each
+// problem is one line naming the flag.
+std::vector<std::string> CheckFiles(const seedd::DaemonOptions& o,
+                                    const std::vector<std::string>& factors,
+                                    const std::string& factors_file) {
+  std::vector<std::string> problems;
+  if (!o.tls.cert.empty() || !o.tls.key.empty() || !o.tls.ca.empty()) {
+    seedd::Result<std::shared_ptr<seedd::TlsContext>> tls = seedd::TlsContext::Create(o.tls);
+    if (!tls.ok())
+      problems.push_back("TLS (--tls-cert/--tls-key/--tls-ca): " + tls.status().message());
+  }
+  if (!o.sign_key.empty()) {
+    auto key = seedd::SigningKey::Load(o.sign_key);
+    if (!key.ok()) problems.push_back("--sign-key: " + key.status().message());
+  }
+  if (!o.trust_keys.empty()) {
+    auto keys = seedd::TrustedKeys::Load(o.trust_keys);
+    if (!keys.ok()) problems.push_back("--trust-key: " + keys.status().message());
+  }
+  for (const auto& [name, spec] : o.models) {
+    seedd::Result<std::filesystem::path> dir = seedd::ResolveModelDir(spec.string());
+    if (!dir.ok()) {
+      problems.push_back("--model " + name + ": " + dir.status().message());
+      continue;
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_directory(*dir, ec)) {
+      problems.push_back("--model " + name + ": " + dir->string() + " is not a directory" +
+                         (ec ? " (" + ec.message() + ")" : ""));
+    } else if (::access(dir->c_str(), R_OK | X_OK) != 0) {
+      problems.push_back("--model " + name + ": " + dir->string() + " cannot be read (" +
+                         std::strerror(errno) + ")");
+    }
+  }
+  // The cache directory, or the nearest directory above it that exists.
+  std::filesystem::path cache = o.cache_dir;
+  std::error_code ec;
+  while (!cache.empty() && !std::filesystem::exists(cache, ec) && cache != cache.parent_path()) {
+    cache = cache.parent_path();
+  }
+  if (cache.empty()) cache = ".";
+  if (!std::filesystem::is_directory(cache, ec)) {
+    problems.push_back("--cache-dir " + o.cache_dir.string() + ": " + cache.string() +
+                       " is not a directory");
+  } else if (::access(cache.c_str(), W_OK | X_OK) != 0) {
+    problems.push_back("--cache-dir " + o.cache_dir.string() + ": " + cache.string() +
+                       " cannot be written (" + std::strerror(errno) + ")");
+  }
+  for (const std::string& url : o.store_urls) {
+    if (seedd::Status st = seedd::CheckStoreUrl(url); !st.ok()) {
+      problems.push_back("--store: " + st.message());
+    }
+  }
+  if (!o.registry_url.empty()) {
+    if (seedd::Status st = seedd::CheckStoreUrl(o.registry_url); !st.ok()) {
+      problems.push_back("--registry: " + st.message());
+    } else if (o.registry_url.rfind("redis://", 0) != 0) {
+      problems.push_back("--registry: " + seedd::RedactStoreUrl(o.registry_url) +
+                         " is not a redis:// URL");
+    }
+  }
+  if (!factors_file.empty()) {
+    auto parsed = seedd::ParseCompileFactors(factors, factors_file);
+    if (!parsed.ok()) problems.push_back("--factors-file: " + parsed.status().message());
+  }
+  return problems;
 }
 
 // Applies --config FILE to `app`, parsed already from the command line: each
@@ -111,8 +188,11 @@ int main(int argc, char** argv) {
   app.add_flag(
       "--check-config", check_config,
       "check the flags and --config file (syntax, keys, values, addresses, the token "
-      "file), print 'seedd: configuration OK' and exit 0 without starting; models, TLS files, "
-      "stores and sources are not opened");
+      "file) and open what can be opened without side effects (TLS files parse and the key "
+      "matches the certificate, signing and trusted keys load, model directories can be read, "
+      "the cache directory can be written, store URLs parse, the factors file reads); print "
+      "'seedd: configuration OK' and exit 0 without starting, else each problem and exit 1. "
+      "Stores and sources are not contacted");
   std::string listen = "127.0.0.1:7420";
   std::vector<std::string> sources;
   std::string token_file;
@@ -463,6 +543,13 @@ int main(int argc, char** argv) {
   options.autotune = autotune;
   options.transport.max_resolver_threads = resolver_threads;
   if (check_config) {
+    const std::vector<std::string> problems =
+        CheckFiles(options, compile_factors, compile_factors_file);
+    for (const std::string& p : problems) std::fprintf(stderr, "seedd: %s\n", p.c_str());
+    if (!problems.empty()) {
+      std::fprintf(stderr, "seedd: configuration has %zu problem(s)\n", problems.size());
+      return 1;
+    }
     std::printf("seedd: configuration OK\n");
     return 0;
   }

@@ -21,6 +21,10 @@ namespace seedd {
 // unknown scheme, list the known ones.
 Result<ArtifactStorePtr> OpenArtifactStore(std::string_view url);
 
+// Whether `url` parses as a store URL of a known scheme, without opening it
+// (no connection, no file): the error names the store and the known schemes.
+Status CheckStoreUrl(std::string_view url);
+
 // The registered schemes, sorted ("file", "redis", "s3").
 std::vector<std::string> KnownStoreSchemes();
 

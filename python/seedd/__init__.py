@@ -8,7 +8,8 @@ changing one import::
 
     from seedd import SeedConfig, SeedTransport
 
-The transport underneath is seedd's C++ one: the listener serves connections
+The transport underneath is seedd's C++ one (libseedd_c, loaded with ctypes,
+so one build serves every CPython from 3.9): the listener serves connections
 concurrently, bounded in number and each within its deadlines (the reference
 serves one at a time), and calls a seedable's ``resolve`` holding the GIL only
 for that call; a request waits on the network without the GIL.
@@ -19,17 +20,33 @@ builds and reads the manifests that describe them. Their failures raise
 :class:`Error`, carrying the daemon's own words.
 """
 
-from __future__ import annotations
+# Written for every Python that may import it, so that an old one hears why.
+import sys as _sys
 
-import atexit
-import json
-import logging
-import os
-import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple, Protocol, Sequence, Union
+SUPPORTED = "CPython 3.9 and newer (built and tested for 3.9, 3.10, 3.11, 3.12 and 3.13)"
+if _sys.version_info < (3, 9):
+    raise ImportError(
+        "seedd supports %s; this interpreter is %s %s (%s)"
+        % (
+            SUPPORTED,
+            _sys.implementation.name if hasattr(_sys, "implementation") else "Python",
+            _sys.version.split()[0],
+            _sys.executable,
+        )
+    )
 
-from . import _seedd
+from ._api import (  # noqa: E402
+    Error,
+    Manifest,
+    PullStats,
+    SeedConfig,
+    Seedable,
+    SeedTransport,
+    TlsFiles,
+    pull,
+    set_log_level,
+)
+from ._native import VERSION as __version__  # noqa: E402
 
 __all__ = [
     "Error",
@@ -42,398 +59,3 @@ __all__ = [
     "pull",
     "set_log_level",
 ]
-
-logger = logging.getLogger(__name__)
-
-# A request connects within this and reads the whole response within the
-# authenticated deadline (a source may resolve slowly: a large model's manifest).
-_CONNECT_TIMEOUT_S = 5.0
-_REQUEST_TIMEOUT_S = 300.0
-
-
-class Error(RuntimeError):
-    """A pull or a manifest failed. ``str(e)`` is the daemon's text ("NotFound:
-    ..."), ``e.code`` the code's name ("NotFound", "Unavailable", "Cancelled",
-    ...)."""
-
-    def __init__(self, message: str, code: str = "Internal"):
-        super().__init__(message)
-        self.code = code
-
-
-class SeedConfig(NamedTuple):
-    """One daemon's D2D seeding configuration: its listener, its source
-    replica, and the shared token authenticating both."""
-
-    listen: tuple[str, int] | None = None
-    source: tuple[str, int] | None = None
-    token: str | None = None
-
-
-class TlsFiles(NamedTuple):
-    """TLS for a :class:`SeedTransport` (PEM file paths; the reference's
-    SeedConfig has no place for them). With ``cert`` and ``key`` the listener
-    speaks TLS 1.3 only; with ``ca`` requests to the source use TLS and verify
-    it against that CA, ``cert``/``key`` then serving as a client certificate
-    for daemons that require one. By default from the environment:
-    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``, so that an engine
-    using the drop-in transport gets TLS without a change to its code."""
-
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-
-    @classmethod
-    def from_environment(cls) -> "TlsFiles":
-        return cls(
-            os.environ.get("SEEDD_TLS_CA") or None,
-            os.environ.get("SEEDD_TLS_CERT") or None,
-            os.environ.get("SEEDD_TLS_KEY") or None,
-        )
-
-
-class Seedable(Protocol):
-    """One kind of state a daemon can seed to or from a peer daemon."""
-
-    kind: str
-
-    def request_params(self, ctx: Any) -> dict[str, Any]:
-        """Target side: the key fields identifying what this rank needs."""
-        ...
-
-    def resolve(self, request: dict[str, Any]) -> Any | None:
-        """Source side: produce the payload named by ``request``.
-
-        Validate the wire key first: raise on any malformed field
-        (``ValueError`` for bad values, ``KeyError`` for missing ones) before
-        touching local state; the transport turns it into an error response.
-        Return None on a miss. Called from the listener's threads, several at
-        once: it must be thread-safe.
-        """
-        ...
-
-    def validate_payload(self, payload: Any) -> Any:
-        """Target side: validate the fetched payload, or raise ValueError."""
-        ...
-
-    def install(self, ctx: Any, payload: Any) -> None:
-        """Target side: install a validated payload."""
-        ...
-
-
-# Listeners still open when the interpreter exits are closed first: their
-# threads call into Python.
-_open_servers: "weakref.WeakSet[SeedTransport]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    for transport in list(_open_servers):
-        transport.close()
-
-
-class SeedTransport:
-    """The daemon's D2D seeding endpoint: serves and fetches seedables."""
-
-    def __init__(
-        self,
-        seedables: Iterable[Seedable],
-        seed_config: SeedConfig | None = None,
-    ):
-        seed_config = seed_config or SeedConfig()
-        listen, source, token = seed_config
-        self.tls = TlsFiles.from_environment()
-        if (listen is not None or source is not None) and not token:
-            raise ValueError("A daemon-to-daemon listener/source requires a token")
-        self._seedables = list(seedables)
-        self._seed_config = seed_config
-        self._server: _seedd.Server | None = None
-
-    def adopt(self, seedable: Seedable, ctx: Any) -> None:
-        """Best-effort: fetch and install ``seedable`` from the source daemon.
-
-        Any failure degrades to the local path with a log line.
-        """
-        response = self.request(
-            {"kind": seedable.kind, **seedable.request_params(ctx)},
-        )
-        if response is None:
-            return
-        status = response.get("status")
-        if status != "ok":
-            log = logger.info if status == "miss" else logger.warning
-            log(
-                "No remote %s seed adopted (status %s); using the local path",
-                seedable.kind,
-                status,
-            )
-            return
-        try:
-            seedable.install(ctx, seedable.validate_payload(response.get("payload")))
-        except Exception as e:
-            logger.warning(
-                "Rejected the remote %s seed; using the local path: %s",
-                seedable.kind,
-                e,
-            )
-            return
-        logger.info("Adopted remote %s seed", seedable.kind)
-
-    def handle_request(self, request: Any) -> dict[str, Any]:
-        """Source side: answer one authenticated seed request."""
-        kind_name = request.get("kind") if isinstance(request, dict) else None
-        seedable = next((s for s in self._seedables if s.kind == kind_name), None)
-        if seedable is None:
-            return {"status": "error", "message": "unsupported seed kind"}
-        try:
-            payload = seedable.resolve(request)
-        except (OSError, KeyError, TypeError, ValueError) as e:
-            return {"status": "error", "message": str(e)}
-        if payload is None:
-            return {"status": "miss"}
-        return {"status": "ok", "payload": payload}
-
-    def request(self, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """Send one authenticated request to the source daemon.
-
-        Returns the response, or None with a log line on any transport
-        failure; the caller falls back to its local path then.
-        """
-        source = self._seed_config.source
-        if source is None:
-            return None
-        label = payload.get("kind", "payload")
-        try:
-            response = _seedd.exchange(
-                tuple(source),
-                {**payload, "token": self._seed_config.token},
-                _CONNECT_TIMEOUT_S,
-                _REQUEST_TIMEOUT_S,
-                os.fspath(self.tls.ca or ""),
-                os.fspath(self.tls.cert or "") if self.tls.ca else "",
-                os.fspath(self.tls.key or "") if self.tls.ca else "",
-            )
-        except (OSError, ValueError) as e:
-            logger.warning(
-                "Cannot fetch %s from %s over D2D; falling back locally: %s",
-                label,
-                source,
-                e,
-            )
-            return None
-        if not isinstance(response, dict):
-            logger.warning(
-                "Source %s sent a malformed response for %s; falling back locally",
-                source,
-                label,
-            )
-            return None
-        return response
-
-    def start_listener(self) -> tuple[str, int] | None:
-        """Start serving this rank's seedables to peer daemons.
-
-        Returns the bound address, or None when no listener is configured.
-        """
-        listen = self._seed_config.listen
-        if listen is None:
-            return None
-        server = _seedd.Server(
-            self._seedables,
-            tuple(listen),
-            self._seed_config.token,
-            tls_cert=os.fspath(self.tls.cert or ""),
-            tls_key=os.fspath(self.tls.key or ""),
-            tls_ca=os.fspath(self.tls.ca or ""),
-        )
-        address = server.start()
-        self._server = server
-        _open_servers.add(self)
-        return address
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        _open_servers.discard(self)
-
-
-def set_log_level(level: str) -> None:
-    """The C++ core's own log lines (a listener's refusals of bad peers, a
-    pull's retries) go to stderr at ``level`` and above: "trace", "debug",
-    "info", "warn" (the default), "error", "critical" or "off". The transport's
-    SPEC lines (adopt, request) go to the ``seedd`` logger of :mod:`logging`."""
-    _seedd.set_log_level(level)
-
-
-@dataclass(frozen=True)
-class PullStats:
-    """What :func:`pull` did."""
-
-    model: str
-    root_digest: str
-    total_bytes: int
-    seconds: float  # the whole call, waits for sources included
-    up_to_date: bool  # the destination held this version: nothing moved
-    bytes_received: int  # chunk bytes that arrived (rejected ones included)
-    bytes_from_peers: int  # of which from relays rather than the sources given
-    bytes_resumed: int  # verified by an earlier, interrupted pull
-    chunks_rejected: int  # failed verification and were fetched again
-    chunks_resumed: int
-    chunks_holes: int  # all zeros: not sent, not written
-    requests: int
-    sources_dropped: list[str] = field(default_factory=list)
-    peers: list[str] = field(default_factory=list)  # relays learnt on the way
-    used: list[dict[str, Any]] = field(default_factory=list)  # {name, seed, bytes}
-
-
-Address = Union[str, Sequence[Any]]
-
-
-def _address_text(source: Address) -> str:
-    if isinstance(source, str):
-        return source
-    host, port = source[0], source[1]
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-
-
-def pull(
-    model: str,
-    sources: Address | Iterable[Address],
-    into: str | os.PathLike[str],
-    token: str | None = None,
-    *,
-    root_digest: str = "",
-    timeout: float = 1800.0,
-    progress: Callable[[dict[str, int]], None] | None = None,
-    replace: bool = False,
-    verify_sha256: bool = False,
-    connections: int = 4,
-    max_neighbours: int = 16,
-    tls_ca: str | os.PathLike[str] | None = None,
-    tls_cert: str | os.PathLike[str] | None = None,
-    tls_key: str | os.PathLike[str] | None = None,
-    trust_keys: Iterable[str | os.PathLike[str]] = (),
-) -> PullStats:
-    """Pull ``model``'s weights from seedd daemons into the directory ``into``.
-
-    ``sources``: "HOST:PORT" or (host, port), one or several (a name that
-    resolves to several addresses counts as that many). ``token``: the shared
-    token (default: ``$SEEDD_TOKEN``). ``root_digest`` pins the version: any
-    other is refused before a byte moves. Sources that do not answer are tried
-    again until ``timeout`` seconds after the call. ``progress`` is called with
-    ``{"verified_bytes", "total_bytes", "resumed_bytes", "sources"}`` as chunks
-    are verified, on the calling thread. ``tls_ca``: connect with TLS and
-    verify the daemons against this CA (PEM); ``tls_cert``/``tls_key``: a
-    client certificate for daemons that require one (each by default from
-    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``). ``trust_keys``:
-    Ed25519 public keys (PEM files); only a manifest signed by one of them (the
-    publishing daemon's ``--sign-key``) is pulled, anything else raises
-    ``FailedPrecondition`` naming the signer's key.
-
-    Every chunk is verified before it lands; the files appear under ``into``
-    only once all are (a pull interrupted, by Ctrl-C too, keeps what it
-    verified and a rerun resumes). Raises :class:`Error` on failure (``code``:
-    "InvalidArgument", "NotFound", "FailedPrecondition", "Unavailable",
-    "DeadlineExceeded", "DataLoss", "IoError"); KeyboardInterrupt stops the
-    pull within about 50 ms and is raised.
-    """
-    if isinstance(sources, str) or (
-        isinstance(sources, tuple) and len(sources) == 2 and isinstance(sources[1], int)
-    ):
-        sources = [sources]
-    texts = [_address_text(s) for s in sources]
-    if not texts:
-        raise ValueError("pull needs at least one source (HOST:PORT)")
-    if token is None:
-        token = os.environ.get("SEEDD_TOKEN", "")
-    if not token:
-        raise ValueError("pull needs the shared token (token=..., or $SEEDD_TOKEN)")
-    env_tls = TlsFiles.from_environment()
-    stats = _seedd.pull(
-        model,
-        texts,
-        os.fspath(into),
-        token,
-        root_digest,
-        float(timeout),
-        progress,
-        replace,
-        verify_sha256,
-        connections,
-        max_neighbours,
-        os.fspath(tls_ca or env_tls.ca or ""),
-        os.fspath(tls_cert or env_tls.cert or ""),
-        os.fspath(tls_key or env_tls.key or ""),
-        [os.fspath(k) for k in ([trust_keys] if isinstance(trust_keys, (str, os.PathLike)) else trust_keys)],
-    )
-    return PullStats(**stats)
-
-
-class Manifest:
-    """A model's manifest: its files, chunks and their digests, and the root
-    digest that names this version. Built from a directory (as the daemon
-    does), or read from JSON (as a daemon serves it); validated either way."""
-
-    def __init__(self, data: dict[str, Any]):
-        self._data = _seedd.parse_manifest(data)
-
-    @classmethod
-    def build(
-        cls,
-        model: str,
-        directory: str | os.PathLike[str],
-        chunk_size: int = 0,
-        sources: Iterable[str] = (),
-    ) -> "Manifest":
-        """Index the model files under ``directory`` (safetensors and the rest).
-        ``chunk_size`` 0: about 1,024 chunks, as the daemon's default."""
-        built = _seedd.build_manifest(model, os.fspath(directory), chunk_size, list(sources))
-        manifest = cls.__new__(cls)
-        manifest._data = built
-        return manifest
-
-    @classmethod
-    def parse(cls, text: str | bytes | dict[str, Any]) -> "Manifest":
-        """Read a manifest from its JSON text (or the parsed object)."""
-        if isinstance(text, (str, bytes)):
-            text = json.loads(text)
-        return cls(text)
-
-    @property
-    def model(self) -> str:
-        return self._data["model"]
-
-    @property
-    def root_digest(self) -> str:
-        return self._data["root_digest"]
-
-    @property
-    def total_size(self) -> int:
-        return self._data["total_size"]
-
-    @property
-    def chunk_size(self) -> int:
-        return self._data["chunk_size"]
-
-    @property
-    def files(self) -> list[dict[str, Any]]:
-        return self._data["files"]
-
-    @property
-    def chunks(self) -> list[dict[str, Any]]:
-        return self._data["chunks"]
-
-    @property
-    def tensors(self) -> list[dict[str, Any]]:
-        return self._data.get("tensors", [])
-
-    def to_json(self) -> dict[str, Any]:
-        """The manifest as a JSON object (its root digest included)."""
-        return json.loads(json.dumps(self._data))
-
-    def __repr__(self) -> str:
-        return (
-            f"Manifest(model={self.model!r}, root_digest={self.root_digest[:12]}..., "
-            f"files={len(self.files)}, total_size={self.total_size})"
-        )

@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "common/crypto.h"
@@ -51,7 +53,9 @@ Result<std::vector<std::string>> LoadTokens(
   const std::string where = token_file.has_value() ? token_file->string() : "SEEDD_TOKEN";
   if (token_file.has_value()) {
     std::ifstream in(*token_file, std::ios::binary);
-    if (!in) return Status::NotFound("cannot read the token file " + where);
+    if (!in) {
+      return Status::NotFound("cannot read the token file " + where + ": " + std::strerror(errno));
+    }
     text.resize(kMaxTokenBytes + 1);
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     text.resize(static_cast<size_t>(in.gcount()));

@@ -1,6 +1,11 @@
 #include "seedd/daemon.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "common/crypto.h"
@@ -264,6 +269,18 @@ Daemon::~Daemon() { Stop(); }
 
 namespace {
 
+// Creates, writes, syncs and removes a small file in `dir`.
+Status CheckWritable(const std::filesystem::path& dir) {
+  const std::filesystem::path probe = dir / (".seedd-write-check." + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IoError(std::strerror(errno));
+  const bool written = ::write(fd, "x", 1) == 1 && ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return written ? Status::Ok() : Status::IoError(std::strerror(saved));
+}
+
 // The autotune report's source as a metric label.
 std::string SourceLabel(const std::string& source) {
   if (source.rfind("peer", 0) == 0) return "peer";
@@ -287,6 +304,14 @@ Result<std::optional<HostPort>> Daemon::Start() {
   if (ec) {
     return Status::IoError("cannot create the cache directory " +
                            rep_->options_.cache_dir.string() + ": " + ec.message());
+  }
+  // Checked by writing: a directory that exists but cannot be written (read
+  // only, another owner) would fail every pull later, as if the peers had.
+  if (Status writable = CheckWritable(rep_->options_.cache_dir); !writable.ok()) {
+    return Status::IoError("the cache directory " + rep_->options_.cache_dir.string() +
+                           " cannot be written (" + writable.message() +
+                           "): seedd keeps pulled models and verified chunks there; give it a "
+                           "writable --cache-dir");
   }
   if (rep_->options_.autotune.warmup) {
     // Before the daemon reports ready: a replica is warm when seedd says so.

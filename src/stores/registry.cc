@@ -162,6 +162,26 @@ std::string RedactStoreUrl(std::string_view url) {
   return out.substr(0, q + 1) + redacted;
 }
 
+Status CheckStoreUrl(std::string_view url) {
+  const std::string shown = RedactStoreUrl(url);
+  Result<StoreUrl> parsed = StoreUrl::Parse(url);
+  if (!parsed.ok()) {
+    return Status::InvalidArgument("store " + shown + ": " + parsed.status().message() +
+                                   " (known schemes: " + JoinSchemes() + ")");
+  }
+  bool known = false;
+  {
+    Registry& r = GetRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    known = r.factories.count(parsed->scheme) != 0;
+  }
+  if (!known) {  // JoinSchemes takes the lock itself
+    return Status::InvalidArgument("store " + shown + ": unknown scheme '" + parsed->scheme +
+                                   "' (known schemes: " + JoinSchemes() + ")");
+  }
+  return Status::Ok();
+}
+
 Result<ArtifactStorePtr> OpenArtifactStore(std::string_view url) {
   const std::string shown = RedactStoreUrl(url);
   Result<StoreUrl> parsed = StoreUrl::Parse(url);

@@ -47,13 +47,38 @@ addr="$(sed -n 's/^seedd: serving on //p' "$tmp/seedd.out")"
 kill -TERM "$pid"
 wait "$pid" || fail "seedd did not stop cleanly on SIGTERM"
 pid=""
-sed -E 's/^# ([a-z][a-z-]* = )/\1/' "$example" > "$tmp/all.toml"
+# Every setting uncommented, the files it names made under $tmp (--check-config
+# opens them: the TLS files parse and match, the keys load, the model and
+# factors files read, the cache directory can be written).
+r="$tmp/root"
+sed -E 's/^# ([a-z][a-z-]* = )/\1/' "$example" |
+  sed -E "s#\"/(etc|models|var)/#\"$r/\1/#g; s#=/(models|var)/#=$r/\1/#g" > "$tmp/all.toml"
+mkdir -p "$r/etc/seedd/tls" "$r/models/llama-3-8b" "$r/var/cache"
+echo '{}' > "$r/models/llama-3-8b/config.json"
+echo '{}' > "$r/etc/seedd/compile-factors.json"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=ca \
+  -keyout "$r/etc/seedd/tls/ca.key" -out "$r/etc/seedd/tls/ca.crt" 2> /dev/null
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=seedd.internal \
+  -keyout "$r/etc/seedd/tls/seedd.key" -out "$tmp/seedd.csr" 2> /dev/null
+openssl x509 -req -in "$tmp/seedd.csr" -CA "$r/etc/seedd/tls/ca.crt" -CAkey "$r/etc/seedd/tls/ca.key" \
+  -CAcreateserial -days 1 -out "$r/etc/seedd/tls/seedd.crt" 2> /dev/null
+openssl genpkey -algorithm ed25519 -out "$r/etc/seedd/sign.pem"
+openssl pkey -in "$r/etc/seedd/sign.pem" -pubout -out "$r/etc/seedd/publisher.pub.pem"
+grep -q "$r/etc/seedd/tls/seedd.crt" "$tmp/all.toml" || fail "the example's paths were not moved under $r"
 for flag in $("$prefix/bin/seedd" --help | sed -nE 's/^  --([a-z][a-z-]*).*/\1/p'); do
   case "$flag" in help | version | config | check-config) continue ;; esac
   grep -qE "^$flag = " "$tmp/all.toml" || fail "the example does not show --$flag"
 done
 "$prefix/bin/seedd" --config "$tmp/all.toml" --token-file "$tmp/token" --check-config \
-  | grep -q "configuration OK" || fail "a setting of the example is refused"
+  > "$tmp/check.out" 2>&1 || { cat "$tmp/check.out"; fail "a setting of the example is refused"; }
+grep -q "configuration OK" "$tmp/check.out" || fail "--check-config did not say OK"
+# A file it names that is missing fails the check, not the restart.
+rm "$r/etc/seedd/tls/seedd.crt"
+if "$prefix/bin/seedd" --config "$tmp/all.toml" --token-file "$tmp/token" --check-config \
+  > "$tmp/check.out" 2>&1; then
+  fail "--check-config passed with the certificate missing"
+fi
+grep -q "seedd.crt" "$tmp/check.out" || { cat "$tmp/check.out"; fail "--check-config did not name the missing certificate"; }
 
 # A program built against the installed library with pkg-config.
 cat > "$tmp/tiny.cc" << 'CC'

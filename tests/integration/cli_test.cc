@@ -56,6 +56,58 @@ TEST_F(CliTest, AMistypedCommandOrAOneDashFlagIsNamedWithWhatWasMeant) {
   EXPECT_EQ(daemon.err, "seedd: '-listen' takes two dashes: --listen; see --help\n");
 }
 
+// --check-config opens what it names without side effects: a missing
+// certificate, a model directory that is not there, a cache directory that
+// cannot be written and a store URL of no known scheme are each named, exit 1.
+TEST_F(CliTest, CheckConfigNamesEachFileItCannotUseAndFails) {
+  auto bad = RunCommand(
+      {SEEDD_BIN, "--token-file", token_file().string(), "--cache-dir", "/proc/1/seedd-cache",
+       "--model", "m=" + model().string(), "--model", "gone=" + (dir_.path() / "gone").string(),
+       "--tls-cert", (dir_.path() / "missing.crt").string(), "--tls-key",
+       (dir_.path() / "missing.key").string(), "--store", "bogus://x", "--check-config"});
+  EXPECT_EQ(bad.status, 1) << bad.err;
+  EXPECT_TRUE(Has(bad.err, "missing.crt")) << bad.err;
+  EXPECT_TRUE(
+      Has(bad.err, "--model gone: " + (dir_.path() / "gone").string() + " is not a directory"))
+      << bad.err;
+  EXPECT_TRUE(Has(bad.err, "--cache-dir /proc/1/seedd-cache: /proc/1 cannot be written"))
+      << bad.err;
+  EXPECT_TRUE(Has(bad.err, "unknown scheme 'bogus'")) << bad.err;
+  EXPECT_TRUE(Has(bad.err, "configuration has 4 problem(s)")) << bad.err;
+  EXPECT_FALSE(Has(bad.out, "configuration OK"));
+  auto good =
+      RunCommand({SEEDD_BIN, "--token-file", token_file().string(), "--cache-dir",
+                  (dir_.path() / "new" / "cache").string(), "--model", "m=" + model().string(),
+                  "--store", "redis://127.0.0.1:1/0", "--check-config"});
+  EXPECT_EQ(good.status, 0) << good.err;
+  EXPECT_EQ(good.out, "seedd: configuration OK\n");
+  EXPECT_FALSE(fs::exists(dir_.path() / "new")) << "--check-config created the cache directory";
+}
+
+// A cache directory that exists but cannot be written is refused at start, by
+// a write, with the reason; not later as if every peer had failed.
+TEST_F(CliTest, ADaemonRefusesACacheDirectoryItCannotWrite) {
+  auto r = RunCommand({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", token_file().string(),
+                       "--cache-dir", "/proc/1"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(Has(r.err, "the cache directory /proc/1 cannot be written (")) << r.err;
+  EXPECT_TRUE(Has(r.err, "give it a writable --cache-dir")) << r.err;
+  EXPECT_FALSE(Has(r.out, "serving on")) << r.out;
+}
+
+// A pull whose destination cannot be made (a path under a regular file) ends
+// at once with the local error: not retried, the peer not blamed.
+TEST_F(CliTest, APullIntoABadPathEndsAtOnceWithTheLocalError) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);
+  std::ofstream(dir_.path() / "file") << "x";
+  auto r = RunCommand(Pull(addr, dir_.path() / "file" / "dest", {"--timeout", "600"}));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(Has(r.err, "Not a directory")) << r.err;
+  EXPECT_FALSE(Has(r.err, "retrying")) << r.err;
+  EXPECT_FALSE(Has(r.err, "source")) << r.err;
+}
+
 TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {
   uint16_t port = 0;
   testing::ListenLoopback(&port);  // closed at once: a free port, nobody listening

@@ -9,6 +9,7 @@ import filecmp
 import math
 import os
 import subprocess
+import sys
 import socket
 import threading
 import time
@@ -97,7 +98,7 @@ def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_a_value_error(serve
         with pytest.raises(ValueError, match="timeout must be a finite number of seconds"):
             seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN, timeout=bad)
         with pytest.raises(ValueError, match="response_timeout"):
-            seedd._seedd.exchange(("127.0.0.1", 1), {"kind": "artifact"}, 1.0, bad)
+            seedd._native.exchange(("127.0.0.1", 1), {"kind": "artifact"}, 1.0, bad)
     assert not os.path.exists(tmp_path / "out")
 
 
@@ -110,18 +111,18 @@ def test_the_package_speaks_tls_verifying_daemons_against_a_ca(start, seedd_bin,
     assert same_tree(model, str(tmp_path / "out"))
     assert stats.total_bytes > 0
     # The control channel too, and a listener of the package's own.
-    answer = seedd._seedd.exchange(daemon.addr, {"kind": "catalog", "prefix": "", "token": TOKEN},
+    answer = seedd._native.exchange(daemon.addr, {"kind": "catalog", "prefix": "", "token": TOKEN},
                                    5.0, 5.0, str(pki / "ca.crt"))
     assert answer["status"] == "ok", answer
-    server = seedd._seedd.Server([], ("127.0.0.1", 0), TOKEN, tls_cert=str(pki / "server.crt"),
+    server = seedd._native.Server([], ("127.0.0.1", 0), TOKEN, tls_cert=str(pki / "server.crt"),
                                  tls_key=str(pki / "server.key"))
     addr = server.start()
     try:
-        answer = seedd._seedd.exchange(addr, {"kind": "catalog", "token": TOKEN}, 5.0, 5.0,
+        answer = seedd._native.exchange(addr, {"kind": "catalog", "token": TOKEN}, 5.0, 5.0,
                                        str(pki / "ca.crt"))
         assert answer["status"] == "error", answer  # no seedables: but over TLS, answered
         # A plain client is told, in plain words.
-        plain = seedd._seedd.exchange(addr, {"kind": "catalog", "token": TOKEN}, 5.0, 5.0)
+        plain = seedd._native.exchange(addr, {"kind": "catalog", "token": TOKEN}, 5.0, 5.0)
         assert "this port speaks TLS" in plain.get("message", ""), plain
     finally:
         server.close()
@@ -189,3 +190,27 @@ def test_a_manifest_is_validated_when_read(tmp_path):
     assert e.value.code == "InvalidArgument", str(e.value)
     with pytest.raises(seedd.Error):
         seedd.Manifest.build("tiny", str(tmp_path / "missing"))
+
+
+def test_the_librarys_info_lines_reach_stderr_only_when_asked(served, tmp_path):
+    daemon, _ = served
+    script = (
+        "import logging, sys, seedd\n"
+        "if sys.argv[1] == 'ask':\n"
+        "    seedd.set_log_level('info')\n"
+        "    logging.basicConfig(level=logging.INFO)\n"
+        "seedd.pull('tiny', [sys.argv[2]], sys.argv[3], token=sys.argv[4])\n"
+        "try:\n"
+        "    seedd.pull('tiny', ['127.0.0.1:1'], sys.argv[3] + '-x', token=sys.argv[4], timeout=0.5)\n"
+        "except seedd.Error:\n"
+        "    pass\n"
+    )
+    source = f"{daemon.addr[0]}:{daemon.addr[1]}"
+    quiet = subprocess.run([sys.executable, "-c", script, "quiet", source, str(tmp_path / "a"), TOKEN],
+                           capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "INFO" not in quiet.stderr and "Pulled" not in quiet.stderr, quiet.stderr
+    asked = subprocess.run([sys.executable, "-c", script, "ask", source, str(tmp_path / "b"), TOKEN],
+                           capture_output=True, text=True, timeout=60)
+    assert asked.returncode == 0, asked.stderr
+    assert "INFO:seedd.core:" in asked.stderr, asked.stderr
