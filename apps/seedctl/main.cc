@@ -159,11 +159,18 @@ int main(int argc, char** argv) {
                    "them (the publishing daemon's --sign-key); anything else is refused before "
                    "a byte moves, the signer's fingerprint in the error")
       ->check(CLI::ExistingFile);
-  pull->add_option("--timeout", pull_args.timeout_s,
+  pull->add_option("--timeout,--wait", pull_args.timeout_s,
                    "seconds to keep retrying while no source answers or every source failed "
-                   "mid-pull (sources may start later or come back); each retry resumes")
+                   "mid-pull; each retry resumes. Short by default so that a wrong address "
+                   "fails fast; give scripts whose sources start later more (--wait 1800)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 7.0 * 86400));
+  pull->add_option("--progress", pull_args.progress,
+                   "auto: a bar on a terminal, else a line every 5 s on stderr; bar; lines; "
+                   "json: one JSON object per line on stdout (progress, retry, then done or "
+                   "error) instead of the summary; none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "bar", "lines", "json", "none"}));
 
   std::string manifest_dir;
   std::string manifest_model;

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "seedctl.h"
+#include "seedd/json_text.h"
+#include "seedd/units.h"
 #include "seedd/weights.h"
 
 namespace seedctl {
@@ -68,32 +70,115 @@ class StopOnSignal {
   std::thread waiter_;
 };
 
-// Progress on a terminal: the rate and ETA count only the bytes moved by this
-// run (a resumed pull starts with some verified).
+// A pull's progress where people (or programs) look: a bar redrawn on a
+// terminal, a line every few seconds in a log, or JSON lines. The rate and ETA
+// count only the bytes moved by this run (a resumed pull starts with some).
 class Progress {
  public:
-  explicit Progress(uint64_t total) : total_(total), start_(Clock::now()), last_(start_) {}
-  void Show(uint64_t done, uint64_t resumed, size_t sources) {
+  enum class Mode { kBar, kLines, kJson, kNone };
+  explicit Progress(Mode mode) : mode_(mode), start_(Clock::now()), last_(start_) {}
+
+  void Show(const seedd::PullProgress& p) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto now = Clock::now();
-    if (now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+    if (mode_ == Mode::kNone) return;
+    const auto now = Clock::now();
+    const auto every = mode_ == Mode::kBar    ? std::chrono::milliseconds(100)
+                       : mode_ == Mode::kJson ? std::chrono::milliseconds(1000)
+                                              : std::chrono::milliseconds(5000);
+    const bool first = !shown_any_;
+    if (!first && now - last_ < every && p.verified_bytes < p.total_bytes) return;
+    if (first && mode_ == Mode::kLines && p.verified_bytes < p.total_bytes &&
+        now - start_ < std::chrono::seconds(1)) {
+      return;  // a pull done within a second prints only its summary
+    }
     last_ = now;
-    double secs = std::chrono::duration<double>(now - start_).count();
-    double moved = static_cast<double>(done - std::min(done, resumed));
-    double rate = secs > 0 ? moved / secs : 0;
-    double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0;
-    std::fprintf(
-        stderr, "\r%6.1f%%  %.1f / %.1f MiB  %.1f MB/s  ETA %.0f s  %zu source(s)   ",
-        100.0 * static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(1, total_)),
-        done / 1048576.0, total_ / 1048576.0, rate / 1e6, eta, sources);
+    shown_any_ = true;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double moved =
+        static_cast<double>(p.verified_bytes - std::min(p.verified_bytes, p.resumed_bytes));
+    const double rate = secs > 0 ? moved / secs : 0;
+    const double eta = rate > 0 ? static_cast<double>(p.total_bytes - p.verified_bytes) / rate : -1;
+    const double pct = 100.0 * static_cast<double>(p.verified_bytes) /
+                       static_cast<double>(std::max<uint64_t>(1, p.total_bytes));
+    switch (mode_) {
+      case Mode::kBar: {
+        constexpr int kWidth = 24;
+        const int filled = static_cast<int>(pct / 100 * kWidth);
+        std::string bar(static_cast<size_t>(filled), '#');
+        bar.resize(kWidth, '.');
+        std::fprintf(stderr, "\r[%s] %5.1f%%  %s / %s  %s  ETA %s  %zu source(s)   ", bar.c_str(),
+                     pct, seedd::HumanBytes(p.verified_bytes).c_str(),
+                     seedd::HumanBytes(p.total_bytes).c_str(), seedd::HumanRate(rate).c_str(),
+                     seedd::HumanSeconds(eta).c_str(), p.sources);
+        bar_open_ = true;
+        break;
+      }
+      case Mode::kLines:
+        std::fprintf(stderr, "seedctl: %.0f%%, %s of %s, %s, %zu source(s), ETA %s\n", pct,
+                     seedd::HumanBytes(p.verified_bytes).c_str(),
+                     seedd::HumanBytes(p.total_bytes).c_str(), seedd::HumanRate(rate).c_str(),
+                     p.sources, seedd::HumanSeconds(eta).c_str());
+        break;
+      case Mode::kJson:
+        Json({{"event", "progress"},
+              {"verified_bytes", p.verified_bytes},
+              {"total_bytes", p.total_bytes},
+              {"resumed_bytes", p.resumed_bytes},
+              {"bytes_per_second", rate},
+              {"eta_seconds", eta >= 0 ? seedd::Json(eta) : seedd::Json(nullptr)},
+              {"sources", p.sources},
+              {"seconds", secs}});
+        break;
+      case Mode::kNone:
+        break;
+    }
+  }
+
+  // A line about the pull (a retry): after the bar, on a line of its own.
+  void Note(const std::string& text, seedd::Json json) {
+    std::lock_guard<std::mutex> lock(mu_);
+    EndBarLocked();
+    if (mode_ == Mode::kJson) {
+      Json(std::move(json));
+    } else {
+      std::fprintf(stderr, "seedctl: %s\n", text.c_str());
+    }
+  }
+
+  void End() {
+    std::lock_guard<std::mutex> lock(mu_);
+    EndBarLocked();
+  }
+
+  bool json() const { return mode_ == Mode::kJson; }
+
+  // One JSON object on a line of stdout, flushed (a reader sees it at once).
+  static void Json(const seedd::Json& j) {
+    std::printf("%s\n", seedd::DumpJson(j).c_str());
+    std::fflush(stdout);
   }
 
  private:
-  const uint64_t total_;
+  void EndBarLocked() {
+    if (bar_open_) std::fprintf(stderr, "\n");
+    bar_open_ = false;
+  }
+
+  const Mode mode_;
   const Clock::time_point start_;
   std::mutex mu_;
   Clock::time_point last_;  // GUARDED_BY(mu_)
+  bool shown_any_ = false;  // GUARDED_BY(mu_)
+  bool bar_open_ = false;   // GUARDED_BY(mu_)
 };
+
+Progress::Mode ModeOf(const std::string& flag) {
+  if (flag == "bar") return Progress::Mode::kBar;
+  if (flag == "lines") return Progress::Mode::kLines;
+  if (flag == "json") return Progress::Mode::kJson;
+  if (flag == "none") return Progress::Mode::kNone;
+  return ::isatty(STDERR_FILENO) != 0 ? Progress::Mode::kBar : Progress::Mode::kLines;
+}
 
 void PrintSummary(const PullArgs& args, const seedd::Manifest& m, const seedd::FetchStats& stats,
                   double secs) {
@@ -107,11 +192,13 @@ void PrintSummary(const PullArgs& args, const seedd::Manifest& m, const seedd::F
   for (const auto& used : stats.used) (used.seed ? seeds : relays) += 1;
   const uint64_t moved = m.total_size - std::min(m.total_size, stats.bytes_resumed);
   std::printf(
-      "pulled %s (%zu files, %.1f MiB) from %zu source(s) and %zu relay(s) into %s in %.2f s "
-      "(%.1f MB/s); %.1f MiB from relays, %llu chunk(s) resumed, %llu refetched, %llu hole(s)\n",
-      args.model.c_str(), m.files.size(), m.total_size / 1048576.0, seeds, relays,
-      args.into.c_str(), secs, moved / 1e6 / std::max(secs, 1e-9),
-      stats.bytes_from_peers / 1048576.0, static_cast<unsigned long long>(stats.chunks_resumed),
+      "pulled %s (%zu files, %s) from %zu source(s) and %zu relay(s) into %s in %s (%s); %s "
+      "from relays, %llu chunk(s) resumed, %llu refetched, %llu hole(s)\n",
+      args.model.c_str(), m.files.size(), seedd::HumanBytes(m.total_size).c_str(), seeds, relays,
+      args.into.c_str(), seedd::HumanSeconds(secs).c_str(),
+      seedd::HumanRate(static_cast<double>(moved) / std::max(secs, 1e-9)).c_str(),
+      seedd::HumanBytes(stats.bytes_from_peers).c_str(),
+      static_cast<unsigned long long>(stats.chunks_resumed),
       static_cast<unsigned long long>(stats.chunks_rejected),
       static_cast<unsigned long long>(stats.chunks_holes));
   if (!stats.sources_dropped.empty()) {
@@ -157,28 +244,48 @@ int RunPull(const PullArgs& args) {
   options.replace = args.replace;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   options.cancel = stop.cancel();
-  std::unique_ptr<Progress> progress;
-  bool shown = false;
-  if (::isatty(STDERR_FILENO) != 0) {
-    options.progress = [&](const seedd::PullProgress& p) {
-      if (progress == nullptr) progress = std::make_unique<Progress>(p.total_bytes);
-      shown = true;
-      progress->Show(p.verified_bytes, p.resumed_bytes, p.sources);
-    };
-  }
+  Progress progress(ModeOf(args.progress));
+  options.progress = [&](const seedd::PullProgress& p) { progress.Show(p); };
+  // Every failed round is said at once, the first one included.
   options.on_retry = [&](const std::string& why, std::chrono::milliseconds wait, int round,
                          std::chrono::milliseconds left) {
-    if (shown) std::fprintf(stderr, "\n");
-    shown = false;
-    std::fprintf(stderr, "seedctl: %s; retrying in %.1f s (round %d, giving up in %.0f s)\n",
-                 why.c_str(), static_cast<double>(wait.count()) / 1000, round,
-                 static_cast<double>(left.count()) / 1000);
+    char text[64];
+    std::snprintf(text, sizeof(text), "; retrying in %.1f s (round %d, giving up in %.0f s)",
+                  static_cast<double>(wait.count()) / 1000, round,
+                  static_cast<double>(left.count()) / 1000);
+    progress.Note(why + text, {{"event", "retry"},
+                               {"why", why},
+                               {"round", round},
+                               {"retry_in_seconds", wait.count() / 1000.0},
+                               {"gives_up_in_seconds", left.count() / 1000.0}});
   };
   seedd::Result<seedd::PullResult> pulled = seedd::PullModel(args.model, args.into, options);
-  if (shown) std::fprintf(stderr, "\n");
+  progress.End();
   if (pulled.ok()) {
-    PrintSummary(args, pulled->manifest, pulled->stats, pulled->seconds);
+    if (progress.json()) {
+      const seedd::FetchStats& s = pulled->stats;
+      Progress::Json({{"event", "done"},
+                      {"model", args.model},
+                      {"into", args.into},
+                      {"root_digest", pulled->manifest.root_digest},
+                      {"total_bytes", pulled->manifest.total_size},
+                      {"files", pulled->manifest.files.size()},
+                      {"seconds", pulled->seconds},
+                      {"up_to_date", s.up_to_date},
+                      {"bytes_received", s.bytes_received},
+                      {"bytes_from_peers", s.bytes_from_peers},
+                      {"bytes_resumed", s.bytes_resumed},
+                      {"chunks_rejected", s.chunks_rejected},
+                      {"sources_dropped", s.sources_dropped}});
+    } else {
+      PrintSummary(args, pulled->manifest, pulled->stats, pulled->seconds);
+    }
     return kExitOk;
+  }
+  if (progress.json()) {
+    Progress::Json({{"event", "error"},
+                    {"code", std::string(seedd::StatusCodeName(pulled.status().code()))},
+                    {"message", pulled.status().message()}});
   }
   const seedd::Status& st = pulled.status();
   switch (st.code()) {
@@ -188,7 +295,9 @@ int RunPull(const PullArgs& args) {
     case seedd::StatusCode::kNotFound:
       return Fail(st.message(), kExitMiss);
     case seedd::StatusCode::kUnavailable:  // no source answered before --timeout
-      return Fail(st.message() + " (--timeout)");
+      return Fail(st.message() +
+                  "; is the address right? (--wait SECONDS keeps trying longer "
+                  "for sources that start later)");
     case seedd::StatusCode::kDeadlineExceeded:
       return Fail(st.message() + " (--timeout)", kExitError);
     default:

@@ -75,7 +75,10 @@ struct PullArgs {
   int connections = 4;
   size_t max_neighbours = 16;
   std::string verify = "chunks";
-  double timeout_s = 1800;  // retrying sources that are down, then giving up
+  // Retrying sources that are down, then giving up: short for a person at a
+  // terminal (a wrong address fails fast), --wait/--timeout longer for scripts.
+  double timeout_s = 15;
+  std::string progress = "auto";  // auto, bar, lines, json or none
   bool replace = false;
   std::string root_digest;              // a pin: any other version is refused
   std::vector<std::string> trust_keys;  // Ed25519 public keys: only manifests they signed

@@ -169,7 +169,7 @@ void SeedServer::Rep::Respond(int fd, const std::string& peer, const std::string
   ::close(fd);
   if (Logger().should_log(spdlog::level::debug)) {
     Logger().debug(
-        "D2D access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
+        "Control-channel access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
   }

@@ -68,7 +68,7 @@ void SeedServer::Rep::AcceptReady() {
       }
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       // Out of descriptors or a transient error: pause instead of spinning.
-      Logger().warn("Accepting a D2D connection failed: {}; retrying in 100 ms",
+      Logger().warn("Accepting a control-channel connection failed: {}; retrying in 100 ms",
                     std::strerror(errno));
       retry_timer.expires_after(milliseconds(100));
       retry_timer.async_wait([this](const asio::error_code& wait_ec) {
@@ -96,8 +96,8 @@ void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
     ++refused_since_log;
     auto now = std::chrono::steady_clock::now();
     if (now - last_cap_log >= std::chrono::seconds(1)) {
-      Logger().warn("Refused {} D2D connection(s): {} open, the limit is {}", refused_since_log,
-                    now_open, options.max_connections);
+      Logger().warn("Refused {} control-channel connection(s): {} open, the limit is {}",
+                    refused_since_log, now_open, options.max_connections);
       last_cap_log = now;
       refused_since_log = 0;
     }
@@ -135,26 +135,29 @@ void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
     case AddressLimits::Verdict::kAddressFull:
       metrics::ConnectionRefused("address_unauthenticated");
       refused_address.Warn(
-          "Refused a D2D connection from {}: it holds {} unauthenticated, the limit per "
+          "Refused a control-channel connection from {}: it holds {} unauthenticated, the limit "
+          "per "
           "address",
           peer, l.max_unauthenticated_per_address);
       break;
     case AddressLimits::Verdict::kServerFull:
       metrics::ConnectionRefused("unauthenticated");
       refused_address.Warn(
-          "Refused a D2D connection from {}: {} unauthenticated connections open, the "
+          "Refused a control-channel connection from {}: {} unauthenticated connections open, the "
           "limit (the rest of --max-connections is kept for authenticated work)",
           peer, l.max_unauthenticated);
       break;
     case AddressLimits::Verdict::kThrottled:
       metrics::ConnectionRefused("auth_failures");
       refused_address.Warn(
-          "Refused a D2D connection from {}: more than {} failed authentications in {} s", peer,
-          l.max_auth_failures, Seconds(l.auth_failure_window));
+          "Refused a control-channel connection from {}: more than {} failed authentications in {} "
+          "s",
+          peer, l.max_auth_failures, Seconds(l.auth_failure_window));
       break;
     default:
       metrics::ConnectionRefused("addresses");
-      refused_address.Warn("Refused a D2D connection from {}: too many peer addresses", peer);
+      refused_address.Warn("Refused a control-channel connection from {}: too many peer addresses",
+                           peer);
   }
 }
 

@@ -33,7 +33,7 @@ Connection::~Connection() {
   // The access log (debug): who asked for what, the outcome, never the token.
   if (Logger().should_log(spdlog::level::debug)) {
     Logger().debug(
-        "D2D access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_, bytes_out_,
+        "Control-channel access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_, bytes_out_,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count());
   }

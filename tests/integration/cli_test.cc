@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "seedd/json_text.h"
 #include "support/daemon_process.h"
 #include "support/process.h"
 #include "support/test_util.h"
@@ -108,6 +110,51 @@ TEST_F(CliTest, APullIntoABadPathEndsAtOnceWithTheLocalError) {
   EXPECT_FALSE(Has(r.err, "source")) << r.err;
 }
 
+// Without --timeout a pull at a wrong address gives up soon (15 s), saying
+// each round at once and asking whether the address is right.
+TEST_F(CliTest, APullAtAWrongAddressFailsFastAndAsksAboutTheAddress) {
+  auto r = RunCommand(Pull("127.0.0.1:1", dir_.path() / "dest"));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(Has(r.err,
+                  "seedctl: no source answered (127.0.0.1:1: connect: Connection refused); "
+                  "retrying in"))
+      << r.err;
+  EXPECT_TRUE(Has(r.err, "gave up after 15 s; is the address right? (--wait SECONDS")) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "dest"));
+}
+
+// --progress json: one JSON object per line on stdout, progress then done; a
+// failing pull's retries and its end are events too. Sizes elsewhere in MiB.
+TEST_F(CliTest, PullProgressAsJsonLinesForPrograms) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);
+  auto r = RunCommand(Pull(addr, dir_.path() / "dest", {"--progress", "json"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<Json> events;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    Result<Json> j = ParseJson(line);
+    ASSERT_TRUE(j.ok()) << "not JSON: " << line;
+    events.push_back(*j);
+  }
+  ASSERT_GE(events.size(), 2u) << r.out;
+  EXPECT_EQ(events.front()["event"], "progress") << r.out;
+  uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(model())) {
+    if (e.is_regular_file()) total += e.file_size();
+  }
+  EXPECT_EQ(events.front()["total_bytes"], total) << r.out;
+  EXPECT_EQ(events.back()["event"], "done") << r.out;
+  EXPECT_EQ(events.back()["total_bytes"], total) << r.out;
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+
+  auto failed = RunCommand(
+      Pull("127.0.0.1:1", dir_.path() / "other", {"--progress", "json", "--timeout", "1"}));
+  EXPECT_EQ(failed.status, 2) << failed.err;
+  EXPECT_TRUE(Has(failed.out, "{\"event\":\"retry\"")) << failed.out;
+  EXPECT_TRUE(Has(failed.out, "{\"code\":\"Unavailable\",\"event\":\"error\"")) << failed.out;
+}
+
 TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {
   uint16_t port = 0;
   testing::ListenLoopback(&port);  // closed at once: a free port, nobody listening
@@ -140,7 +187,7 @@ TEST_F(CliTest, SeedctlPullGivesUpAtItsTimeoutSayingWhy) {
   auto r = RunCommand(Pull("127.0.0.1:1", dir_.path() / "dest", {"--timeout", "1"}));
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(Has(r.err, "no source answered (127.0.0.1:1: connect: Connection refused)")) << r.err;
-  EXPECT_TRUE(Has(r.err, "gave up after 1 s (--timeout)")) << r.err;
+  EXPECT_TRUE(Has(r.err, "gave up after 1 s; is the address right?")) << r.err;
   EXPECT_FALSE(fs::exists(dir_.path() / "dest"));
 }
 
@@ -162,7 +209,7 @@ TEST_F(CliTest, APullIntoAMountPointFillsItThenIsUpToDateAndReplacesOnlyWhenAske
                              " && echo same; ls -A " + q(mnt.string());
   auto r = RunCommand({"/usr/bin/unshare", "-rm", "sh", "-c", script}, {}, seconds(120));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_TRUE(Has(r.out, "pulled m (2 files, 3.0 MiB) from 1 source(s)")) << r.out;
+  EXPECT_TRUE(Has(r.out, "pulled m (2 files, 3.00 MiB) from 1 source(s)")) << r.out;
   EXPECT_TRUE(Has(r.out, "first=0")) << r.out;
   EXPECT_TRUE(Has(r.out, "already holds m (root digest ")) << r.out;
   EXPECT_TRUE(Has(r.out, "again=0")) << r.out;

@@ -296,7 +296,7 @@ TEST_F(E2eTest, ThreeDaemonsTuneSeedFromAPeerAndSeedFromRedis) {
     EXPECT_EQ(p->Wait(seconds(10)), 0);
   }
   const std::string a_log = a->Stderr(), b_log = b->Stderr(), c_log = c->Stderr();
-  EXPECT_EQ(WarmupSource(a_log), "tuned") << a_log;
+  EXPECT_EQ(WarmupSource(a_log), "tuning on this host") << a_log;
   EXPECT_EQ(WarmupSource(b_log), "peer") << b_log;
   EXPECT_EQ(WarmupSource(c_log), "shared store") << c_log;
   EXPECT_NE(a_log.find("Published the FlashInfer autotune table"), std::string::npos);
@@ -362,7 +362,7 @@ TEST_F(E2eTest, SeedctlPullFetchesAModelAndManifestDescribesIt) {
       RunCommand({SEEDCTL_BIN, "pull", "--source", addr, "--token-file", TokenFile().string(),
                   "--model", "m", "--into", (dir_.path() / "dest").string()});
   ASSERT_EQ(pulled.status, 0) << pulled.err;
-  EXPECT_NE(pulled.out.find("pulled m (2 files, 5.0 MiB) from 1 source(s)"), std::string::npos)
+  EXPECT_NE(pulled.out.find("pulled m (2 files, 5.00 MiB) from 1 source(s)"), std::string::npos)
       << pulled.out;
   EXPECT_EQ(ReadFile(dir_.path() / "dest" / "a.bin"), ReadFile(model / "a.bin"));
   EXPECT_EQ(ReadFile(dir_.path() / "dest" / "sub" / "b.json"), "{}");
@@ -392,7 +392,7 @@ TEST_F(E2eTest, AModelInTheHubCacheIsServedByItsHubNameAndPulledByteIdentical) {
       RunCommand({SEEDCTL_BIN, "pull", "--source", addr, "--token-file", TokenFile().string(),
                   "--model", "m", "--into", (dir_.path() / "dest").string()});
   ASSERT_EQ(pulled.status, 0) << pulled.err;
-  EXPECT_NE(pulled.out.find("pulled m (2 files, 3.0 MiB)"), std::string::npos) << pulled.out;
+  EXPECT_NE(pulled.out.find("pulled m (2 files, 3.00 MiB)"), std::string::npos) << pulled.out;
   EXPECT_EQ(ReadFile(dir_.path() / "dest" / "model.bin"), weights);
   EXPECT_EQ(ReadFile(dir_.path() / "dest" / "config.json"), "{}");
   auto manifest = RunCommand({SEEDCTL_BIN, "manifest", "hf:org/tiny"}, {env});

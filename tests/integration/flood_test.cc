@@ -108,7 +108,7 @@ TEST_F(FloodTest, AHostHoldingIdleConnectionsLeavesEveryRequestFromAnotherServed
   flood.join();
   EXPECT_EQ(served, 200);
   EXPECT_TRUE(logs.Contains(spdlog::level::warn,
-                            "Refused a D2D connection from 127.0.0.2: it holds 64 "
+                            "Refused a control-channel connection from 127.0.0.2: it holds 64 "
                             "unauthenticated"))
       << logs.Dump();
 }

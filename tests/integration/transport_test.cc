@@ -198,10 +198,10 @@ TEST_F(TransportTest, EveryRequestHasAnAccessLogLineWithoutItsToken) {
   ASSERT_TRUE(Client(addr_)->Request(ArtifactRequest()).has_value());
   EXPECT_TRUE(Client(addr_, "wrong")->Request(ArtifactRequest()).has_value());
   ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 0; }));
-  EXPECT_TRUE(logs.Contains(spdlog::level::debug, "D2D access 127.0.0.1 artifact ok "))
+  EXPECT_TRUE(logs.Contains(spdlog::level::debug, "Control-channel access 127.0.0.1 artifact ok "))
       << logs.Dump();
-  EXPECT_TRUE(
-      logs.Contains(spdlog::level::debug, "D2D access 127.0.0.1 - error: Unauthorized request"))
+  EXPECT_TRUE(logs.Contains(spdlog::level::debug,
+                            "Control-channel access 127.0.0.1 - error: Unauthorized request"))
       << logs.Dump();
   EXPECT_FALSE(logs.Contains(spdlog::level::debug, kToken)) << logs.Dump();
 }

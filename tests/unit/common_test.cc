@@ -8,6 +8,7 @@
 #include "seedd/logging.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
+#include "seedd/units.h"
 #include "support/test_util.h"
 
 namespace seedd {
@@ -172,6 +173,25 @@ TEST(RateLimiter, ThreadsSharingABucketTogetherKeepToTheRate) {
   for (auto& s : senders) s.join();
   EXPECT_GE(sent.load(), 990u * 1000);
   EXPECT_LE(sent.load(), 1010u * 1000 + 10 * 1000);
+}
+
+// Sizes, rates and durations in the units people read, three significant digits.
+TEST(UnitsTest, SizesRatesAndDurationsReadAsPeopleWriteThem) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1.00 KiB");
+  EXPECT_EQ(HumanBytes(3 * 1048576 + 300000), "3.29 MiB");
+  EXPECT_EQ(HumanBytes(uint64_t{17} << 30), "17.0 GiB");
+  EXPECT_EQ(HumanBytes(uint64_t{1023} << 20), "1023 MiB");
+  EXPECT_EQ(HumanBytes((uint64_t{1} << 30) - 1), "1.00 GiB");
+  EXPECT_EQ(HumanBytes(UINT64_MAX), "16.0 EiB");
+  EXPECT_EQ(HumanRate(101.5 * 1048576), "102 MiB/s");
+  EXPECT_EQ(HumanRate(-1), "0 B/s");
+  EXPECT_EQ(HumanSeconds(0.42), "0.4 s");
+  EXPECT_EQ(HumanSeconds(12.4), "12 s");
+  EXPECT_EQ(HumanSeconds(185), "3 min 5 s");
+  EXPECT_EQ(HumanSeconds(7440), "2 h 4 min");
+  EXPECT_EQ(HumanSeconds(-1), "unknown");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "common/crypto.h"
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/model_index.h"
+#include "kinds/weights/progress_log.h"
 #include "kinds/weights/records.h"
 #include "kinds/weights/safetensors.h"
 #include "seedd/daemon.h"
@@ -504,6 +505,23 @@ TEST(ChunkHasher, AnySplitGivesTheDigestOfTheWholeInEitherAlgorithm) {
   }
   EXPECT_EQ(ChunkDigestHex(ChunkDigest::kXxh3, data), Xxh3Hex(data));
   EXPECT_EQ(ChunkDigestHex(ChunkDigest::kSha256, data), Sha256Hex(data));
+}
+
+// A pull says how it is doing at info every 10 s: bytes in binary units, the
+// share, the rate of this run's bytes, the sources and the time left.
+TEST(ProgressLogTest, APullIsLoggedEveryTenSecondsInUnitsPeopleRead) {
+  testing::LogCapture logs;
+  const auto t0 = ProgressLog::Clock::now();
+  ProgressLog log("llama", uint64_t{4} << 30, t0);
+  log.Update(uint64_t{1} << 30, 0, 2, t0 + std::chrono::seconds(5));
+  EXPECT_TRUE(logs.lines().empty()) << logs.Dump();
+  log.Update(uint64_t{1} << 30, 0, 3, t0 + std::chrono::seconds(10));
+  EXPECT_TRUE(logs.Contains(spdlog::level::info,
+                            "Pulling model llama: 1.00 GiB of 4.00 GiB (25%), 102 MiB/s, 3 "
+                            "source(s), ETA 30 s"))
+      << logs.Dump();
+  log.Update(uint64_t{2} << 30, 0, 3, t0 + std::chrono::seconds(15));
+  EXPECT_EQ(logs.lines().size(), 1u) << logs.Dump();
 }
 
 }  // namespace

@@ -212,8 +212,9 @@ Result<WarmupCache::Report> FlashInferWarmupCache::Warmup(const SeedTransport& t
       runner_->Run(*disk_, *key, {options_.dp_rank, options_.rank, options_.cancel.get()}));
   Publish();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Logger().info("FlashInfer autotune warmup: table from {} in {:.4f} s ({})", report.source,
-                report.seconds, key->ToString());
+  Logger().info("FlashInfer autotune warmup: table from {} in {:.4f} s ({})",
+                report.source == "tuned" ? "tuning on this host" : report.source, report.seconds,
+                key->ToString());
   return report;
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/backoff.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/progress_log.h"
 #include "seedd/seed_transport.h"
 #include "seedd/weights.h"
 #include "transport/client.h"
@@ -16,7 +17,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Each manifest request's response must begin within this time.
-constexpr std::chrono::milliseconds kManifestFirstByte{30000};
+// A daemon answers from the manifest it holds, in milliseconds: a port that
+// stays silent this long is not a seedd daemon (or one in trouble), and the
+// round reports it rather than keeping the user waiting.
+constexpr std::chrono::milliseconds kManifestFirstByte{10000};
 
 // What one round of asking the sources for the manifest found.
 struct ManifestRound {
@@ -113,16 +117,26 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
       options.replace = o.replace;
       options.cancel = o.cancel;
       PullResult result;
-      if (o.progress) {
-        options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
+      ProgressLog log(model, m.total_size);
+      options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
+        log.Update(done, result.stats.bytes_resumed, result.stats.used.size());
+        if (o.progress) {
           o.progress(PullProgress{done, m.total_size, result.stats.bytes_resumed,
                                   result.stats.used.size()});
-        };
-      }
+        }
+      };
       Status st = FetchModel(m, sources, into, options, &result.stats);
       if (st.ok()) {
         result.manifest = m;
         result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        if (result.stats.up_to_date) {
+          Logger().info("Model {} in {} is up to date (root digest {})", model, into.string(),
+                        m.root_digest);
+        } else {
+          Logger().info("Pulled model {} ({}) into {} in {} from {} source(s)", model,
+                        HumanBytes(m.total_size), into.string(), HumanSeconds(result.seconds),
+                        result.stats.used.size());
+        }
         return result;
       }
       // Every source failed mid-pull: they may come back. Anything else is final.

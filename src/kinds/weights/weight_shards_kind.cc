@@ -7,6 +7,7 @@
 #include "common/metrics.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/local_copy.h"
+#include "kinds/weights/progress_log.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 
@@ -158,8 +159,8 @@ class WeightShardsSeedable final : public Seedable {
     if (!ec) std::filesystem::rename(tmp, base / "current", ec);
     if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
     SEEDD_RETURN_IF_ERROR(SyncDirectory(base));
-    Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
-                  dir.string(), served->manifest.files.size(), served->manifest.total_size,
+    Logger().info("Serving model {} from {}: {} files, {}, root digest {}", name, dir.string(),
+                  served->manifest.files.size(), HumanBytes(served->manifest.total_size),
                   served->manifest.root_digest);
     served->pulled = true;
     server_->Publish(std::move(*served));
@@ -193,16 +194,17 @@ class WeightShardsSeedable final : public Seedable {
       server_->Publish(std::move(staged));
     };
     FetchStats stats;
-    if (install_.board != nullptr) {
-      install_.board->Started(manifest);
-      // Called with the fetch's lock held: stats are stable.
-      fetch.progress = [&](uint64_t verified) {
-        size_t seeds = 0;
-        for (const SourceUse& u : stats.used) seeds += u.seed;
-        install_.board->Progress(manifest.model, verified, stats.bytes_resumed, seeds,
-                                 stats.used.size() - seeds);
-      };
-    }
+    ProgressLog log(manifest.model, manifest.total_size);
+    if (install_.board != nullptr) install_.board->Started(manifest);
+    // Called with the fetch's lock held: stats are stable.
+    fetch.progress = [&](uint64_t verified) {
+      log.Update(verified, stats.bytes_resumed, stats.used.size());
+      if (install_.board == nullptr) return;
+      size_t seeds = 0;
+      for (const SourceUse& u : stats.used) seeds += u.seed;
+      install_.board->Progress(manifest.model, verified, stats.bytes_resumed, seeds,
+                               stats.used.size() - seeds);
+    };
     const auto start = std::chrono::steady_clock::now();
     Status fetched = FetchModel(manifest, install_.sources, dir, fetch, &stats);
     if (install_.board != nullptr) install_.board->Finished(manifest.model, fetched);
@@ -210,12 +212,13 @@ class WeightShardsSeedable final : public Seedable {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Logger().info(
-        "Pulled model {} ({} bytes) in {:.2f} s ({:.1f} MB/s; {} bytes from {} relays, {} "
-        "resumed chunks; {} requests, {} sent ahead, {} answered busy, {} claimed; {} "
-        "connections refused by a full source)",
-        manifest.model, manifest.total_size, secs, manifest.total_size / 1e6 / std::max(secs, 1e-9),
-        stats.bytes_from_peers, stats.peers.size(), stats.chunks_resumed, stats.requests,
-        stats.requests_ahead, stats.answered_busy, stats.answered_claimed, stats.refused_full);
+        "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks; {} requests, {} "
+        "sent ahead, {} answered busy, {} claimed; {} connections refused by a full source)",
+        manifest.model, HumanBytes(manifest.total_size), HumanSeconds(secs),
+        HumanRate(static_cast<double>(manifest.total_size) / std::max(secs, 1e-9)),
+        HumanBytes(stats.bytes_from_peers), stats.peers.size(), stats.chunks_resumed,
+        stats.requests, stats.requests_ahead, stats.answered_busy, stats.answered_claimed,
+        stats.refused_full);
     return Status::Ok();
   }
 
