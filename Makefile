@@ -7,7 +7,7 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps demo-deps test-deps build python wheel install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
+.PHONY: all deps demo-deps test-deps build python wheel deb install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
 
 all: build
 
@@ -35,6 +35,13 @@ python: deps $(BUILD)/build.ninja
 # A wheel for CPython 3.9+ in dist/: pip install --no-index --find-links dist seedd
 wheel: python
 	python3 scripts/build_wheel.py $(BUILD) dist
+
+# A Debian package in dist/ (the daemon, CLI, library, headers, pkg-config
+# file, systemd unit, sysusers file, Python package): apt-get install ./dist/seedd_*.deb
+deb: build
+	cd $(BUILD) && cpack -G DEB -B $(CURDIR)/$(BUILD)/cpack > /dev/null
+	mkdir -p dist && cp $(BUILD)/cpack/seedd_*.deb dist/
+	@ls dist/seedd_*.deb
 
 PREFIX ?= /usr/local
 install: build

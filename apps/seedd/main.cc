@@ -6,17 +6,21 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "cli_chunk.h"
 #include "cli_suggest.h"
 #include "config_file.h"
+#include "notify.h"
 #include "seedd/daemon.h"
+#include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "seedd/signing.h"
 #include "seedd/store_registry.h"
@@ -606,7 +610,33 @@ int main(int argc, char** argv) {
     seedd::Logger().info("Received {}; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     (*daemon)->Cancel();
   });
+  // systemd (Type=notify): STATUS= every 2 s while warmups and pulls run, READY=1
+  // once they are done and the daemon serves.
+  const seedd_app::SystemdNotifier notifier;
+  std::mutex status_mu;
+  std::condition_variable status_cv;
+  bool started = false;  // GUARDED_BY(status_mu)
+  std::thread status_reporter;
+  if (notifier.enabled()) {
+    notifier.Send("STATUS=starting");
+    status_reporter = std::thread([&] {
+      std::unique_lock<std::mutex> lock(status_mu);
+      while (!status_cv.wait_for(lock, std::chrono::seconds(2), [&] { return started; })) {
+        const std::string line = seedd_app::StatusLineOf(seedd::DumpJson((*daemon)->StatusJson()));
+        if (!line.empty()) notifier.Send("STATUS=" + line);
+      }
+    });
+  }
+  auto stop_reporter = [&] {
+    {
+      std::lock_guard<std::mutex> lock(status_mu);
+      started = true;
+    }
+    status_cv.notify_all();
+    if (status_reporter.joinable()) status_reporter.join();
+  };
   auto bound = (*daemon)->Start();
+  stop_reporter();
   if (!bound.ok()) {
     if (received != 0) {
       waiter.join();
@@ -619,7 +649,9 @@ int main(int argc, char** argv) {
   }
   std::printf("seedd: serving on %s\n", (*bound)->ToString().c_str());
   std::fflush(stdout);
+  notifier.Send("READY=1\nSTATUS=serving on " + (*bound)->ToString());
   waiter.join();
+  notifier.Send("STOPPING=1\nSTATUS=stopping");
   (*daemon)->Stop();
   seedd::Logger().info("Stopped");
   return 0;

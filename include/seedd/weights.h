@@ -106,7 +106,14 @@ struct ManifestChunk {
   std::string digest;
 };
 
+// The manifest format this seedd writes. 2: the root digest covers the
+// content only (the same files give the same digest whatever model name they
+// are served as); 1 (no "format" key): it covered the model name too, read and
+// served on as it was.
+inline constexpr int kManifestFormat = 2;
+
 struct Manifest {
+  int format = kManifestFormat;  // 1 or 2
   std::string model;
   std::string fingerprint;  // SHA-256 hex
   uint64_t chunk_size = kDefaultChunkBytes;
@@ -160,8 +167,9 @@ struct ManifestLimits {
 Result<Manifest> ParseManifest(const Json& json, const ManifestLimits& limits = {});
 
 // SHA-256 hex of the canonical text (sorted keys, compact) of `manifest` without
-// its "root_digest", "sources" (where to fetch varies; what to fetch does not)
-// and "signatures" (they sign the root digest).
+// its "root_digest", "sources" (where to fetch varies; what to fetch does not),
+// "signatures" (they sign the root digest) and, from format 2, "model" (a
+// version's identity is its content, not the name it is served as).
 std::string ManifestRootDigest(const Json& manifest);
 
 // Ok when `trust` is null or `m` carries a signature of its root digest by one

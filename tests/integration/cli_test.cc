@@ -3,6 +3,10 @@
 // directory already up to date), ls, gc and housekeeping, and errors that say
 // what to do.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -155,6 +159,51 @@ TEST_F(CliTest, PullProgressAsJsonLinesForPrograms) {
   EXPECT_TRUE(Has(failed.out, "{\"code\":\"Unavailable\",\"event\":\"error\"")) << failed.out;
 }
 
+// Under systemd (Type=notify) the daemon says READY=1 only once its --pull is
+// done, the model in place; STATUS= lines come before it, STOPPING=1 at the end.
+TEST_F(CliTest, UnderSystemdTheDaemonIsReadyOnlyOnceItsPullIsDone) {
+  std::string origin_addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &origin_addr);
+  const fs::path socket_path = dir_.path() / "notify";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const fs::path cache = dir_.path() / "target-cache";
+  Process target({SEEDD_BIN, "--listen", "127.0.0.1:0", "--token-file", token_file().string(),
+                  "--cache-dir", cache.string(), "--source", origin_addr, "--pull", "m"},
+                 {"NOTIFY_SOCKET=" + socket_path.string()});
+  std::vector<std::string> messages;
+  bool model_in_place_at_ready = false;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) != 1) continue;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0);
+    messages.emplace_back(buf, static_cast<size_t>(n));
+    if (messages.back().rfind("READY=1", 0) == 0) {
+      model_in_place_at_ready = testing::SameTree(model(), cache / "weights" / "m" / "current");
+      break;
+    }
+  }
+  ASSERT_FALSE(messages.empty()) << target.Stderr();
+  EXPECT_EQ(messages.front(), "STATUS=starting");
+  ASSERT_EQ(messages.back().rfind("READY=1\nSTATUS=serving on 127.0.0.1:", 0), 0u)
+      << messages.back();
+  EXPECT_TRUE(model_in_place_at_ready);
+  target.Signal(SIGTERM);
+  EXPECT_EQ(target.Wait(seconds(30)), 0) << target.Stderr();
+  char buf[256];
+  const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))),
+            "STOPPING=1\nSTATUS=stopping");
+  ::close(fd);
+}
+
 TEST_F(CliTest, SeedctlPullWaitsForAnOriginThatStartsLater) {
   uint16_t port = 0;
   testing::ListenLoopback(&port);  // closed at once: a free port, nobody listening
@@ -224,6 +273,24 @@ TEST_F(CliTest, APullIntoAMountPointFillsItThenIsUpToDateAndReplacesOnlyWhenAske
 // A pinned pull takes only the version it names: `seedctl pull --root-digest H`
 // and `seedd --pull NAME@H` refuse any other manifest, say both digests and
 // fetch nothing; with the source's own digest they pull as usual.
+// A version's identity is its content: `seedctl manifest DIR` (named after the
+// directory, chunk size left to its default) prints the root digest a daemon
+// serving DIR as "llama" offers, so a pin taken from it pulls.
+TEST_F(CliTest, AManifestsRootDigestDoesNotDependOnTheNameItIsServedAs) {
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "llama=" + model().string()}, &addr);
+  auto printed = RunCommand({SEEDCTL_BIN, "manifest", model().string()});
+  ASSERT_EQ(printed.status, 0) << printed.err;
+  const std::string key = "\"root_digest\": \"";
+  const size_t at = printed.out.find(key);
+  ASSERT_NE(at, std::string::npos) << printed.out;
+  const std::string root = printed.out.substr(at + key.size(), 64);
+  EXPECT_TRUE(Has(printed.out, "\"model\": \"" + model().filename().string() + "\""));
+  auto pinned = RunCommand(Pull(addr, dir_.path() / "dest", {"--root-digest", root}, "llama"));
+  EXPECT_EQ(pinned.status, 0) << pinned.err;
+  EXPECT_TRUE(testing::SameTree(model(), dir_.path() / "dest"));
+}
+
 TEST_F(CliTest, APinnedPullRefusesAnyOtherVersion) {
   std::string addr;
   auto origin = Daemon("127.0.0.1:0", {"--model", "m=" + model().string()}, &addr);

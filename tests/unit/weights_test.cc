@@ -507,6 +507,52 @@ TEST(ChunkHasher, AnySplitGivesTheDigestOfTheWholeInEitherAlgorithm) {
   EXPECT_EQ(ChunkDigestHex(ChunkDigest::kSha256, data), Sha256Hex(data));
 }
 
+// A version's identity is its content: the same files under two model names
+// (and a manifest made without saying the chunk size, as seedctl manifest
+// does) have one root digest, and it survives the wire.
+TEST_F(ManifestTest, TheRootDigestIsTheContentWhateverTheModelIsCalled) {
+  BuildOptions auto_chunks;  // chunk size and digest as seedd and seedctl default them
+  auto a = BuildManifest("model", model_, auto_chunks);
+  auto b = BuildManifest("llama", model_, auto_chunks);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(a->root_digest, b->root_digest);
+  EXPECT_EQ(a->ToJson()["format"], 2);
+  auto parsed = ParseManifest(b->ToJson());
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->model, "llama");
+  EXPECT_EQ(parsed->root_digest, a->root_digest);
+  std::ofstream(model_ / "config.json") << R"({"hidden_size": 65})";
+  auto changed = BuildManifest("llama", model_, auto_chunks);
+  ASSERT_OK(changed);
+  EXPECT_NE(changed->root_digest, a->root_digest);
+}
+
+// A manifest of format 1 (no "format": its digest covered the model name) is
+// still read, and served on with the digest it had; a format from the future
+// is refused, saying which ones this seedd reads.
+TEST_F(ManifestTest, AFormatOneManifestIsReadAndServedOnUnchanged) {
+  Json v1 = Built();
+  v1.erase("format");
+  v1.erase("root_digest");
+  // The format-1 digest: everything but root_digest, sources and signatures.
+  Json covered = v1;
+  covered.erase("sources");
+  v1["root_digest"] = Sha256Hex(DumpJson(covered));
+  auto parsed = ParseManifest(v1);
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->format, 1);
+  EXPECT_EQ(parsed->root_digest, v1["root_digest"]);
+  EXPECT_EQ(parsed->ToJson(), v1);
+  Json renamed = v1;
+  renamed["model"] = "other";
+  EXPECT_EQ(Error(renamed), "manifest: root digest does not match the manifest");
+  Json future = Built();
+  future["format"] = 3;
+  EXPECT_EQ(Error(Reseal(future)),
+            "manifest: format 3 is not one this seedd reads (1 and 2): upgrade seedd on this host");
+}
+
 // A pull says how it is doing at info every 10 s: bytes in binary units, the
 // share, the rate of this run's bytes, the sources and the time left.
 TEST(ProgressLogTest, APullIsLoggedEveryTenSecondsInUnitsPeopleRead) {

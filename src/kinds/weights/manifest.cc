@@ -98,6 +98,7 @@ Json Manifest::ToJson() const {
   // Absent means XXH3-128, which keeps the manifests (and root digests) made
   // before SHA-256 chunks existed as they were.
   if (chunk_digest != ChunkDigest::kXxh3) j["chunk_digest"] = key;
+  if (format >= 2) j["format"] = format;
   j["root_digest"] = root_digest.empty() ? ManifestRootDigest(j) : root_digest;
   if (!signatures.empty()) j["signatures"] = SignaturesToJson(signatures);
   return j;
@@ -112,6 +113,9 @@ std::string ManifestRootDigest(const Json& manifest) {
     without.erase("root_digest");
     without.erase("sources");
     without.erase("signatures");
+    if (auto f = without.find("format"); f != without.end() && f->is_number_integer() && *f >= 2) {
+      without.erase("model");
+    }
   }
   return Sha256Hex(DumpJson(without));
 }
@@ -129,6 +133,14 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   auto bad = [](const std::string& why) { return Status::InvalidArgument("manifest: " + why); };
   if (!j.is_object()) return bad("not a JSON object");
   Manifest m;
+  if (auto f = j.find("format"); f == j.end()) {
+    m.format = 1;
+  } else if (!f->is_number_integer() || *f < 2 || *f > kManifestFormat) {
+    return bad("format " + f->dump() + " is not one this seedd reads (1 and " +
+               std::to_string(kManifestFormat) + "): upgrade seedd on this host");
+  } else {
+    m.format = f->get<int>();
+  }
   if (!j.contains("model") || !j["model"].is_string() ||
       !IsModelName(j["model"].get<std::string>())) {
     return bad("invalid model name");
