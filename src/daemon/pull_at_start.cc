@@ -63,6 +63,19 @@ Status ServeLocalCopy(const DaemonOptions& options, const std::string& name, con
   return Status::Ok();
 }
 
+// Whether a pull of this model left a journal of verified chunks (in a
+// staging directory under `base`, at most two levels down).
+bool HasJournal(const std::filesystem::path& base) {
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(base, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() >= 2) it.disable_recursion_pending();
+    // A header of 76 bytes, then one record per verified chunk (staging.cc).
+    if (it->path().filename() == ".seedd-journal" && it->file_size(ec) > 76 && !ec) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> SplitPin(const std::string& pull) {
@@ -90,8 +103,10 @@ Status PullAtStart(const DaemonOptions& options, const std::string& pull, const 
     if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
     if (cancel.load()) {
       return Status::Cancelled(
-          "the pull was stopped; its verified chunks are kept and the next "
-          "start resumes from them");
+          HasJournal(options.cache_dir / "weights" / name)
+              ? "the pull was stopped; its verified chunks are kept and the next start "
+                "resumes from them"
+              : "the pull was stopped before any chunk was verified");
     }
     if (outcome == AdoptOutcome::kMiss) {
       return Status::NotFound("no source serves model '" + name + "'");

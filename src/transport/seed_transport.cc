@@ -166,11 +166,26 @@ AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx, std::stri
   auto payload_it = response->find("payload");
   const Json& payload = payload_it == response->end() ? kNull : *payload_it;
   Status installed;
+  bool validated = false;
   try {
     Result<Json> valid = seedable.ValidatePayload(payload);
+    validated = valid.ok();
     installed = valid.ok() ? seedable.Install(ctx, *valid) : valid.status();
   } catch (const std::exception& e) {
     installed = Status::Internal(e.what());
+  }
+  // A valid payload that this host could not write (a disk error, no space, no
+  // permission) is not the peer's fault: said so, not "rejected".
+  const bool local = validated && (installed.code() == StatusCode::kIoError ||
+                                   installed.code() == StatusCode::kResourceExhausted ||
+                                   installed.code() == StatusCode::kPermissionDenied);
+  if (!installed.ok() && local) {
+    Logger().warn(
+        "Could not install the remote {} seed on this host (a local error, not the "
+        "peer's); using the local path: {}",
+        seedable.kind(), installed.message());
+    if (why != nullptr) *why = installed.message();
+    return AdoptOutcome::kRejected;
   }
   if (!installed.ok()) {
     Logger().warn("Rejected the remote {} seed; using the local path: {}", seedable.kind(),

@@ -174,8 +174,8 @@ TEST_F(E2eTest, BadFlagsAndMissingTokensExitTwoWithOneLine) {
             "with `openssl rand -hex 32 > FILE`) or set SEEDD_TOKEN to the token itself\n");
   auto missing = RunCommand({SEEDD_BIN, "--token-file", (dir_.path() / "nope").string()});
   EXPECT_EQ(missing.status, 2);
-  EXPECT_EQ(missing.err,
-            "seedd: cannot read the token file " + (dir_.path() / "nope").string() + "\n");
+  EXPECT_EQ(missing.err, "seedd: cannot read the token file " + (dir_.path() / "nope").string() +
+                             ": No such file or directory\n");
   auto bad_flag = RunCommand({SEEDD_BIN, "--no-such-flag"});
   EXPECT_EQ(bad_flag.status, 2);
   EXPECT_EQ(std::count(bad_flag.err.begin(), bad_flag.err.end(), '\n'), 1) << bad_flag.err;

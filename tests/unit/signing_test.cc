@@ -120,9 +120,16 @@ TEST_F(SigningTest, ASignedManifestKeepsItsRootDigestAndItsSignatureThroughJson)
   EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied);
   EXPECT_NE(refused.message().find("model m"), std::string::npos);
   EXPECT_NE(refused.message().find("127.0.0.1:1"), std::string::npos);
-  // The signature moved onto another manifest (here, another name) does not verify.
+  // A signature vouches for content: the same manifest under another name
+  // verifies (its root digest is the same) ...
+  Json renamed = built->ToJson();
+  renamed["model"] = "m2";
+  Result<Manifest> same = ParseManifest(renamed);
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_TRUE(CheckManifestSigned(*same, trust_.get(), "test").ok());
+  // ... and moved onto another content (here, another fingerprint) it does not.
   Json other = built->ToJson();
-  other["model"] = "m2";
+  other["fingerprint"] = std::string(64, 'a');
   other["root_digest"] = ManifestRootDigest(other);
   Result<Manifest> moved = ParseManifest(other);
   ASSERT_TRUE(moved.ok()) << moved.status().message();
