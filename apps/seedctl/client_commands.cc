@@ -1,4 +1,5 @@
 // seedctl's one-request subcommands: request, fetch, ls.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -9,6 +10,7 @@
 #include "seedd/compile_cache.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
+#include "seedd/units.h"
 
 namespace seedctl {
 
@@ -238,10 +240,19 @@ int RunList(const Connection& c, const std::string& prefix) {
     return Fail(c.source + " sent a bad catalog: " + catalog.status().message(), kExitError);
   }
   if (!catalog->models.empty()) {
-    std::printf("%-32s %-32s %12s %6s\n", "MODEL", "ROOT DIGEST", "MIB", "FILES");
+    // Columns as wide as their widest entry, sizes right-aligned in binary units.
+    int name_width = 5;
+    int digest_width = 11;
     for (const auto& m : catalog->models) {
-      std::printf("%-32s %-32s %12.1f %6llu\n", m.name.c_str(), m.root_digest.c_str(),
-                  m.total_size / 1048576.0, static_cast<unsigned long long>(m.files));
+      name_width = std::max(name_width, static_cast<int>(m.name.size()));
+      digest_width = std::max(digest_width, static_cast<int>(m.root_digest.size()));
+    }
+    std::printf("%-*s  %-*s  %10s  %6s\n", name_width, "MODEL", digest_width, "ROOT DIGEST", "SIZE",
+                "FILES");
+    for (const auto& m : catalog->models) {
+      std::printf("%-*s  %-*s  %10s  %6llu\n", name_width, m.name.c_str(), digest_width,
+                  m.root_digest.c_str(), seedd::HumanBytes(m.total_size).c_str(),
+                  static_cast<unsigned long long>(m.files));
     }
   }
   if (!catalog->artifacts.empty()) {

@@ -452,7 +452,13 @@ TEST_F(CliTest, SeedctlLsListsModelsAndArtifactKeys) {
   ASSERT_EQ(ls.status, 0) << ls.err;
   EXPECT_TRUE(Has(ls.out, "MODEL")) << ls.out;
   EXPECT_TRUE(Has(ls.out, "m ")) << ls.out;
-  EXPECT_TRUE(Has(ls.out, "3.0      2")) << ls.out;  // MiB and files
+  // Aligned columns: each row's digest starts where the header's does; the
+  // size in binary units, then the files.
+  const size_t header_digest = ls.out.find("ROOT DIGEST");
+  const size_t row = ls.out.find("\nm ");
+  ASSERT_NE(row, std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find_first_not_of(' ', row + 2) - (row + 1), header_digest) << ls.out;
+  EXPECT_TRUE(Has(ls.out, "3.00 MiB       2")) << ls.out;
   EXPECT_TRUE(Has(ls.out, std::string("triton/") + kHash + "/kernel.bin")) << ls.out;
   EXPECT_TRUE(Has(ls.out, std::string("vllm/") + kHash + "/graph.bin")) << ls.out;
   auto some = RunCommand(

@@ -285,6 +285,36 @@ TEST_F(AdoptTest, AMissingStatusIsReportedAsNone) {
   EXPECT_TRUE(logs.Contains(spdlog::level::warn, "(status None)")) << logs.Dump();
 }
 
+// A store whose disk is full: every write fails as a local error.
+class FullStore final : public ArtifactStore {
+ public:
+  Result<std::optional<std::string>> Get(const ArtifactKey&) override {
+    return std::optional<std::string>();
+  }
+  Status Put(const ArtifactKey&, std::string_view) override {
+    return Status::ResourceExhausted("write /var/cache/seedd/triton: No space left on device");
+  }
+  Result<std::vector<std::string>> List(std::string_view) override {
+    return std::vector<std::string>();
+  }
+  Status Delete(const ArtifactKey&) override { return Status::Ok(); }
+  std::string Describe() const override { return "full disk"; }
+};
+
+// A valid payload this host cannot write is logged as a local error, not as a
+// rejection of the peer's seed.
+TEST_F(AdoptTest, AValidPayloadThisHostCannotWriteIsALocalErrorNotARejection) {
+  LogCapture logs;
+  SeedablePtr full = NewArtifactSeedable(std::make_unique<FullStore>());
+  EXPECT_EQ(Client(addr_)->Adopt(*full, KeyFields()), AdoptOutcome::kRejected);
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn,
+                            "Could not install the remote artifact seed on this host (a local "
+                            "error, not the peer's); using the local path: "))
+      << logs.Dump();
+  EXPECT_TRUE(logs.Contains(spdlog::level::warn, "No space left on device")) << logs.Dump();
+  EXPECT_FALSE(logs.Contains(spdlog::level::warn, "Rejected the remote")) << logs.Dump();
+}
+
 TEST_F(AdoptTest, APayloadThatFailsValidationIsRejectedWithTheReason) {
   LogCapture logs;
   Json payload = {{"filename", "kernels.bin"},
