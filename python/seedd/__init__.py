@@ -36,6 +36,7 @@ if _sys.version_info < (3, 9):
     )
 
 from ._api import (  # noqa: E402
+    __all__,
     Error,
     Manifest,
     PullStats,
@@ -48,14 +49,8 @@ from ._api import (  # noqa: E402
 )
 from ._native import VERSION as __version__  # noqa: E402
 
-__all__ = [
-    "Error",
-    "Manifest",
-    "PullStats",
-    "SeedConfig",
-    "SeedTransport",
-    "Seedable",
-    "TlsFiles",
-    "pull",
-    "set_log_level",
-]
+# Named as users import them (seedd.Error in a traceback, not seedd._api.Error).
+for _public in (Error, Manifest, PullStats, SeedConfig, Seedable, SeedTransport, TlsFiles, pull,
+                set_log_level):
+    _public.__module__ = __name__
+del _public
