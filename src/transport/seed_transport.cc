@@ -179,6 +179,12 @@ AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx, std::stri
   const bool local = validated && (installed.code() == StatusCode::kIoError ||
                                    installed.code() == StatusCode::kResourceExhausted ||
                                    installed.code() == StatusCode::kPermissionDenied);
+  if (installed.code() == StatusCode::kCancelled) {
+    Logger().info("Stopped installing the remote {} seed: {}", seedable.kind(),
+                  installed.message());
+    if (why != nullptr) *why = installed.message();
+    return AdoptOutcome::kRejected;
+  }
   if (!installed.ok() && local) {
     Logger().warn(
         "Could not install the remote {} seed on this host (a local error, not the "

@@ -3,6 +3,7 @@
 #include "kinds/weights/fetch.h"
 #include "kinds/weights/staging.h"
 #include "seedd/logging.h"
+#include "seedd/units.h"
 
 namespace seedd {
 
@@ -41,8 +42,10 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   fetch.Prepare(*resumed);
   fetch.Run(sources);
   if (fetch.Cancelled()) {
-    return Status::Cancelled("the pull was stopped; " + std::to_string(fetch.VerifiedBytes()) +
-                             " verified bytes are kept in " + plan->staging.string() +
+    const uint64_t kept = fetch.VerifiedBytes();
+    if (kept == 0) return Status::Cancelled("the pull was stopped before any chunk was verified");
+    return Status::Cancelled("the pull was stopped; " + HumanBytes(kept) +
+                             " of verified chunks are kept in " + plan->staging.string() +
                              ", and a rerun resumes from them");
   }
   if (Status local_error = fetch.local_error(); !local_error.ok()) {
