@@ -108,6 +108,29 @@ export PKG_CONFIG_PATH="$pcdir"
 g++ -std=c++20 "$tmp/tiny.cc" -o "$tmp/tiny" $(pkg-config --cflags --libs seedd) || fail "building against seedd.pc"
 [ "$("$tmp/tiny" "$tmp/tiny-model")" = "tiny: 127.0.0.1:7420 262144" ] || fail "the program built against libseedd"
 
+# A C program against the installed C API, when built (libseedd_c.so).
+if [ -f "$build/lib/libseedd_c.so" ]; then
+  clib="$(dirname "$(find "$prefix" -name libseedd_c.so | head -1)")"
+  [ -f "$clib/libseedd_c.so" ] || fail "libseedd_c.so was not installed"
+  cat > "$tmp/capi.c" << 'C'
+#include <seedd/seedd_c.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+  char* manifest = NULL;
+  char* error = NULL;
+  int rc = seedd_parse_manifest("{}", &manifest, &error);
+  if (rc == 0 || error == NULL || strstr(error, "InvalidArgument") == NULL) return 1;
+  seedd_free(error);
+  printf("%s\n", seedd_version());
+  return 0;
+}
+C
+  cc "$tmp/capi.c" -I"$prefix/include" -L"$clib" -lseedd_c -Wl,-rpath,"$clib" -o "$tmp/capi" ||
+    fail "building a C program against libseedd_c"
+  "$tmp/capi" | grep -qE "^[0-9]+\.[0-9]+\.[0-9]+$" || fail "the C program against libseedd_c"
+fi
+
 # The Python package, when built: importable from the installed site-packages
 # alone (nothing of the build tree on the path), its manifest the library's.
 if [ -d "$build/python/seedd" ]; then
