@@ -73,6 +73,7 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
     Result<HostPort> peer = ParseHostPort(text);
     if (peer.ok()) AddSourceLocked(*peer, false);
   }
+  sources_known_ = true;
   FillNeighboursLocked();
   // This thread watches for a stop request and for a swarm that cannot help.
   while (!FinishedLocked()) {
@@ -168,7 +169,7 @@ void Fetch::StartLocked(Source* s) {
 }
 
 void Fetch::CheckHopeLocked() {
-  if (FinishedLocked() || !sched_.Stuck()) return;
+  if (!sources_known_ || FinishedLocked() || !sched_.Stuck()) return;
   for (const auto& s : sources_) {
     if (s->dropped) continue;
     // A neighbour whose state is not known yet, or a candidate, may still help.

@@ -193,12 +193,15 @@ class Fetch {
   std::vector<std::unique_ptr<Source>> sources_;  // GUARDED_BY(mu_): by PeerId
   std::vector<std::thread> workers_;              // GUARDED_BY(mu_)
   std::vector<std::chrono::steady_clock::time_point> claimed_since_;  // GUARDED_BY(mu_)
-  std::vector<bool> force_;      // GUARDED_BY(mu_): ask the seed with "SDRQ"
-  std::vector<bool> writing_;    // GUARDED_BY(mu_): a copy is being written
-  std::set<int> open_fds_;       // GUARDED_BY(mu_): connections EndLocked wakes
-  bool failed_ = false;          // GUARDED_BY(mu_): no source has the rest, or a local error
-  Status local_error_;           // GUARDED_BY(mu_)
-  bool cancelled_ = false;       // GUARDED_BY(mu_): stopped on request
+  std::vector<bool> force_;    // GUARDED_BY(mu_): ask the seed with "SDRQ"
+  std::vector<bool> writing_;  // GUARDED_BY(mu_): a copy is being written
+  std::set<int> open_fds_;     // GUARDED_BY(mu_): connections EndLocked wakes
+  bool failed_ = false;        // GUARDED_BY(mu_): no source has the rest, or a local error
+  Status local_error_;         // GUARDED_BY(mu_)
+  bool cancelled_ = false;     // GUARDED_BY(mu_): stopped on request
+  // GUARDED_BY(mu_): the seeds and the manifest's relays are all known; until
+  // then a seed that is down at once does not make the swarm look hopeless.
+  bool sources_known_ = false;
   uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
   // When a seed is asked for more relays: kFirstRelayAsk, doubling to state_interval.
   TrackerCadence relay_asks_;      // GUARDED_BY(mu_)
