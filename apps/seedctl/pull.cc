@@ -87,8 +87,7 @@ class Progress {
                                               : std::chrono::milliseconds(5000);
     const bool first = !shown_any_;
     if (!first && now - last_ < every && p.verified_bytes < p.total_bytes) return;
-    if (first && mode_ == Mode::kLines && p.verified_bytes < p.total_bytes &&
-        now - start_ < std::chrono::seconds(1)) {
+    if (first && mode_ == Mode::kLines && now - start_ < std::chrono::seconds(1)) {
       return;  // a pull done within a second prints only its summary
     }
     last_ = now;

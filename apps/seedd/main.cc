@@ -20,7 +20,6 @@
 #include "config_file.h"
 #include "notify.h"
 #include "seedd/daemon.h"
-#include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "seedd/signing.h"
 #include "seedd/store_registry.h"
@@ -622,7 +621,7 @@ int main(int argc, char** argv) {
     status_reporter = std::thread([&] {
       std::unique_lock<std::mutex> lock(status_mu);
       while (!status_cv.wait_for(lock, std::chrono::seconds(2), [&] { return started; })) {
-        const std::string line = seedd_app::StatusLineOf(seedd::DumpJson((*daemon)->StatusJson()));
+        const std::string line = seedd_app::StatusLineOf((*daemon)->StatusJson());
         if (!line.empty()) notifier.Send("STATUS=" + line);
       }
     });

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "seedd/json_text.h"
 #include "seedd/units.h"
 
 namespace seedd_app {
@@ -39,11 +38,10 @@ bool SystemdNotifier::Send(const std::string& message) const {
                   len) == static_cast<ssize_t>(message.size());
 }
 
-std::string StatusLineOf(const std::string& status_json) {
-  seedd::Result<seedd::Json> status = seedd::ParseJson(status_json);
-  if (!status.ok() || !status->is_object()) return "";
+std::string StatusLineOf(const seedd::Json& status) {
+  if (!status.is_object()) return "";
   std::string line;
-  for (const seedd::Json& p : status->value("pulls", seedd::Json::array())) {
+  for (const seedd::Json& p : status.value("pulls", seedd::Json::array())) {
     if (!p.is_object() || p.value("state", "") != "pulling") continue;
     const uint64_t total = p.value("bytes_total", uint64_t{0});
     const uint64_t verified = p.value("bytes_verified", uint64_t{0});
@@ -56,7 +54,7 @@ std::string StatusLineOf(const std::string& status_json) {
     line += (line.empty() ? "" : "; ") + std::string(text);
   }
   if (!line.empty()) return line;
-  for (const seedd::Json& w : status->value("warmups", seedd::Json::array())) {
+  for (const seedd::Json& w : status.value("warmups", seedd::Json::array())) {
     if (w.is_object() && w.value("state", "") == "running") {
       line += (line.empty() ? "warming up: " : ", ") + w.value("kind", "?");
     }

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "seedd/json.h"
+
 namespace seedd_app {
 
 class SystemdNotifier {
@@ -28,8 +30,8 @@ class SystemdNotifier {
   std::string address_;  // the sockaddr_un path bytes ('\0' first when abstract)
 };
 
-// "pulling llama: 45% of 16.1 GiB at 820 MiB/s" from a daemon's /status JSON
-// text; "" when nothing is under way.
-std::string StatusLineOf(const std::string& status_json);
+// "pulling llama: 45% of 16.1 GiB at 820 MiB/s" from a daemon's /status
+// (Daemon::StatusJson); "" when nothing is under way.
+std::string StatusLineOf(const seedd::Json& status);
 
 }  // namespace seedd_app
