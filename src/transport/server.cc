@@ -284,7 +284,7 @@ void SeedServer::Close() {
       // Once the loop accepts no more: until then a moment with no connection
       // open is no sign that none will be.
       std::unique_lock<std::mutex> lock(rep.mu);
-      rep.cv.wait(lock, [&rep] { return !rep.accepting && rep.open == 0; });
+      rep.cv.wait(lock, [&rep] { return !rep.accepting && rep.open == 0 && rep.undecided == 0; });
     }
     rep.io.stop();
     rep.loop.join();

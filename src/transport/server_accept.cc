@@ -209,7 +209,7 @@ void SeedServer::Rep::AcceptBesideTheLoop() {
       }
       std::string peer = AddressLimits::Key(AddressOf(addr));
       if (!AdmitBesideTheLoop(fd, peer)) {
-        PostCounted([this, fd, peer = std::move(peer)] { Accepted(fd, peer); });
+        PostUndecided(fd, std::move(peer));
       }
     }
   }
@@ -224,6 +224,19 @@ void SeedServer::Rep::PostCounted(std::function<void()> fn) {
     fn();
     std::lock_guard<std::mutex> lock(mu);
     --open;
+    cv.notify_all();
+  });
+}
+
+void SeedServer::Rep::PostUndecided(int fd, std::string peer) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++undecided;
+  }
+  asio::post(io, [this, fd, peer = std::move(peer)] {
+    Accepted(fd, peer);
+    std::lock_guard<std::mutex> lock(mu);
+    --undecided;
     cv.notify_all();
   });
 }

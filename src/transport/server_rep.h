@@ -95,10 +95,15 @@ struct SeedServer::Rep {
   // false when the loop must decide (a cap reached, a refusal to log, an
   // eviction).
   bool AdmitBesideTheLoop(int fd, const std::string& peer);
-  // Posts `fn` (a connection the second acceptor took) to the loop, counted
+  // Posts `fn` (a connection the second acceptor admitted) to the loop, counted
   // open from now until `fn` has run: the connection is open all along, for
   // the cap, for open_connections and for Close.
   void PostCounted(std::function<void()> fn);
+  // Posts a connection the second acceptor took but did not admit to the
+  // loop's Accepted, which decides. Counted for Close until it has run, never
+  // for the cap: a connection waiting to be judged is not open, and counting
+  // it would refuse it against itself.
+  void PostUndecided(int fd, std::string peer);
   // The stream handler (the data plane) `request` is for, or null.
   const StreamHandler* FindStream(const Json& request) const;
   // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
@@ -126,6 +131,7 @@ struct SeedServer::Rep {
   std::condition_variable cv;
   std::unordered_set<Connection*> connections;  // GUARDED_BY(mu)
   size_t open = 0;                              // GUARDED_BY(mu)
+  size_t undecided = 0;                         // GUARDED_BY(mu): PostUndecided's, not run yet
   bool accepting = true;                        // GUARDED_BY(mu): until Close stops it
   bool closing = false;                         // loop thread only
 

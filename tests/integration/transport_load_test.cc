@@ -132,6 +132,58 @@ TEST_F(TransportTest, ConnectionsBeyondTheCapAreClosedWithALogLine) {
   EXPECT_EQ((*r)["status"], "miss");
 }
 
+// A connection the second acceptor cannot admit by itself (here: one that
+// must evict an idle peer) is judged on the loop against the connections
+// open, not against itself: at the last free place it is served. Each round
+// races the loop's acceptor for the connection, so the rounds are many.
+TEST_F(TransportTest, ANewcomerThatEvictsAnIdlePeerIsServedAtTheLastFreePlace) {
+  auto store = NewMemoryArtifactStore();
+  ASSERT_OK(store->Put(*ArtifactKey::Make("triton", kHash, "kernels.bin"), "compiled"));
+  server_->Close();
+  TransportOptions options;
+  options.max_connections = 8;
+  options.max_unauthenticated = 4;
+  options.max_unauthenticated_per_address = 4;
+  server_ = Serve({NewArtifactSeedable(std::move(store)), slow_}, options);
+  // Three authenticated requests held by a slow resolve...
+  std::vector<std::thread> held;
+  for (int i = 0; i < 3; ++i) {
+    held.emplace_back([&] {
+      UniqueFd fd = ConnectRaw(addr_);
+      SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "slow"}, {"token", kToken}}));
+      EXPECT_EQ(ReadResponse(fd.get())["payload"], "slow answer");
+    });
+  }
+  struct Release {
+    std::shared_ptr<transport_testing::SlowSeedable> slow;
+    std::vector<std::thread>* threads;
+    ~Release() {
+      slow->Release();
+      for (auto& t : *threads) t.join();
+    }
+  } release{slow_, &held};
+  slow_->WaitEntered(3);
+  // ...and four idle connections from one address: seven of the eight places.
+  std::vector<UniqueFd> idle;
+  for (int round = 1; round <= 12; ++round) {
+    while (idle.size() < 4 + static_cast<size_t>(round - 1)) {
+      idle.push_back(ConnectFrom("127.0.0.1", addr_));
+      ASSERT_TRUE(idle.back().valid());
+    }
+    ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 7; }))
+        << server_->open_connections() << " open in round " << round;
+    UniqueFd newcomer = ConnectFrom("127.0.1." + std::to_string(round), addr_);
+    ASSERT_TRUE(newcomer.valid());
+    Json request = ArtifactRequest();
+    request["token"] = kToken;
+    SendAll(newcomer.get(), EncodeJsonFrame(request));
+    EXPECT_EQ(ReadResponse(newcomer.get())["status"], "ok") << "round " << round;
+    // The newcomer is answered and the evicted peer closed: six open again.
+    ASSERT_TRUE(WaitUntil([&] { return server_->open_connections() == 6; }))
+        << server_->open_connections() << " open after round " << round;
+  }
+}
+
 TEST_F(TransportTest, CloseUnderLoadFinishesCleanly) {
   std::atomic<bool> stop{false};
   std::atomic<int> ok{0};
