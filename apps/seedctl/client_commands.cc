@@ -11,6 +11,7 @@
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
 #include "seedd/units.h"
+#include "seedd/weights.h"
 
 namespace seedctl {
 
@@ -158,6 +159,49 @@ int RunFetch(const Connection& c, const std::string& ns, const std::string& hash
   return kExitOk;
 }
 
+namespace {
+
+// A bundle's content, pulled from the daemon that sent the bundle into a
+// staging directory inside the target (never bundled; a rerun resumes there).
+class PullPlane final : public seedd::CompileCacheDataPlane {
+ public:
+  PullPlane(const Connection& c, std::filesystem::path dir) : c_(c), dir_(std::move(dir)) {}
+  seedd::Result<std::string> Serve(const std::string&, const std::filesystem::path&,
+                                   const std::vector<std::string>&,
+                                   std::map<std::string, std::string>*) override {
+    return seedd::Status::FailedPrecondition("seedctl serves nothing");
+  }
+  seedd::Result<std::filesystem::path> Fetch(const std::string& model,
+                                             const std::string& root_digest) override {
+    seedd::Result<std::string> token = ReadToken(c_.token_file);
+    if (!token.ok()) return token.status();
+    seedd::PullOptions options;
+    options.sources = {c_.source};
+    options.token = *token;
+    options.root_digest = root_digest;
+    options.timeout = std::chrono::seconds(60);
+    staging_ = dir_ / (".seedd-incoming-pull-" + root_digest.substr(0, 16));
+    const std::filesystem::path into = staging_ / "content";
+    std::fprintf(stderr, "seedctl: pulling the cache's files on the data plane (model %s)\n",
+                 model.c_str());
+    seedd::Result<seedd::PullResult> pulled = seedd::PullModel(model, into, options);
+    if (!pulled.ok()) return pulled.status().WithContext("pulling " + model);
+    return into;
+  }
+  // Removes what Fetch pulled (after it was installed).
+  void Discard() {
+    std::error_code ec;
+    if (!staging_.empty()) std::filesystem::remove_all(staging_, ec);
+  }
+
+ private:
+  const Connection& c_;
+  const std::filesystem::path dir_;
+  std::filesystem::path staging_;
+};
+
+}  // namespace
+
 int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& given) {
   CompileFetchArgs args = given;
   for (const std::string& p : given.params) {
@@ -214,8 +258,11 @@ int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& given) {
   if (!bundle.ok()) {
     return Fail("rejected what " + c.source + " sent: " + bundle.status().message(), kExitError);
   }
-  seedd::Result<seedd::CompileCacheInstall> done = seedd::InstallCompileCache(*bundle, args.dir);
+  PullPlane plane(c, args.dir);
+  seedd::Result<seedd::CompileCacheInstall> done =
+      seedd::InstallCompileCacheBundle(*bundle, args.dir, &plane);
   if (!done.ok()) return Fail("installing into " + args.dir + ": " + done.status().message());
+  plane.Discard();
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::printf(

@@ -13,12 +13,20 @@
 // them with its own as FlashInfer compares an autotune table's _metadata: any
 // difference rejects the bundle, the error naming each factor, remote and
 // local. Paths are relative and checked (no "..", no absolute path, no empty
-// component); every file is verified against its size and SHA-256; a bundle
-// holds at most max_bytes of files (it travels inline on the control channel,
-// whose responses are capped at 64 MiB). Installing writes every file to a
-// staging directory inside the target first, then renames each into place,
-// never over a file that is already there and as new or newer.
+// component); every file is verified against its size and SHA-256. Installing
+// writes every file to a staging directory inside the target first, then
+// renames each into place, never over a file that is already there and as new
+// or newer.
 //
+// Up to kMaxInlineCompileCacheBytes of files travel inline, in the bundle (the
+// control channel's responses are capped at 64 MiB). A larger cache travels on
+// the weights data plane: its bundle lists each file's path, size, SHA-256 and
+// time without "data", and names the content,
+//   "content": {"model": CompileCacheModelName(ns, key), "root_digest": R},
+// a model the bundling daemon serves from the cache directory. A target pulls
+// that model pinned to R (chunked, verified, resumable and relayed, as weights
+// are) and installs each file after checking it against the bundle's SHA-256.
+// A signature covers "content" with the rest, so a signed bundle pins the bytes.
 // Thread safety: the functions are; the seedable's Resolve is thread-safe.
 #pragma once
 
@@ -40,9 +48,32 @@
 namespace seedd {
 
 inline constexpr std::string_view kCompileCacheKind = "compile_cache";
-// Files of one bundle; with base64 and JSON the response stays under 64 MiB.
-inline constexpr uint64_t kMaxCompileCacheBytes = 44ull << 20;
+// Files of a bundle that carries them inline; with base64 and JSON the
+// response stays under 64 MiB. Larger caches travel on the data plane.
+inline constexpr uint64_t kMaxInlineCompileCacheBytes = 44ull << 20;
+// No cap on a cache's size by default: a target checks that its disk has room.
+inline constexpr uint64_t kMaxCompileCacheBytes = UINT64_MAX;
 inline constexpr size_t kMaxCompileCacheFiles = 100000;
+
+// The model a cache larger than kMaxInlineCompileCacheBytes is served as:
+// "compile_cache.NS.KEY" (the key's first 48 digits).
+std::string CompileCacheModelName(std::string_view ns, std::string_view key);
+
+// The weights data plane, for bundles too large to travel inline. The daemon
+// provides it; without one such caches are not bundled.
+class CompileCacheDataPlane {
+ public:
+  virtual ~CompileCacheDataPlane() = default;
+  // Serves the files `paths` (relative) of `dir` as model `model` from now on;
+  // returns the manifest's root digest and fills `sha256` (by path).
+  virtual Result<std::string> Serve(const std::string& model, const std::filesystem::path& dir,
+                                    const std::vector<std::string>& paths,
+                                    std::map<std::string, std::string>* sha256) = 0;
+  // Pulls `model` pinned to `root_digest` from the daemon's sources (relaying
+  // what is verified meanwhile) and returns the directory holding its files.
+  virtual Result<std::filesystem::path> Fetch(const std::string& model,
+                                              const std::string& root_digest) = 0;
+};
 
 using CompileFactors = std::map<std::string, std::string>;
 
@@ -69,8 +100,11 @@ Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs
 
 // The bundle of `spec.dir`'s regular files (symbolic links and other files are
 // skipped), signed with spec.sign_key when set. ResourceExhausted beyond
-// spec.max_bytes or kMaxCompileCacheFiles.
-Result<Json> BundleCompileCache(const CompileCacheSpec& spec);
+// spec.max_bytes or kMaxCompileCacheFiles, or beyond kMaxInlineCompileCacheBytes
+// without a `plane`; with one, such a cache is served on it and bundled by
+// reference ("content").
+Result<Json> BundleCompileCache(const CompileCacheSpec& spec,
+                                CompileCacheDataPlane* plane = nullptr);
 
 // Checks a bundle for `ns`/`key` (every path, size, digest and the cap) and its
 // factors against `local`; with `trust`, that it is signed by one of its keys
@@ -94,25 +128,43 @@ struct CompileCacheInstall {
   uint64_t bytes = 0;     // of the files written
 };
 
-// Installs a bundle that ValidateCompileCacheBundle accepted into `dir`.
+// Whether a bundle carries its files by reference ("content"), not inline.
+bool HasCompileCacheContent(const Json& bundle);
+
+// Installs a bundle that ValidateCompileCacheBundle accepted into `dir`. A
+// bundle by reference takes its files from `content_dir` (its model, pulled),
+// each checked against the bundle's size and SHA-256 as it is copied: DataLoss
+// naming the file on a mismatch, and nothing installed.
 Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
-                                                const std::filesystem::path& dir);
+                                                const std::filesystem::path& dir,
+                                                const std::filesystem::path& content_dir = {});
+
+// Installs a validated bundle into `dir`, pulling its content on `plane` first
+// when it has one (FailedPrecondition without a plane). Checks that the disk
+// holding `dir` has room for the bundle's files.
+Result<CompileCacheInstall> InstallCompileCacheBundle(const Json& bundle,
+                                                      const std::filesystem::path& dir,
+                                                      CompileCacheDataPlane* plane);
 
 // The seedable: Resolve serves the `served` caches from their directories,
 // other keys from <cache_dir>/compile_cache (bundles published there) and then
 // the shared stores. The adopting side's ctx is {"namespace", "key", "dir",
 // "factors": {...}}.
 // With `trust`, an adopted bundle is installed only when signed by one of its keys.
+// Caches larger than kMaxInlineCompileCacheBytes are served and adopted on
+// `plane` (null: not at all).
 SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
                                     std::vector<CompileCacheSpec> served,
                                     std::vector<std::shared_ptr<ArtifactStore>> shared = {},
-                                    std::shared_ptr<const TrustedKeys> trust = nullptr);
+                                    std::shared_ptr<const TrustedKeys> trust = nullptr,
+                                    std::shared_ptr<CompileCacheDataPlane> plane = nullptr);
 
 // What a daemon's warmup did for one cache.
 struct CompileCacheWarmupReport {
   std::string source;  // "warm already", "local disk", "shared store <s>", "peer <addr>", "none"
   CompileCacheInstall install;
-  bool published = false;  // a bundle was stored on local disk (and the shared stores)
+  bool published = false;     // a bundle was stored on local disk (and the shared stores)
+  bool by_reference = false;  // its files came (or go) on the data plane
   double seconds = 0;
 };
 
@@ -122,8 +174,10 @@ struct CompileCacheWarmupReport {
 // warm already) is published to the local disk store and the shared stores,
 // signed with spec.sign_key. With spec.trust and no spec.sign_key it is not
 // published: a bundle this daemon cannot sign would replace a signed one.
+// Caches larger than kMaxInlineCompileCacheBytes go on `plane` (see above).
 Result<CompileCacheWarmupReport> WarmCompileCache(
     const CompileCacheSpec& spec, const std::filesystem::path& cache_dir,
-    const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport);
+    const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport,
+    std::shared_ptr<CompileCacheDataPlane> plane = nullptr);
 
 }  // namespace seedd

@@ -139,6 +139,8 @@ struct BuildOptions {
   std::vector<std::string> sources;
   // Signs the manifest (its root digest); null: unsigned.
   std::shared_ptr<const SigningKey> sign_key;
+  // Only the files whose relative path this accepts; null: every file.
+  std::function<bool(std::string_view path)> include;
 };
 
 struct BuildStats {

@@ -54,6 +54,27 @@ std::string Sha256Hex(std::string_view data) {
   return ToHex(digest.data(), digest.size());
 }
 
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr ||
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
+    std::fprintf(stderr, "seedd: cannot start a SHA-256 digest\n");
+    std::abort();
+  }
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::Update(std::string_view piece) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), piece.data(), piece.size());
+}
+
+std::string Sha256::HexDigest() {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest{};
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest.data(), &n);
+  return ToHex(digest.data(), n);
+}
+
 std::string Base64Encode(std::string_view data) {
   std::string out((data.size() + 2) / 3 * 4, '\0');
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());

@@ -17,6 +17,20 @@ inline bool IsLowerHex(std::string_view s, size_t size) { return IsLowerHex(s, s
 // Lowercase hex SHA-256 of data.
 std::string Sha256Hex(std::string_view data);
 
+// SHA-256 over pieces: Update as the bytes come, then HexDigest once.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(std::string_view piece);
+  std::string HexDigest();
+
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
+
 // Standard base64 (RFC 4648, with padding).
 std::string Base64Encode(std::string_view data);
 // Strict decoding: no whitespace, correct padding; nullopt on any malformed input.

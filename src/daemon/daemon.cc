@@ -10,6 +10,7 @@
 
 #include "common/crypto.h"
 #include "common/metrics.h"
+#include "daemon/compile_cache_plane.h"
 #include "daemon/daemon_rep.h"
 #include "daemon/pull_at_start.h"
 #include "seedd/artifact_kind.h"
@@ -167,9 +168,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       return Status::InvalidArgument("compile cache " + spec.name + " is given twice");
     }
   }
-  std::vector<SeedablePtr> seedables = {
-      NewArtifactSeedable(options.cache_dir, shared), autotune,
-      NewCompileCacheSeedable(options.cache_dir, options.compile_caches, shared, trust)};
+  std::vector<SeedablePtr> seedables = {NewArtifactSeedable(options.cache_dir, shared), autotune};
   for (const std::string& pull : options.pulls) {
     const auto [name, pin] = SplitPin(pull);
     if (pull.find('@') != std::string::npos) {
@@ -179,7 +178,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::shared_ptr<WeightServer> weights;
   SeedablePtr weight_shards;
   auto board = std::make_shared<PullBoard>();
-  if (!options.models.empty() || !options.pulls.empty()) {
+  std::shared_ptr<DaemonCompileCachePlane> compile_plane;
+  // Compile caches too large to travel inline travel on the weights data plane.
+  if (!options.models.empty() || !options.pulls.empty() || !options.compile_caches.empty()) {
     std::vector<ServedModel> served;
     BuildOptions build;
     build.digest_cache = options.cache_dir / "weights" / ".digests";
@@ -201,6 +202,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     WeightServerOptions serving;
     serving.relay_upload_rate = options.relay_upload_rate;
     weights = std::make_shared<WeightServer>(std::move(served), serving);
+    compile_plane = std::make_shared<DaemonCompileCachePlane>(options.cache_dir, build, weights);
     WeightInstallOptions install;
     install.cache_dir = options.cache_dir;
     install.token = options.seed.token;
@@ -222,6 +224,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     options.transport.stream_handlers[std::string(kWeightDataKind)] =
         [weights](Conn& conn, const Json& request) { weights->Serve(conn, request); };
   }
+  seedables.push_back(NewCompileCacheSeedable(options.cache_dir, options.compile_caches, shared,
+                                              trust, compile_plane));
   seedables.push_back(NewCatalogSeedable(
       [cache_dir = options.cache_dir, shared, weights](const std::string& prefix) {
         return ListCatalog(cache_dir, shared, weights.get(), prefix);
@@ -236,6 +240,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->shared_ = shared;
   rep->weights_ = std::move(weights);
   rep->weight_shards_ = std::move(weight_shards);
+  rep->compile_plane_ = std::move(compile_plane);
   rep->cancel_ = std::move(cancel);
   rep->registry_ = std::move(registry);
   rep->tokens_ = std::move(tokens);
@@ -328,25 +333,6 @@ Result<std::optional<HostPort>> Daemon::Start() {
     metrics::Warmup("flashinfer_autotune", SourceLabel(report->source), report->seconds);
     rep_->RecordWarmup({"flashinfer_autotune", "done", report->source, "", report->seconds});
   }
-  for (const CompileCacheSpec& spec : rep_->options_.compile_caches) {
-    const std::string kind = "compile_cache:" + spec.name;
-    rep_->RecordWarmup({kind, "running", "", "", 0});
-    const auto began = std::chrono::steady_clock::now();
-    Result<CompileCacheWarmupReport> report =
-        WarmCompileCache(spec, rep_->options_.cache_dir, rep_->shared_, *rep_->transport_);
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    if (!report.ok()) {
-      metrics::Warmup("compile_cache", "failed", took);
-      rep_->RecordWarmup({kind, "failed", "", report.status().message(), took});
-      return report.status().WithContext(kind + " warmup");
-    }
-    Logger().info("{}: {} ({} files installed, {} kept as newer, {}published) in {:.3f} s", kind,
-                  report->source, report->install.installed, report->install.kept_newer,
-                  report->published ? "" : "not ", took);
-    metrics::Warmup("compile_cache", SourceLabel(report->source), took);
-    rep_->RecordWarmup({kind, "done", report->source, "", took});
-  }
   Result<std::optional<HostPort>> bound = rep_->transport_->StartListener();
   if (!bound.ok()) return bound.status();
   rep_->bound_ = *bound;
@@ -373,6 +359,37 @@ Result<std::optional<HostPort>> Daemon::Start() {
   }
   if (rep_->registry_ != nullptr && rep_->weights_ != nullptr && !relay.empty()) {
     rep_->announcer_ = std::make_unique<RegistryAnnouncer>(rep_->registry_, rep_->weights_, relay);
+  }
+  if (rep_->compile_plane_ != nullptr) {
+    rep_->compile_plane_->SetPuller([this, relay](const std::string& model,
+                                                  const std::string& root_digest) {
+      if (!rep_->options_.seed.source.has_value()) {
+        return Status::FailedPrecondition("no --source to pull " + model + " from");
+      }
+      return PullAtStart(rep_->options_, model + "@" + root_digest, relay, *rep_->weight_shards_,
+                         *rep_->weights_, *rep_->cancel_, rep_->trust_.get());
+    });
+  }
+  // Listening already: a large cache's files are relayed while they are pulled.
+  for (const CompileCacheSpec& spec : rep_->options_.compile_caches) {
+    const std::string kind = "compile_cache:" + spec.name;
+    rep_->RecordWarmup({kind, "running", "", "", 0});
+    const auto began = std::chrono::steady_clock::now();
+    Result<CompileCacheWarmupReport> report = WarmCompileCache(
+        spec, rep_->options_.cache_dir, rep_->shared_, *rep_->transport_, rep_->compile_plane_);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (!report.ok()) {
+      metrics::Warmup("compile_cache", "failed", took);
+      rep_->RecordWarmup({kind, "failed", "", report.status().message(), took});
+      return report.status().WithContext(kind + " warmup");
+    }
+    Logger().info("{}: {} ({} files installed, {} kept as newer, {}published{}) in {:.3f} s", kind,
+                  report->source, report->install.installed, report->install.kept_newer,
+                  report->published ? "" : "not ",
+                  report->by_reference ? "; its files on the data plane" : "", took);
+    metrics::Warmup("compile_cache", SourceLabel(report->source), took);
+    rep_->RecordWarmup({kind, "done", report->source, "", took});
   }
   if (!rep_->options_.pulls.empty()) {
     // Listening already: what is verified is relayed to other fetchers while the

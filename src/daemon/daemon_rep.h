@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/admin_server.h"
+#include "daemon/compile_cache_plane.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/registry.h"
@@ -24,6 +25,7 @@ struct Daemon::Rep {
   std::vector<std::shared_ptr<ArtifactStore>> shared_;  // the --store list, in order
   std::shared_ptr<WeightServer> weights_;               // null when no model is served or pulled
   SeedablePtr weight_shards_;                           // null likewise
+  std::shared_ptr<DaemonCompileCachePlane> compile_plane_;  // null likewise
   std::shared_ptr<std::atomic<bool>> cancel_;
   std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
   std::shared_ptr<SwarmRegistry> registry_;       // null without --registry

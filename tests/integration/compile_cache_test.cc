@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "support/daemon_process.h"
+#include "support/weights_fixture.h"
 
 namespace seedd::testing {
 namespace {
@@ -141,6 +142,53 @@ TEST_F(CompileCacheTest, SeedctlFetchesAVllmCacheKeepingFilesThatAreNewer) {
   EXPECT_TRUE(Has(other.err, "torch: remote=2.5.1 vs local=2.6.0")) << other.err;
   EXPECT_FALSE(fs::exists(dir_.path() / "x"));
   Stop(daemon);
+}
+
+// Real Triton and Inductor caches are hundreds of MiB: more than travels in a
+// control-channel response. Such a cache goes on the weights data plane: a
+// cold daemon pulls it from the warm one (verified against the bundle's
+// SHA-256s), keeps its times, serves it on, and seedctl fetches it the same way.
+TEST_F(CompileCacheTest, ACacheLargerThanTheInlineLimitTravelsOnTheDataPlane) {
+  const fs::path big = dir_.path() / "big-triton";
+  for (int i = 0; i < 3; ++i) {
+    WriteRandom(big / ("k" + std::to_string(i)) / "fused_moe.cubin", 17 << 20, 40 + i);
+    Write(big / ("k" + std::to_string(i)) / "fused_moe.json", "{\"num_warps\": 4}");
+  }
+  fs::last_write_time(big / "k1" / "fused_moe.json",
+                      fs::file_time_type::clock::now() - std::chrono::hours(30));
+  std::string warm_addr, cold_addr;
+  auto warm_daemon = StartDaemon(Warmup(big), &warm_addr, dir_.path() / "a");
+  const fs::path cold = dir_.path() / "cold-triton";
+  auto args = Warmup(cold);
+  args.insert(args.end(), {"--source", warm_addr});
+  auto cold_daemon = StartDaemon(args, &cold_addr, dir_.path() / "b");
+  EXPECT_TRUE(SameTree(big, cold));
+  EXPECT_EQ(fs::last_write_time(cold / "k1" / "fused_moe.json"),
+            fs::last_write_time(big / "k1" / "fused_moe.json"));
+
+  // The cold daemon serves what it installed: seedctl fetches it from there.
+  const fs::path fetched = dir_.path() / "fetched-triton";
+  auto r =
+      RunCommand({SEEDCTL_BIN, "fetch", "--kind", "compile_cache", "--source", cold_addr,
+                  "--token-file", token_file().string(), "--namespace", "triton", "--key", kKey,
+                  "--dir", fetched.string(), "--factor", "cuda=12.8", "--factor", "triton=3.1.0"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(Has(r.out, "6 files")) << r.out;
+  EXPECT_TRUE(SameTree(big, fetched));
+  EXPECT_TRUE(Has(r.err, "on the data plane")) << r.err;
+  // Nothing of the pull is left inside the cache directory.
+  for (const auto& e : fs::directory_iterator(fetched)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".seedd", 0), std::string::npos) << e.path();
+  }
+
+  const std::string log = Stop(cold_daemon);
+  EXPECT_TRUE(Has(log,
+                  "compile_cache:triton: peer (6 files installed, 0 kept as newer, "
+                  "published; its files on the data plane)"))
+      << log;
+  EXPECT_TRUE(Has(log, "Pulled model compile_cache.triton.")) << log;
+  const std::string warm_log = Stop(warm_daemon);
+  EXPECT_TRUE(Has(warm_log, "Serving compile cache compile_cache.triton.")) << warm_log;
 }
 
 }  // namespace

@@ -335,3 +335,96 @@ TEST(CompileCache, TheKeyFieldsAreChecked) {
 
 }  // namespace
 }  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// A data plane that "serves" by remembering the directory and "fetches" by
+// handing it back (or a copy the test has tampered with): the unit tests'
+// stand-in for the daemon's weights data plane.
+class DirectoryPlane final : public CompileCacheDataPlane {
+ public:
+  Result<std::string> Serve(const std::string& model, const fs::path& dir,
+                            const std::vector<std::string>& paths,
+                            std::map<std::string, std::string>* sha256) override {
+    served_model = model;
+    served_dir = dir;
+    for (const std::string& p : paths) (*sha256)[p] = Sha256Hex(Read(dir / p));
+    return std::string(64, 'a');
+  }
+  Result<fs::path> Fetch(const std::string& model, const std::string& root) override {
+    fetched_model = model;
+    fetched_root = root;
+    return fetch_from.empty() ? served_dir : fetch_from;
+  }
+  std::string served_model, fetched_model, fetched_root;
+  fs::path served_dir, fetch_from;
+};
+
+TEST(CompileCache, ACacheBeyondTheInlineLimitIsBundledByReferenceAndInstalledChecked) {
+  TempDir dir;
+  const fs::path warm = dir.path() / "warm", cold = dir.path() / "cold";
+  testing::WriteRandom(warm / "h1" / "big.cubin", kMaxInlineCompileCacheBytes, 3);
+  Write(warm / "h1" / "big.json", "{}");
+  // Without a data plane it is not bundled, and the error says why.
+  Result<Json> none = BundleCompileCache(Spec(warm));
+  EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("data plane"), std::string::npos)
+      << none.status().message();
+
+  DirectoryPlane plane;
+  Result<Json> bundle = BundleCompileCache(Spec(warm), &plane);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  EXPECT_EQ(plane.served_model, "compile_cache.triton." + kKey);
+  EXPECT_EQ((*bundle)["content"]["model"], plane.served_model);
+  EXPECT_EQ((*bundle)["content"]["root_digest"], std::string(64, 'a'));
+  for (const Json& f : (*bundle)["files"]) EXPECT_FALSE(f.contains("data")) << f.dump();
+  ASSERT_TRUE(ValidateCompileCacheBundle(*bundle, "triton", kKey, Spec(warm).factors).ok());
+
+  // Its checks: no inline data beside content, the model it must name, the pin.
+  Json bad = *bundle;
+  bad["files"][0]["data"] = Base64Encode("x");
+  EXPECT_FALSE(ValidateCompileCacheBundle(bad, "triton", kKey, Spec(warm).factors).ok());
+  bad = *bundle;
+  bad["content"]["model"] = "llama";
+  EXPECT_FALSE(ValidateCompileCacheBundle(bad, "triton", kKey, Spec(warm).factors).ok());
+  // What a signature signs covers the content's pin.
+  bad = *bundle;
+  bad["content"]["root_digest"] = std::string(64, 'b');
+  EXPECT_NE(CompileCacheBundleDigest(bad), CompileCacheBundleDigest(*bundle));
+  bad["content"]["root_digest"] = "abc";
+  EXPECT_FALSE(ValidateCompileCacheBundle(bad, "triton", kKey, Spec(warm).factors).ok());
+  // A bundle that carries more than the inline limit inline is refused.
+  Json inline_big = *bundle;
+  inline_big.erase("content");
+  for (Json& f : inline_big["files"])
+    f["data"] = Base64Encode(Read(warm / f["path"].get<std::string>()));
+  EXPECT_EQ(
+      ValidateCompileCacheBundle(inline_big, "triton", kKey, Spec(warm).factors).status().code(),
+      StatusCode::kResourceExhausted);
+
+  // Installed from the content: every file, with the bundle's times.
+  Result<CompileCacheInstall> done = InstallCompileCacheBundle(*bundle, cold, &plane);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(plane.fetched_root, std::string(64, 'a'));
+  EXPECT_EQ(done->installed, 2u);
+  EXPECT_TRUE(testing::SameTree(warm, cold));
+  EXPECT_EQ(fs::last_write_time(cold / "h1" / "big.json"),
+            fs::last_write_time(warm / "h1" / "big.json"));
+  // Without a data plane, or from content that differs, nothing is installed.
+  const fs::path other = dir.path() / "other";
+  EXPECT_EQ(InstallCompileCacheBundle(*bundle, other, nullptr).status().code(),
+            StatusCode::kFailedPrecondition);
+  const fs::path tampered = dir.path() / "tampered";
+  fs::copy(warm, tampered, fs::copy_options::recursive);
+  Write(tampered / "h1" / "big.json", "{\"num_warps\": 1}");
+  plane.fetch_from = tampered;
+  Result<CompileCacheInstall> lied = InstallCompileCacheBundle(*bundle, other, &plane);
+  EXPECT_EQ(lied.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(lied.status().message().find("h1/big.json"), std::string::npos)
+      << lied.status().message();
+  EXPECT_TRUE(fs::is_empty(other));
+}
+
+}  // namespace
+}  // namespace seedd

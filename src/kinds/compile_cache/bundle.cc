@@ -16,6 +16,7 @@
 #include "common/errno_status.h"
 #include "common/file_util.h"
 #include "seedd/json_text.h"
+#include "seedd/units.h"
 
 namespace seedd {
 namespace {
@@ -141,8 +142,8 @@ Result<std::vector<FoundFile>> ListCacheFiles(const CompileCacheSpec& spec) {
     total += static_cast<uint64_t>(st.st_size);
     if (total > spec.max_bytes || found.size() >= kMaxCompileCacheFiles) {
       return Status::ResourceExhausted("compile cache " + spec.name + " (" + spec.dir.string() +
-                                       ") holds more than " + std::to_string(spec.max_bytes >> 20) +
-                                       " MiB or " + std::to_string(kMaxCompileCacheFiles) +
+                                       ") holds more than " + HumanBytes(spec.max_bytes) + " or " +
+                                       std::to_string(kMaxCompileCacheFiles) +
                                        " files, the most one bundle carries");
     }
     found.push_back({rel, it->path(), static_cast<uint64_t>(st.st_size), MtimeNs(st)});
@@ -200,7 +201,15 @@ Result<CompileFactors> ParseCompileFactors(const std::vector<std::string>& pairs
   return out;
 }
 
-Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
+std::string CompileCacheModelName(std::string_view ns, std::string_view key) {
+  return "compile_cache." + std::string(ns) + "." + std::string(key.substr(0, 48));
+}
+
+bool HasCompileCacheContent(const Json& bundle) {
+  return bundle.is_object() && bundle.contains("content");
+}
+
+Result<Json> BundleCompileCache(const CompileCacheSpec& spec, CompileCacheDataPlane* plane) {
   SEEDD_RETURN_IF_ERROR(CheckNamespace(spec.name));
   SEEDD_RETURN_IF_ERROR(CheckKey(spec.key));
   Result<UniqueFd> root = OpenDirectory(spec.dir);
@@ -208,16 +217,42 @@ Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
   Result<std::vector<FoundFile>> found = ListCacheFiles(spec);
   if (!found.ok()) return found.status();
   uint64_t total = 0;
+  for (const FoundFile& f : *found) total += f.size;
+  const bool inline_files = total <= kMaxInlineCompileCacheBytes;
   Json files = Json::array();
-  for (const FoundFile& f : *found) {
-    total += f.size;
-    Result<std::string> data = ReadBeneath(root->get(), f.path, f.size, f.full);
-    if (!data.ok()) return data.status();
-    files.push_back({{"path", f.path},
-                     {"size", f.size},
-                     {"sha256", Sha256Hex(*data)},
-                     {"mtime_ns", f.mtime_ns},
-                     {"data", Base64Encode(*data)}});
+  Json content;
+  if (inline_files) {
+    for (const FoundFile& f : *found) {
+      Result<std::string> data = ReadBeneath(root->get(), f.path, f.size, f.full);
+      if (!data.ok()) return data.status();
+      files.push_back({{"path", f.path},
+                       {"size", f.size},
+                       {"sha256", Sha256Hex(*data)},
+                       {"mtime_ns", f.mtime_ns},
+                       {"data", Base64Encode(*data)}});
+    }
+  } else {
+    if (plane == nullptr) {
+      return Status::ResourceExhausted(
+          "compile cache " + spec.name + " (" + spec.dir.string() + ") holds " + HumanBytes(total) +
+          "; more than " + HumanBytes(kMaxInlineCompileCacheBytes) +
+          " travels on a daemon's weights data plane, which this caller has not");
+    }
+    const std::string model = CompileCacheModelName(spec.name, spec.key);
+    std::vector<std::string> paths;
+    for (const FoundFile& f : *found) paths.push_back(f.path);
+    std::map<std::string, std::string> sha256;
+    Result<std::string> root_digest = plane->Serve(model, spec.dir, paths, &sha256);
+    if (!root_digest.ok()) return root_digest.status().WithContext("serving " + model);
+    for (const FoundFile& f : *found) {
+      auto sha = sha256.find(f.path);
+      if (sha == sha256.end()) {
+        return Status::Unavailable(f.full.string() + " changed while it was bundled; try again");
+      }
+      files.push_back(
+          {{"path", f.path}, {"size", f.size}, {"sha256", sha->second}, {"mtime_ns", f.mtime_ns}});
+    }
+    content = Json{{"model", model}, {"root_digest", *root_digest}};
   }
   Json factors = Json::object();
   for (const auto& [name, value] : spec.factors) factors[name] = value;
@@ -226,6 +261,7 @@ Result<Json> BundleCompileCache(const CompileCacheSpec& spec) {
               {"factors", std::move(factors)},
               {"files", std::move(files)},
               {"total_size", total}};
+  if (!content.is_null()) bundle["content"] = std::move(content);
   if (spec.sign_key != nullptr) {
     bundle["signatures"] =
         SignaturesToJson({spec.sign_key->Sign(kBundlePurpose, CompileCacheBundleDigest(bundle))});
@@ -309,6 +345,20 @@ Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
   if (std::string diff = CompareCompileFactors(remote, local); !diff.empty()) {
     return Status::FailedPrecondition("compile cache environment mismatch: " + diff);
   }
+  const bool by_reference = HasCompileCacheContent(bundle);
+  if (by_reference) {
+    const Json& content = bundle["content"];
+    const std::string expected = CompileCacheModelName(ns, key);
+    if (!content.is_object() || content.value("model", Json()) != expected) {
+      return Status::InvalidArgument("the bundle's 'content' must name the model " + expected);
+    }
+    auto root = content.find("root_digest");
+    if (root == content.end() || !root->is_string() ||
+        !IsLowerHex(root->get_ref<const std::string&>(), 64)) {
+      return Status::InvalidArgument(
+          "the bundle's 'content' must have a 'root_digest' of 64 lowercase hex digits");
+    }
+  }
   auto files = bundle.find("files");
   if (files == bundle.end() || !files->is_array() || files->size() > kMaxCompileCacheFiles) {
     return Status::InvalidArgument("the bundle's 'files' must be an array of at most " +
@@ -331,8 +381,8 @@ Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
     }
     total += size->get<uint64_t>();
     if (size->get<uint64_t>() > max_bytes || total > max_bytes) {
-      return Status::ResourceExhausted("the bundle's files exceed the " +
-                                       std::to_string(max_bytes >> 20) + " MiB cap");
+      return Status::ResourceExhausted("the bundle's files exceed the cap of " +
+                                       HumanBytes(max_bytes));
     }
     auto sha = f.find("sha256");
     if (sha == f.end() || !sha->is_string() ||
@@ -344,6 +394,17 @@ Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
       return Status::InvalidArgument("'" + p + "': 'mtime_ns' must be an integer");
     }
     auto data = f.find("data");
+    if (by_reference) {
+      if (data != f.end()) {
+        return Status::InvalidArgument("'" + p +
+                                       "': a bundle with 'content' carries no file 'data'");
+      }
+      continue;  // checked against its SHA-256 as it is installed
+    }
+    if (total > kMaxInlineCompileCacheBytes) {
+      return Status::ResourceExhausted("the bundle carries more than " +
+                                       HumanBytes(kMaxInlineCompileCacheBytes) + " inline");
+    }
     if (data == f.end() || !data->is_string() ||
         data->get<std::string>().size() > (size->get<uint64_t>() + 2) / 3 * 4) {
       return Status::InvalidArgument("'" + p + "': 'data' must be base64 of 'size' bytes");
@@ -381,8 +442,70 @@ int64_t MtimeOf(const Json& file) {
 
 }  // namespace
 
+namespace {
+
+// Writes all of `bytes` to `fd`.
+Status WriteAllTo(int fd, std::string_view bytes, const std::filesystem::path& shown) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus("write " + shown.string(), errno);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::Ok();
+}
+
+// Copies the bundle file `file` from below `content_fd` (no link followed) to
+// `out`, checking its size and SHA-256 against the bundle's.
+Status CopyChecked(int content_fd, const std::filesystem::path& content_dir, const Json& file,
+                   int out, const std::filesystem::path& shown) {
+  const std::string rel = file["path"].get<std::string>();
+  const uint64_t size = file["size"].get<uint64_t>();
+  Result<UniqueFd> in = OpenBeneath(content_fd, rel, O_RDONLY | O_NOFOLLOW);
+  if (!in.ok()) return in.status().WithContext("the pulled content " + content_dir.string());
+  Sha256 sha;
+  std::string buf(1 << 20, '\0');
+  uint64_t copied = 0;
+  for (;;) {
+    const ssize_t n = ::read(in->get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read " + (content_dir / rel).string(), errno);
+    if (n == 0) break;
+    copied += static_cast<uint64_t>(n);
+    if (copied > size) break;
+    sha.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+    SEEDD_RETURN_IF_ERROR(
+        WriteAllTo(out, std::string_view(buf.data(), static_cast<size_t>(n)), shown));
+  }
+  if (copied != size) {
+    return Status::DataLoss("'" + rel + "': the pulled file has " +
+                            (copied > size ? "more than " : "") + std::to_string(copied) +
+                            " bytes, the bundle says " + std::to_string(size));
+  }
+  const std::string actual = sha.HexDigest();
+  if (actual != file["sha256"].get<std::string>()) {
+    return Status::DataLoss("'" + rel + "': SHA-256 mismatch: the bundle says " +
+                            file["sha256"].get<std::string>() + ", the pulled file is " + actual);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
-                                                const std::filesystem::path& dir) {
+                                                const std::filesystem::path& dir,
+                                                const std::filesystem::path& content_dir) {
+  const bool by_reference = HasCompileCacheContent(bundle);
+  if (by_reference && content_dir.empty()) {
+    return Status::FailedPrecondition("the bundle's files are on the data plane: pull " +
+                                      bundle["content"].value("model", std::string()) + " first");
+  }
+  UniqueFd content_fd;
+  if (by_reference) {
+    Result<UniqueFd> opened = OpenDirectory(content_dir);
+    if (!opened.ok()) return opened.status();
+    content_fd = std::move(*opened);
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError("cannot create " + dir.string() + ": " + ec.message());
@@ -412,23 +535,21 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
     }
   } cleanup{root->get(), staging.get(), staging_name, files.size()};
   for (size_t i = 0; i < files.size(); ++i) {
-    std::optional<std::string> bytes = Base64Decode(files[i]["data"].get<std::string>());
     const std::string name = std::to_string(i);
+    const std::filesystem::path shown = dir / staging_name / name;
     UniqueFd out(::openat(staging.get(), name.c_str(),
                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!out.valid()) return ErrnoStatus("create " + (dir / staging_name / name).string(), errno);
-    for (std::string_view rest = *bytes; !rest.empty();) {
-      const ssize_t n = ::write(out.get(), rest.data(), rest.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return ErrnoStatus("write " + (dir / staging_name / name).string(), errno);
-      rest.remove_prefix(static_cast<size_t>(n));
+    if (!out.valid()) return ErrnoStatus("create " + shown.string(), errno);
+    if (by_reference) {
+      SEEDD_RETURN_IF_ERROR(CopyChecked(content_fd.get(), content_dir, files[i], out.get(), shown));
+    } else {
+      std::optional<std::string> bytes = Base64Decode(files[i]["data"].get<std::string>());
+      SEEDD_RETURN_IF_ERROR(WriteAllTo(out.get(), *bytes, shown));
     }
     const int64_t ns = MtimeOf(files[i]);
     const timespec times[2] = {{0, UTIME_OMIT}, {ns / 1000000000, ns % 1000000000}};
     ::futimens(out.get(), times);
-    if (::fsync(out.get()) != 0) {
-      return ErrnoStatus("sync " + (dir / staging_name / name).string(), errno);
-    }
+    if (::fsync(out.get()) != 0) return ErrnoStatus("sync " + shown.string(), errno);
   }
   CompileCacheInstall done;
   for (size_t i = 0; i < files.size(); ++i) {
@@ -459,6 +580,33 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
   }
   SEEDD_RETURN_IF_ERROR(SyncDirectory(dir));
   return done;
+}
+
+Result<CompileCacheInstall> InstallCompileCacheBundle(const Json& bundle,
+                                                      const std::filesystem::path& dir,
+                                                      CompileCacheDataPlane* plane) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create " + dir.string() + ": " + ec.message());
+  uint64_t total = 0;  // the files' sizes, validated (not the bundle's "total_size")
+  for (const Json& f : bundle["files"]) total += f["size"].get<uint64_t>();
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (!ec && space.available < total) {
+    return Status::ResourceExhausted("the cache needs " + HumanBytes(total) + " and " +
+                                     dir.string() + "'s disk has " + HumanBytes(space.available) +
+                                     " free");
+  }
+  if (!HasCompileCacheContent(bundle)) return InstallCompileCache(bundle, dir);
+  if (plane == nullptr) {
+    return Status::FailedPrecondition(
+        "the bundle's " + HumanBytes(total) +
+        " of files travel on the weights data plane, which this caller has not");
+  }
+  const Json& content = bundle["content"];
+  Result<std::filesystem::path> pulled =
+      plane->Fetch(content["model"].get<std::string>(), content["root_digest"].get<std::string>());
+  if (!pulled.ok()) return pulled.status();
+  return InstallCompileCache(bundle, dir, *pulled);
 }
 
 }  // namespace seedd

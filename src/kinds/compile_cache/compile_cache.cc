@@ -55,10 +55,12 @@ class CompileCacheSeedable final : public Seedable {
  public:
   CompileCacheSeedable(const std::filesystem::path& cache_dir, std::vector<CompileCacheSpec> served,
                        std::vector<std::shared_ptr<ArtifactStore>> shared,
-                       std::shared_ptr<const TrustedKeys> trust)
+                       std::shared_ptr<const TrustedKeys> trust,
+                       std::shared_ptr<CompileCacheDataPlane> plane)
       : served_(std::move(served)),
         shared_(std::move(shared)),
         trust_(std::move(trust)),
+        plane_(std::move(plane)),
         disk_(CompileDiskStore(cache_dir)),
         built_(served_.size()) {}
 
@@ -120,20 +122,23 @@ class CompileCacheSeedable final : public Seedable {
                                                     ctx["key"].get<std::string>(), local,
                                                     kMaxCompileCacheBytes, trust_.get());
     if (!valid.ok()) return valid.status();
-    Result<CompileCacheInstall> done = InstallCompileCache(*valid, dir->get<std::string>());
+    Result<CompileCacheInstall> done =
+        InstallCompileCacheBundle(*valid, dir->get<std::string>(), plane_.get());
     if (!done.ok()) return done.status();
     last_install_ = *done;
+    last_by_reference_ = HasCompileCacheContent(*valid);
     return Status::Ok();
   }
 
   // What the last Install did (the adopting thread's).
   CompileCacheInstall last_install_;
+  bool last_by_reference_ = false;
 
  private:
   // The bundle of served_[i]'s directory, nullopt when it holds no file. Built
   // once per state of the directory (paths, sizes and times, read with stat
   // alone), one request at a time, and reused by the requests that follow:
-  // reading and hashing up to 44 MiB per request would let a few peers keep a
+  // reading and hashing a whole cache per request would let a few peers keep a
   // core busy.
   Result<std::optional<std::string>> ServedText(size_t i) const {
     std::lock_guard<std::mutex> lock(bundle_mu_);
@@ -142,7 +147,7 @@ class CompileCacheSeedable final : public Seedable {
     if (now->empty()) return std::optional<std::string>();
     Built& built = built_[i];
     if (built.text == nullptr || built.fingerprint != *now) {
-      Result<Json> bundle = BundleCompileCache(served_[i]);
+      Result<Json> bundle = BundleCompileCache(served_[i], plane_.get());
       if (!bundle.ok()) return bundle.status();
       built.text = std::make_shared<const std::string>(DumpJson(*bundle));
       built.fingerprint = std::move(*now);
@@ -153,6 +158,7 @@ class CompileCacheSeedable final : public Seedable {
   std::vector<CompileCacheSpec> served_;
   std::vector<std::shared_ptr<ArtifactStore>> shared_;
   std::shared_ptr<const TrustedKeys> trust_;
+  std::shared_ptr<CompileCacheDataPlane> plane_;
   ArtifactStorePtr disk_;
   struct Built {
     std::string fingerprint;
@@ -167,14 +173,16 @@ class CompileCacheSeedable final : public Seedable {
 SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
                                     std::vector<CompileCacheSpec> served,
                                     std::vector<std::shared_ptr<ArtifactStore>> shared,
-                                    std::shared_ptr<const TrustedKeys> trust) {
+                                    std::shared_ptr<const TrustedKeys> trust,
+                                    std::shared_ptr<CompileCacheDataPlane> plane) {
   return std::make_shared<CompileCacheSeedable>(cache_dir, std::move(served), std::move(shared),
-                                                std::move(trust));
+                                                std::move(trust), std::move(plane));
 }
 
 Result<CompileCacheWarmupReport> WarmCompileCache(
     const CompileCacheSpec& spec, const std::filesystem::path& cache_dir,
-    const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport) {
+    const std::vector<std::shared_ptr<ArtifactStore>>& shared, const SeedTransport& transport,
+    std::shared_ptr<CompileCacheDataPlane> plane) {
   const auto began = std::chrono::steady_clock::now();
   CompileCacheWarmupReport report;
   ArtifactStorePtr disk = CompileDiskStore(cache_dir);
@@ -193,7 +201,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
       Logger().warn("{}: rejected the bundle from {}: {}", label, from, valid.status().message());
       return false;
     }
-    Result<CompileCacheInstall> done = InstallCompileCache(*valid, spec.dir);
+    Result<CompileCacheInstall> done = InstallCompileCacheBundle(*valid, spec.dir, plane.get());
     if (!done.ok()) {
       Logger().warn("{}: installing the bundle from {} failed: {}", label, from,
                     done.status().message());
@@ -201,6 +209,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
     }
     report.install = *done;
     report.source = from;
+    report.by_reference = HasCompileCacheContent(*valid);
     return true;
   };
   if (HasFiles(spec.dir)) {
@@ -214,7 +223,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
           got.ok() && got->has_value() && install(**got, "shared store " + shared[i]->Describe());
     }
     if (!adopted) {
-      CompileCacheSeedable seedable(cache_dir, {}, {}, spec.trust);
+      CompileCacheSeedable seedable(cache_dir, {}, {}, spec.trust, plane);
       Json factors = Json::object();
       for (const auto& [n, v] : spec.factors) factors[n] = v;
       std::string why;
@@ -227,6 +236,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
       if (outcome == AdoptOutcome::kAdopted) {
         report.source = "peer";
         report.install = seedable.last_install_;
+        report.by_reference = seedable.last_by_reference_;
       } else {
         report.source = "none";
       }
@@ -242,7 +252,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
         "its own",
         label);
   } else if (HasFiles(spec.dir)) {
-    Result<Json> bundle = BundleCompileCache(spec);
+    Result<Json> bundle = BundleCompileCache(spec, plane.get());
     if (!bundle.ok()) {
       Logger().warn("{}: not published: {}", label, bundle.status().message());
     } else {
@@ -255,6 +265,7 @@ Result<CompileCacheWarmupReport> WarmCompileCache(
           Logger().warn("{}: publishing to {} failed: {}", label, store->Describe(), s.message());
       }
       report.published = true;
+      report.by_reference = report.by_reference || HasCompileCacheContent(*bundle);
     }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();

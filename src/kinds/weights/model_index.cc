@@ -130,6 +130,7 @@ Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem:
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     const std::string rel = it->path().lexically_relative(top).generic_string();
     if (IsReservedPath(rel)) continue;  // seedd's own (a journal, a record)
+    if (options.include && !options.include(rel)) continue;
     std::filesystem::path target = it->path();
     if (it->is_symlink(ec)) {
       target = std::filesystem::canonical(it->path(), ec);
