@@ -13,6 +13,9 @@ namespace seedd {
 namespace {
 
 std::mutex program_mu;
+
+// This thread's LogFields, outermost first.
+thread_local std::vector<std::pair<std::string, Json>> t_fields;
 std::string program = "seedd";  // GUARDED_BY(program_mu)
 
 // One JSON object per line; the message is escaped (invalid UTF-8 replaced).
@@ -35,6 +38,8 @@ class JsonFormatter final : public spdlog::formatter {
         {"level", std::string(level.data(), level.size())},
         {"event", std::string(msg.payload.data(), msg.payload.size())},
         {"fields", {{"program", program_}, {"pid", ::getpid()}, {"thread", msg.thread_id}}}};
+    // Formatted on the logging thread (spdlog's synchronous sinks): its fields.
+    for (const auto& [name, value] : t_fields) line["fields"][name] = value;
     const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(text.data(), text.data() + text.size());
     dest.push_back('\n');
@@ -60,6 +65,13 @@ spdlog::sinks::dist_sink_mt& ExtraSinks() {
 }
 
 }  // namespace
+
+LogFields::LogFields(std::initializer_list<std::pair<std::string_view, Json>> fields)
+    : added_(fields.size()) {
+  for (const auto& [name, value] : fields) t_fields.emplace_back(std::string(name), value);
+}
+
+LogFields::~LogFields() { t_fields.resize(t_fields.size() - added_); }
 
 spdlog::logger& Logger() {
   static std::shared_ptr<spdlog::logger> logger = [] {

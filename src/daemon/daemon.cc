@@ -384,6 +384,11 @@ Result<std::optional<HostPort>> Daemon::Start() {
       rep_->RecordWarmup({kind, "failed", "", report.status().message(), took});
       return report.status().WithContext(kind + " warmup");
     }
+    LogFields fields{{"warmup", kind},
+                     {"source", report->source},
+                     {"files_installed", report->install.installed},
+                     {"bytes_installed", report->install.bytes},
+                     {"seconds", took}};
     Logger().info("{}: {} ({} files installed, {} kept as newer, {}published{}) in {:.3f} s", kind,
                   report->source, report->install.installed, report->install.kept_newer,
                   report->published ? "" : "not ",

@@ -131,6 +131,9 @@ std::string ExplainSourceError(const Json& response) {
 }
 
 AdoptOutcome SeedTransport::Adopt(Seedable& seedable, const Json& ctx, std::string* why) const {
+  const auto& source = rep_->config.source;
+  LogFields fields{{"seed_kind", std::string(seedable.kind())},
+                   {"source", source.has_value() ? source->ToString() : std::string()}};
   Result<Json> params = seedable.RequestParams(ctx);
   if (!params.ok() || !params->is_object()) {
     Logger().warn(

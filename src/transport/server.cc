@@ -168,10 +168,12 @@ void SeedServer::Rep::Respond(int fd, const std::string& peer, const std::string
   }
   ::close(fd);
   if (Logger().should_log(spdlog::level::debug)) {
-    Logger().debug(
-        "Control-channel access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    LogFields fields{
+        {"peer", peer}, {"seed_kind", kind}, {"outcome", outcome}, {"bytes", size}, {"ms", ms}};
+    Logger().debug("Control-channel access {} {} {} {} bytes {:.3f} ms", peer, kind, outcome, size,
+                   ms);
   }
   ended();
 }

@@ -32,10 +32,16 @@ Connection::~Connection() {
   if (!authenticated_ && !evicted_) server_->limits.Released(peer_);
   // The access log (debug): who asked for what, the outcome, never the token.
   if (Logger().should_log(spdlog::level::debug)) {
-    Logger().debug(
-        "Control-channel access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_, bytes_out_,
+    const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
-            .count());
+            .count();
+    LogFields fields{{"peer", peer_},
+                     {"seed_kind", kind_},
+                     {"outcome", outcome_},
+                     {"bytes", bytes_out_},
+                     {"ms", ms}};
+    Logger().debug("Control-channel access {} {} {} {} bytes {:.3f} ms", peer_, kind_, outcome_,
+                   bytes_out_, ms);
   }
   server_->Unregister(this);
 }

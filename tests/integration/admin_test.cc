@@ -169,16 +169,31 @@ TEST_F(AdminTest, MetricsMoveWithRequestsPullsRelayingAndStoreOperations) {
   // Every log line of the JSON-logging daemon is one object with its fields.
   p->Signal(SIGTERM);
   EXPECT_EQ(p->Wait(seconds(30)), 0);
+  // What a pipeline filters on is a field, not words in the message: the pull's
+  // model, version, size and time, and the seed kind it was adopted as.
   std::istringstream log(p->Stderr());
   int lines = 0;
+  Json pulled_fields;
   for (std::string line; std::getline(log, line); ++lines) {
     auto j = ParseJson(line);
     ASSERT_TRUE(j.ok() && j->is_object()) << line;
     for (const char* key : {"time", "level", "event", "fields"}) {
       EXPECT_TRUE(j->contains(key)) << key << " in " << line;
     }
+    if ((*j)["event"].get<std::string>().rfind("Pulled model m ", 0) == 0) {
+      pulled_fields = (*j)["fields"];
+    }
   }
   EXPECT_GE(lines, 3);
+  ASSERT_TRUE(pulled_fields.is_object()) << p->Stderr();
+  EXPECT_EQ(pulled_fields["model"], "m") << pulled_fields;
+  EXPECT_TRUE(pulled_fields["root_digest"].is_string() &&
+              pulled_fields["root_digest"].get<std::string>().size() == 64)
+      << pulled_fields;
+  EXPECT_EQ(pulled_fields["bytes"], (3 << 20) + 300) << pulled_fields;
+  EXPECT_TRUE(pulled_fields["seconds"].is_number()) << pulled_fields;
+  EXPECT_EQ(pulled_fields["seed_kind"], "weight_shards") << pulled_fields;
+  EXPECT_EQ(pulled_fields["source"], origin) << pulled_fields;
 }
 
 TEST_F(AdminTest, ReadyzAnswers503WhileAPullAtStartRuns) {

@@ -29,6 +29,9 @@ class ProgressLog {
     const double secs = std::chrono::duration<double>(now - start_).count();
     const double rate = static_cast<double>(verified - std::min(verified, resumed)) / secs;
     const double eta = rate > 0 ? static_cast<double>(total_ - verified) / rate : -1;
+    LogFields fields{{"model", model_},       {"verified_bytes", verified},
+                     {"total_bytes", total_}, {"bytes_per_second", rate},
+                     {"sources", sources},    {"eta_seconds", eta >= 0 ? Json(eta) : Json()}};
     Logger().info(
         "Pulling model {}: {} of {} ({:.0f}%), {}, {} source(s), ETA {}", model_,
         HumanBytes(verified), HumanBytes(total_),

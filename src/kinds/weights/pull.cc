@@ -129,6 +129,12 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
       if (st.ok()) {
         result.manifest = m;
         result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        LogFields fields{{"model", model},
+                         {"root_digest", m.root_digest},
+                         {"bytes", m.total_size},
+                         {"seconds", result.seconds},
+                         {"sources", result.stats.used.size()},
+                         {"into", into.string()}};
         if (result.stats.up_to_date) {
           Logger().info("Model {} in {} is up to date (root digest {})", model, into.string(),
                         m.root_digest);

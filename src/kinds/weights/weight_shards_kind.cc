@@ -127,6 +127,7 @@ class WeightShardsSeedable final : public Seedable {
     SEEDD_RETURN_IF_ERROR(CheckManifestSigned(*manifest, install_.trust.get(), "the source"));
     // A version is named by its root digest, which covers every byte: a new
     // checkpoint with the same files, sizes and headers gets a directory of its own.
+    LogFields fields{{"model", name}, {"root_digest", manifest->root_digest}};
     const std::filesystem::path base = install_.cache_dir / "weights" / name;
     const std::filesystem::path dir = base / manifest->root_digest;
     std::error_code ec;
@@ -211,6 +212,11 @@ class WeightShardsSeedable final : public Seedable {
     SEEDD_RETURN_IF_ERROR(fetched);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    LogFields counts{{"bytes", manifest.total_size},
+                     {"seconds", secs},
+                     {"bytes_from_relays", stats.bytes_from_peers},
+                     {"relays", stats.peers.size()},
+                     {"chunks_resumed", stats.chunks_resumed}};
     Logger().info(
         "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks; {} requests, {} "
         "sent ahead, {} answered busy, {} claimed; {} connections refused by a full source)",
