@@ -7,7 +7,10 @@
  *   results. The fields of each are named where the function is declared.
  * - A function returning int returns 0 on success, else a seedd status code
  *   (the numbers of seedd::StatusCode); then *error, when given, receives
- *   {"code": NAME, "message": TEXT} as JSON text.
+ *   {"code": NAME, "message": TEXT, "detail": TEXT without the code} as JSON
+ *   text, with "argument": true when the call's own arguments are at fault
+ *   (its options, the files they name, the request), found before any byte
+ *   went to a peer.
  * - Every char* this library hands out is freed with seedd_free.
  * - Every function may be called from any thread; handles are used by one
  *   thread at a time except where said.

@@ -371,9 +371,7 @@ def pull(
         stats = _native.pull(options, progress)
     except _native.NativeError as e:
         # A bad argument of this call is a ValueError, as before any network.
-        if e.code == "InvalidArgument" and (
-            " must be " in e.detail or e.detail.startswith(("TLS", "trust_keys"))
-        ):
+        if e.argument:
             raise ValueError(e.detail) from None
         raise Error(e.message, e.code) from None
     return PullStats(**stats)

@@ -77,13 +77,15 @@ VERSION = _lib.seedd_version().decode()
 
 class NativeError(Exception):
     """A failure the library reported: ``code`` its status name ("NotFound",
-    ...), ``message`` "Code: text", ``detail`` the text alone."""
+    ...), ``message`` "Code: text", ``detail`` the text alone; ``argument``
+    when the call's own arguments were at fault (before any network)."""
 
-    def __init__(self, code: str, message: str, detail: str):
+    def __init__(self, code: str, message: str, detail: str, argument: bool = False):
         super().__init__(message)
         self.code = code
         self.message = message
         self.detail = detail
+        self.argument = argument
 
 
 def _take(pointer: ctypes.c_void_p) -> str:
@@ -108,7 +110,12 @@ def _call(fn: Any, *args: Any) -> Any:
             e = json.loads(text)
         except ValueError:
             e = {"code": "Internal", "message": text, "detail": text}
-        raise NativeError(e.get("code", "Internal"), e.get("message", ""), e.get("detail", ""))
+        raise NativeError(
+            e.get("code", "Internal"),
+            e.get("message", ""),
+            e.get("detail", ""),
+            bool(e.get("argument", False)),
+        )
     text = _take(out)
     return json.loads(text) if text else None
 
@@ -275,7 +282,7 @@ def exchange(
     try:
         return _call(_lib.seedd_exchange, options, text)
     except NativeError as e:
-        if e.code == "InvalidArgument" and ("TLS" in e.detail or " must be " in e.detail):
+        if e.argument:
             raise ValueError(e.detail) from None
         raise OSError(e.detail) from None
 

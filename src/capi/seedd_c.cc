@@ -46,18 +46,23 @@ char* Copy(std::string_view text) {
   return out;
 }
 
-int Fail(const seedd::Status& st, char** error) {
+// `argument`: the error is in the call's own arguments (options, files they
+// name, the request), found before any byte went to a peer.
+int Fail(const seedd::Status& st, char** error, bool argument = false) {
   if (error != nullptr) {
-    *error =
-        Copy(seedd::DumpJson(seedd::Json{{"code", std::string(seedd::StatusCodeName(st.code()))},
-                                         {"message", st.ToString()},
-                                         {"detail", st.message()}}));
+    seedd::Json e{{"code", std::string(seedd::StatusCodeName(st.code()))},
+                  {"message", st.ToString()},
+                  {"detail", st.message()}};
+    if (argument) e["argument"] = true;
+    *error = Copy(seedd::DumpJson(e));
   }
   return static_cast<int>(st.code());
 }
 
+int FailArgument(const seedd::Status& st, char** error) { return Fail(st, error, true); }
+
 int Invalid(std::string message, char** error) {
-  return Fail(seedd::Status::InvalidArgument(std::move(message)), error);
+  return FailArgument(seedd::Status::InvalidArgument(std::move(message)), error);
 }
 
 // The fields of an options object, each checked for its type; the first
@@ -371,15 +376,15 @@ int seedd_exchange(const char* options, const char* request, char** response, ch
   o.response_timeout = f.Seconds("response_timeout", 300.0);
   o.first_byte_timeout = o.response_timeout;
   const std::string ca = f.Text("tls_ca"), cert = f.Text("tls_cert"), key = f.Text("tls_key");
-  if (!f.status.ok()) return Fail(f.status, error);
+  if (!f.status.ok()) return FailArgument(f.status, error);
   if (!cert.empty() && ca.empty()) {
     return Invalid("a TLS client certificate needs tls_ca (the CA of the daemons)", error);
   }
   seedd::Result<std::shared_ptr<seedd::TlsContext>> tls = TlsOf(ca, cert, key);
-  if (!tls.ok()) return Fail(tls.status(), error);
+  if (!tls.ok()) return FailArgument(tls.status(), error);
   o.tls = std::move(*tls);
   seedd::Result<seedd::Json> json = seedd::ParseJson(request ? request : "");
-  if (!json.ok()) return Fail(json.status(), error);
+  if (!json.ok()) return FailArgument(json.status(), error);
   seedd::Result<seedd::Json> answer = seedd::ExchangeJson(peer, *json, o);
   if (!answer.ok()) return Fail(answer.status(), error);
   if (response != nullptr) *response = Copy(seedd::DumpJson(*answer));
@@ -402,7 +407,7 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   o.max_neighbours = f.Count("max_neighbours", 16, 1024);
   const std::string ca = f.Text("tls_ca"), cert = f.Text("tls_cert"), key = f.Text("tls_key");
   const std::vector<std::string> trust = f.Texts("trust_keys");
-  if (!f.status.ok()) return Fail(f.status, error);
+  if (!f.status.ok()) return FailArgument(f.status, error);
   if (!trust.empty()) {
     seedd::Result<std::shared_ptr<const seedd::TrustedKeys>> keys =
         seedd::TrustedKeys::Load({trust.begin(), trust.end()});
@@ -413,7 +418,7 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
     return Invalid("a TLS client certificate needs tls_ca (the CA of the daemons)", error);
   }
   seedd::Result<std::shared_ptr<seedd::TlsContext>> tls = TlsOf(ca, cert, key);
-  if (!tls.ok()) return Fail(tls.status(), error);
+  if (!tls.ok()) return FailArgument(tls.status(), error);
   o.tls = std::move(*tls);
   auto* pull = new seedd_pull();
   o.cancel = pull->cancel;

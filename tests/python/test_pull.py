@@ -214,3 +214,43 @@ def test_the_librarys_info_lines_reach_stderr_only_when_asked(served, tmp_path):
                            capture_output=True, text=True, timeout=60)
     assert asked.returncode == 0, asked.stderr
     assert "INFO:seedd.core:" in asked.stderr, asked.stderr
+
+
+def test_a_bad_argument_is_a_value_error_and_a_bad_peer_an_os_error(tmp_path):
+    """The library says which errors are the caller's (found before any byte
+    went out): those are ValueError, whatever their words; what a peer did is
+    OSError, even when the peer's bytes were invalid."""
+    with pytest.raises(ValueError):
+        seedd._native.exchange(("127.0.0.1", 1), {"kind": "catalog"}, 5.0, 5.0,
+                               str(tmp_path / "no-such-ca.pem"))
+    # The C API marks them so: the Python layer reads a flag, not the words.
+    native = seedd._native
+    options = native._options(host="127.0.0.1", port=1, tls_ca=str(tmp_path / "no-such-ca.pem"))
+    with pytest.raises(native.NativeError) as marked:
+        native._call(native._lib.seedd_exchange, options, b'{"kind": "catalog"}')
+    assert marked.value.argument, marked.value.message
+    with pytest.raises(native.NativeError) as unmarked:
+        native._call(native._lib.seedd_exchange, native._options(host="127.0.0.1", port=1),
+                     b'{"kind": "catalog"}')
+    assert not unmarked.value.argument, unmarked.value.message
+    # A peer that answers with what is not a frame: an HTTP server's words.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def answer():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 4)
+
+    t = threading.Thread(target=answer)
+    t.start()
+    try:
+        with pytest.raises(OSError) as raised:
+            seedd._native.exchange(listener.getsockname(), {"kind": "catalog", "token": TOKEN},
+                                   5.0, 5.0)
+        assert not isinstance(raised.value, ValueError)
+    finally:
+        t.join()
+        listener.close()
