@@ -88,6 +88,7 @@ bench: test-deps build
 	bash bench/stores.sh $(BUILD)/bin
 	bash bench/warmup.sh $(BUILD)/bin
 	bash bench/weights.sh $(BUILD)/bin
+	bash bench/small_files.sh $(BUILD)/bin
 	bash bench/fanout.sh $(BUILD)/bin
 
 format:

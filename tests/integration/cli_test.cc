@@ -114,6 +114,31 @@ TEST_F(CliTest, APullIntoABadPathEndsAtOnceWithTheLocalError) {
   EXPECT_FALSE(Has(r.err, "source")) << r.err;
 }
 
+// A model of thousands of small files in hundreds of directories (a compile
+// cache's shape), some empty and one all zeros (no chunk is written to them),
+// pulls whole with seedctl held to 128 descriptors: files and directories are
+// opened a bounded number at a time, and those no chunk reached are still made.
+TEST_F(CliTest, AModelOfThousandsOfSmallFilesPullsWithinASmallDescriptorLimit) {
+  const fs::path small = dir_.path() / "small";
+  for (int i = 0; i < 3000; ++i) {
+    const fs::path p = small / ("g" + std::to_string(i % 10)) / ("d" + std::to_string(i % 300)) /
+                       ("f" + std::to_string(i) + ".bin");
+    fs::create_directories(p.parent_path());
+    std::ofstream out(p, std::ios::binary);
+    if (i % 500 != 7) out << std::string(100 + i % 900, static_cast<char>('a' + i % 26)) << i;
+  }
+  std::ofstream(small / "zeros.bin", std::ios::binary) << std::string(64 * 1024, '\0');
+  std::string addr;
+  auto origin = Daemon("127.0.0.1:0", {"--model", "small=" + small.string()}, &addr);
+  std::vector<std::string> argv = {"/usr/bin/prlimit", "--nofile=128:128"};
+  for (std::string& a : Pull(addr, dir_.path() / "dest", {}, "small")) argv.push_back(std::move(a));
+  auto r = RunCommand(argv);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(testing::SameTree(small, dir_.path() / "dest"));
+  EXPECT_EQ(fs::file_size(dir_.path() / "dest" / "g7" / "d7" / "f7.bin"), 0u);
+  EXPECT_EQ(fs::file_size(dir_.path() / "dest" / "zeros.bin"), 64u * 1024);
+}
+
 // Without --timeout a pull at a wrong address gives up soon (15 s), saying
 // each round at once and asking whether the address is right.
 TEST_F(CliTest, APullAtAWrongAddressFailsFastAndAsksAboutTheAddress) {

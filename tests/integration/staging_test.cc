@@ -44,6 +44,9 @@ class StagingTest : public testing::WeightsFixture {
       const ManifestChunk& c = m.chunks[i];
       if (!from.empty()) {
         std::string data = ReadAll(from / c.file).substr(c.offset, c.length);
+        // A fetch makes a file as its first chunk lands.
+        std::filesystem::create_directories((staging() / c.file).parent_path());
+        std::ofstream(staging() / c.file, std::ios::binary | std::ios::app).flush();
         std::fstream f(staging() / c.file, std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(static_cast<std::streamoff>(c.offset));
         f.write(data.data(), static_cast<std::streamsize>(data.size()));

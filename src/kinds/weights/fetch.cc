@@ -149,7 +149,10 @@ bool Fetch::Dropped(const Source* source) {
 int Fetch::Depth(const Source& s) const {
   // A relay fetching from a seed asks one chunk at a time per connection: the
   // seed's claim on it is then taken just before the bytes leave.
-  if (s.seed) return options_.relay.empty() ? std::max(1, options_.pipeline) : 1;
+  if (s.seed) {
+    return options_.relay.empty() ? std::max({1, options_.pipeline, options_.small_chunk_pipeline})
+                                  : 1;
+  }
   return std::max(1, options_.peer_pipeline);
 }
 

@@ -20,8 +20,9 @@
 namespace seedd {
 namespace {
 
-constexpr size_t kMaxPeerListBytes = 64 * 1024;  // in a state response
-constexpr size_t kPieceBytes = 256 * 1024;       // received, hashed and written while in cache
+constexpr size_t kMaxPeerListBytes = 64 * 1024;   // in a state response
+constexpr size_t kPieceBytes = 256 * 1024;        // received, hashed and written while in cache
+constexpr uint64_t kWholeChunkBytes = 64 * 1024;  // received in one piece, not split at its half
 constexpr auto kReconnectIdle = std::chrono::seconds(20);  // sources close idle connections
 // How often a relay tells a source that has every chunk that it is alive: well
 // within WeightServerOptions::relay_ttl (10 s).
@@ -321,15 +322,28 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
   const int depth = Depth(*source);
   std::string buf;  // one piece of a chunk
   auto last_used = std::chrono::steady_clock::now();
+  // Past `pipeline` requests, more only while those in flight are small.
+  auto room = [&] {
+    const int n = static_cast<int>(inflight->size());
+    if (n >= depth) return false;
+    if (n < options_.pipeline) return true;
+    uint64_t bytes = 0;
+    for (const Taken& t : *inflight) bytes += m_.chunks[t.index].length;
+    return bytes < options_.pipeline_bytes;
+  };
+  std::string requests;  // sent together: one send for a pipeline's worth
   for (;;) {
-    while (static_cast<int>(inflight->size()) < depth) {
+    requests.clear();
+    while (room()) {
       std::optional<Taken> next = Take(source, inflight->empty());
       if (!next) break;
       const RequestRecord req = RequestFor(data, *next);
       inflight->push_back(*next);
-      if (!conn.SendAllBy(req.data(), req.size(), DeadlineOf(*source).For(req.size()))) {
-        return Status::Unavailable("cannot send a chunk request");
-      }
+      requests.append(req.data(), req.size());
+    }
+    if (!requests.empty() && !conn.SendAllBy(requests.data(), requests.size(),
+                                             DeadlineOf(*source).For(requests.size()))) {
+      return Status::Unavailable("cannot send a chunk request");
     }
     if (inflight->empty()) {
       if (Finished() || Dropped(source)) return Status::Ok();
@@ -460,6 +474,12 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
   const ManifestChunk& c = m_.chunks[index];
   buf->resize(kPieceBytes);
   bool past_half = false;
+  // A small chunk is one piece, one receive and one write: the next request
+  // goes out before it, as it would halfway through a larger one.
+  if (c.length <= kWholeChunkBytes) {
+    past_half = true;
+    halfway();
+  }
   auto at = [&](uint64_t done) {
     if (!past_half && done * 2 >= c.length) {
       past_half = true;

@@ -37,6 +37,12 @@ struct FetchOptions {
   std::shared_ptr<const TokenRing> tokens;
   int connections_per_source = 4;  // to each seed (a source given by the caller)
   int pipeline = 4;                // chunk requests in flight per seed connection
+  // More while the requests in flight on a seed connection ask for less than
+  // pipeline_bytes, up to small_chunk_pipeline: a model of small files (chunks
+  // of a few KiB) would otherwise wait a round trip for every few files
+  // (5,000 files of 3.4 KiB: 1.45 s with 4 in flight, 0.5-0.7 s with 32).
+  int small_chunk_pipeline = 32;
+  uint64_t pipeline_bytes = 1 << 20;
   // The same to a relay. One: a relay sends a few chunks at once (its upload
   // slots), and a request queued behind another at one relay is a chunk that
   // another relay with a free slot could be sending (simulated with swarm_sim:

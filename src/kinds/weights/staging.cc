@@ -210,12 +210,18 @@ Result<std::vector<uint32_t>> Staging::Open() {
     }
   }
   for (const ManifestFile& f : m_.files) {
-    Result<UniqueFd> fd = CreateBeneath(dir_fd_.get(), f.path, O_RDWR, 0644);
-    if (!fd.ok()) return fd.status();
-    if (::ftruncate(fd->get(), static_cast<off_t>(f.size)) != 0) {
-      return ErrnoStatus("size " + f.path, errno);
-    }
     write_mu_.emplace(f.path, std::make_unique<std::mutex>());
+    sizes_.emplace(f.path, f.size);
+  }
+  // A fresh directory gets each file when its first chunk lands, so that
+  // creating thousands of small files overlaps the transfer (Seal makes those
+  // no chunk was written to); resumed files are all there already.
+  if (!journaled->empty()) {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    for (const ManifestFile& f : m_.files) {
+      Result<UniqueFd> fd = OpenModelFile(f.path);
+      if (!fd.ok()) return fd.status();
+    }
   }
   std::vector<uint32_t> resumed = SpotCheck(*journaled);
   if (resumed.size() != journaled->size()) SEEDD_RETURN_IF_ERROR(RewriteJournal(resumed));
@@ -224,13 +230,72 @@ Result<std::vector<uint32_t>> Staging::Open() {
   return resumed;
 }
 
+Result<int> Staging::Directory(const std::string& rel) {
+  if (rel.empty()) return dir_fd_.get();
+  if (auto it = dirs_.find(rel); it != dirs_.end()) return it->second.get();
+  const size_t slash = rel.rfind('/');
+  const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
+  Result<int> parent = Directory(slash == std::string::npos ? std::string() : rel.substr(0, slash));
+  if (!parent.ok()) return parent.status();
+  if (name.empty() || name == "." || name == "..") {
+    return Status::InvalidArgument(rel + " is not a plain relative path");
+  }
+  if (::mkdirat(*parent, name.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus("mkdir " + (dir_ / rel).string(), errno);
+  }
+  UniqueFd fd(::openat(*parent, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      return Status::InvalidArgument(rel + " goes through a link (links are not followed)");
+    }
+    return ErrnoStatus("open " + (dir_ / rel).string(), errno);
+  }
+  // Bounded: forgetting them all is cheap, they are opened again as needed. The
+  // parent's descriptor stays valid until this call returns (no caller holds one
+  // across another).
+  if (dirs_.size() >= kMaxOpenDirs) dirs_.clear();
+  return dirs_.emplace(rel, std::move(fd)).first->second.get();
+}
+
+Result<int> Staging::ParentOf(const std::string& path, std::string* name) {
+  const size_t slash = path.rfind('/');
+  *name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return Directory(slash == std::string::npos ? std::string() : path.substr(0, slash));
+}
+
+Result<UniqueFd> Staging::OpenModelFile(const std::string& path) {
+  std::string name;
+  Result<int> parent = ParentOf(path, &name);
+  if (!parent.ok()) return parent.status();
+  if (name.empty() || name == "." || name == "..") {
+    return Status::InvalidArgument(path + " is not a plain relative path");
+  }
+  UniqueFd fd(::openat(*parent, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
+    if (errno == ELOOP) {
+      return Status::InvalidArgument(path + " goes through a link (links are not followed)");
+    }
+    return ErrnoStatus("create " + (dir_ / path).string(), errno);
+  }
+  // Sized once, when first opened here: holes read as zeros, and a file of a
+  // resumed pull keeps its length.
+  if (created_.insert(path).second) {
+    auto size = sizes_.find(path);
+    if (size == sizes_.end()) return Status::Internal(path + " is not a file of the model");
+    if (::ftruncate(fd.get(), static_cast<off_t>(size->second)) != 0) {
+      return ErrnoStatus("size " + (dir_ / path).string(), errno);
+    }
+  }
+  return fd;
+}
+
 Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path) {
   std::lock_guard<std::mutex> lock(files_mu_);
   if (auto it = open_.find(path); it != open_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.at);
     return it->second.fd;
   }
-  Result<UniqueFd> fd = CreateBeneath(dir_fd_.get(), path, O_RDWR, 0644);
+  Result<UniqueFd> fd = OpenModelFile(path);
   if (!fd.ok()) return fd.status();
   if (open_.size() >= kMaxOpenFiles) {
     // Closed once its last user is done with it.
@@ -296,13 +361,17 @@ Status Staging::Commit(uint32_t index) {
   to_commit_.push_back(index);
   ++submitted_;
   if (!committer_.joinable()) committer_ = std::thread([this] { CommitLoop(); });
-  commit_cv_.notify_all();
+  // The committer wakes for a batch's first chunk and when it is full.
+  if (to_commit_.size() == 1 || to_commit_.size() >= kCommitBatch) commit_cv_.notify_all();
   return Status::Ok();
 }
 
 Status Staging::Flush() {
   std::unique_lock<std::mutex> lock(commit_mu_);
+  ++flushing_;
+  commit_cv_.notify_all();
   commit_cv_.wait(lock, [&] { return committed_ == submitted_; });
+  --flushing_;
   return commit_error_;
 }
 
@@ -312,6 +381,12 @@ void Staging::CommitLoop() {
     // Stopping, what was committed is still journaled.
     commit_cv_.wait(lock, [&] { return stopping_ || !to_commit_.empty(); });
     if (to_commit_.empty()) return;
+    // Gathers what lands shortly after: one sync per batch, not per chunk (a
+    // model of small files commits thousands a second). A Flush or a stop does
+    // not wait.
+    commit_cv_.wait_for(lock, kCommitGather, [&] {
+      return stopping_ || flushing_ > 0 || to_commit_.size() >= kCommitBatch;
+    });
     std::vector<uint32_t> batch;
     batch.swap(to_commit_);
     Status st = commit_error_;
@@ -327,11 +402,16 @@ void Staging::CommitLoop() {
 Status Staging::CommitBatch(const std::vector<uint32_t>& chunks) {
   std::set<std::string> files;
   for (uint32_t i : chunks) files.insert(m_.chunks[i].file);
-  for (const std::string& path : files) {
-    Result<std::shared_ptr<UniqueFd>> file = File(path);
-    if (!file.ok()) return file.status();
-    if (::fdatasync((*file)->get()) != 0)
-      return ErrnoStatus("sync " + (dir_ / path).string(), errno);
+  if (files.size() > kSyncEachFileUpTo) {
+    // Many small files: one sync of the file system, not one per file.
+    if (::syncfs(dir_fd_.get()) != 0) return ErrnoStatus("sync " + dir_.string(), errno);
+  } else {
+    for (const std::string& path : files) {
+      Result<std::shared_ptr<UniqueFd>> file = File(path);
+      if (!file.ok()) return file.status();
+      if (::fdatasync((*file)->get()) != 0)
+        return ErrnoStatus("sync " + (dir_ / path).string(), errno);
+    }
   }
   std::string records;
   records.reserve(chunks.size() * 8);
@@ -359,13 +439,27 @@ Status Staging::Seal(bool verify_sha256) {
     std::lock_guard<std::mutex> lock(files_mu_);
     open_.clear();
     lru_.clear();
+    // The files no chunk was written to (empty, or all holes).
+    for (const ManifestFile& f : m_.files) {
+      if (created_.count(f.path) != 0) continue;
+      Result<UniqueFd> fd = OpenModelFile(f.path);
+      if (!fd.ok()) return fd.status();
+    }
+    dirs_.clear();
   }
   std::error_code ec;
   std::set<std::string> dirs;
+  // Many files: one sync of the file system makes every file and directory
+  // entry durable, instead of an open and fsync of each.
+  const bool sync_all = m_.files.size() > kSyncEachFileUpTo;
+  if (sync_all && ::syncfs(dir_fd_.get()) != 0) {
+    return ErrnoStatus("sync " + dir_.string(), errno);
+  }
   for (const ManifestFile& f : m_.files) {
+    if (sync_all && !verify_sha256) break;
     Result<UniqueFd> fd = OpenBeneath(dir_fd_.get(), f.path, O_RDONLY);
     if (!fd.ok()) return fd.status();
-    if (::fsync(fd->get()) != 0) return ErrnoStatus("fsync " + f.path, errno);
+    if (!sync_all && ::fsync(fd->get()) != 0) return ErrnoStatus("fsync " + f.path, errno);
     if (verify_sha256) {
       Result<std::string> digest = FileSha256(fd->get(), f.size);
       if (!digest.ok()) return digest.status().WithContext(f.path);
@@ -388,7 +482,7 @@ Status Staging::Seal(bool verify_sha256) {
     return ErrnoStatus("remove the journal", errno);
   }
   // The directories' entries are durable before the name moves.
-  for (const std::string& d : dirs) {
+  for (const std::string& d : sync_all ? std::set<std::string>() : dirs) {
     Result<UniqueFd> fd = OpenBeneath(dir_fd_.get(), d, O_RDONLY | O_DIRECTORY);
     if (fd.ok()) ::fsync(fd->get());
   }

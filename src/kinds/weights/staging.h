@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -30,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +43,14 @@
 namespace seedd {
 
 inline constexpr size_t kMaxOpenFiles = 64;
+inline constexpr size_t kMaxOpenDirs = 32;
+// Syncs touching more files than this sync the whole file system once
+// (syncfs) instead of each file: a model of many small files.
+inline constexpr size_t kSyncEachFileUpTo = 8;
+// The committer gathers the chunks verified within this long of a batch's first
+// (or kCommitBatch of them) and syncs and journals them together.
+inline constexpr std::chrono::milliseconds kCommitGather{20};
+inline constexpr size_t kCommitBatch = 1024;
 inline constexpr uint32_t kJournalVersion = 1;
 
 class Staging {
@@ -53,8 +63,9 @@ class Staging {
 
   // Creates the directory or resumes it (FailedPrecondition while another Staging
   // holds it: the directory is locked with flock until this object goes), checks there is space for
-  // what is missing, creates every file. Returns the chunks an earlier run journaled that passed
-  // the spot check.
+  // what is missing; a resumed directory's files are opened and sized, a fresh one's are made as
+  // their first chunks land (the rest by Seal). Returns the chunks an earlier run journaled that
+  // passed the spot check.
   Result<std::vector<uint32_t>> Open();
   // The open file of manifest path `path`, opened (and another closed once
   // unused) when needed.
@@ -97,11 +108,24 @@ class Staging {
   bool ChunkMatches(uint32_t index);
   Status RewriteJournal(const std::vector<uint32_t>& chunks);
 
+  // The directory below dir_ holding manifest path `path` (made when missing,
+  // each component opened without following a link), and the file's name in it.
+  // Directories are opened once and kept (at most kMaxOpenDirs at once): a model
+  // of many small files costs one open per file, not one per path component.
+  // REQUIRES: files_mu_ held.
+  Result<int> ParentOf(const std::string& path, std::string* name);
+  Result<int> Directory(const std::string& rel);
+  // Opens (creating it when missing) the model file `path`. REQUIRES: files_mu_ held.
+  Result<UniqueFd> OpenModelFile(const std::string& path);
+
   const Manifest& m_;
   const std::filesystem::path dir_;
   UniqueFd dir_fd_;
   std::mutex files_mu_;
-  std::list<std::string> lru_;  // GUARDED_BY(files_mu_): most recent first
+  std::map<std::string, UniqueFd, std::less<>> dirs_;  // GUARDED_BY(files_mu_): by relative path
+  std::set<std::string, std::less<>> created_;  // GUARDED_BY(files_mu_): files made and sized
+  std::map<std::string, uint64_t, std::less<>> sizes_;  // by manifest path; set by Open
+  std::list<std::string> lru_;                          // GUARDED_BY(files_mu_): most recent first
   struct OpenFile {
     std::shared_ptr<UniqueFd> fd;
     std::list<std::string>::iterator at;
@@ -122,6 +146,7 @@ class Staging {
   uint64_t submitted_ = 0;           // GUARDED_BY(commit_mu_): chunks passed to Commit
   Status commit_error_;              // GUARDED_BY(commit_mu_)
   bool stopping_ = false;            // GUARDED_BY(commit_mu_)
+  int flushing_ = 0;                 // GUARDED_BY(commit_mu_): Flush calls waiting
   std::thread committer_;            // started by the first Commit
 };
 
