@@ -31,7 +31,14 @@ Process::Process(std::vector<std::string> argv, std::vector<std::string> env) {
   std::vector<char*> cenv;
   for (auto& e : envs) cenv.push_back(e.data());
   cenv.push_back(nullptr);
-  if (posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data()) != 0) pid_ = -1;
+  if (const int rc = posix_spawn(&pid_, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+      rc != 0) {
+    // Not started (posix_spawn takes no PATH search: a bare name is not found):
+    // said at once, as a shell would, instead of a wait until the timeout.
+    pid_ = -1;
+    status_ = 127;
+    err_buf_ = "cannot start " + argv[0] + ": " + std::strerror(rc) + "\n";
+  }
   posix_spawn_file_actions_destroy(&actions);
   close(out[1]);
   close(err[1]);
