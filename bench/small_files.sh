@@ -23,7 +23,7 @@ trap 'cleanup; mountpoint -q "$disk/fs" && umount "$disk/fs"; rm -rf "$disk"' EX
 dests="$disk"
 if [ "$(id -u)" -eq 0 ] && command -v mkfs.ext4 > /dev/null; then
   truncate -s 2G "$disk/fs.img"
-  mkfs.ext4 -q -F "$disk/fs.img"
+  mkfs.ext4 -q -F -N $((files * 2 * (reps + 1) + 10000)) "$disk/fs.img"
   mkdir "$disk/fs"
   if mount -o loop "$disk/fs.img" "$disk/fs"; then
     dests="$disk/fs"
