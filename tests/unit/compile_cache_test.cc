@@ -424,6 +424,23 @@ TEST(CompileCache, ACacheBeyondTheInlineLimitIsBundledByReferenceAndInstalledChe
   EXPECT_NE(lied.status().message().find("h1/big.json"), std::string::npos)
       << lied.status().message();
   EXPECT_TRUE(fs::is_empty(other));
+
+  // A peer that claims more than the disk holds is refused before any byte is
+  // pulled; claims that would wrap the sum around are refused as they are read.
+  Json huge = *bundle;
+  huge["files"][0]["size"] = uint64_t{1} << 62;
+  plane.fetched_root.clear();
+  Result<Json> claimed = ValidateCompileCacheBundle(huge, "triton", kKey, Spec(warm).factors);
+  ASSERT_TRUE(claimed.ok()) << claimed.status().ToString();
+  Result<CompileCacheInstall> refused = InstallCompileCacheBundle(*claimed, other, &plane);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("free"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(plane.fetched_root.empty());
+  huge["files"][1]["size"] = (uint64_t{1} << 63) + 2;
+  huge["files"][0]["size"] = (uint64_t{1} << 63);
+  EXPECT_EQ(ValidateCompileCacheBundle(huge, "triton", kKey, Spec(warm).factors).status().code(),
+            StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -379,11 +379,12 @@ Result<Json> ValidateCompileCacheBundle(const Json& bundle, std::string_view ns,
     if (size == f.end() || !size->is_number_unsigned()) {
       return Status::InvalidArgument("'" + p + "': 'size' must be a non-negative integer");
     }
-    total += size->get<uint64_t>();
-    if (size->get<uint64_t>() > max_bytes || total > max_bytes) {
+    // Checked before adding: sizes a peer claims must not wrap the sum around.
+    if (size->get<uint64_t>() > max_bytes || total > max_bytes - size->get<uint64_t>()) {
       return Status::ResourceExhausted("the bundle's files exceed the cap of " +
                                        HumanBytes(max_bytes));
     }
+    total += size->get<uint64_t>();
     auto sha = f.find("sha256");
     if (sha == f.end() || !sha->is_string() ||
         !IsLowerHex(sha->get_ref<const std::string&>(), 64)) {
