@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "seedd/client.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
@@ -232,8 +233,8 @@ class ForeignSink final : public spdlog::sinks::base_sink<std::mutex> {
   const seedd_log_fn fn_;
 };
 
-std::mutex log_mu;
-std::shared_ptr<spdlog::sinks::sink> log_sink;  // GUARDED_BY(log_mu)
+seedd::Mutex log_mu;
+std::shared_ptr<spdlog::sinks::sink> log_sink GUARDED_BY(log_mu);
 
 seedd::Json StatsOf(const seedd::PullResult& r) {
   const seedd::FetchStats& s = r.stats;
@@ -266,11 +267,11 @@ struct seedd_server {
 
 struct seedd_pull {
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
-  std::mutex mu;
+  seedd::Mutex mu;
   std::condition_variable cv;
-  std::optional<seedd::PullProgress> latest;                                     // GUARDED_BY(mu)
-  bool done = false;                                                             // GUARDED_BY(mu)
-  seedd::Result<seedd::PullResult> result = seedd::Status::Internal("not run");  // GUARDED_BY(mu)
+  std::optional<seedd::PullProgress> latest GUARDED_BY(mu);
+  bool done GUARDED_BY(mu) = false;
+  seedd::Result<seedd::PullResult> result GUARDED_BY(mu) = seedd::Status::Internal("not run");
   std::thread worker;
 };
 
@@ -290,7 +291,7 @@ int seedd_set_log_level(const char* level, char** error) {
 }
 
 void seedd_set_log_handler(seedd_log_fn handler) {
-  std::lock_guard<std::mutex> lock(log_mu);
+  seedd::MutexLock lock(log_mu);
   spdlog::logger& logger = seedd::Logger();
   if (log_sink) {
     seedd::RemoveLogSink(log_sink);
@@ -423,12 +424,12 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   auto* pull = new seedd_pull();
   o.cancel = pull->cancel;
   o.progress = [pull](const seedd::PullProgress& p) {
-    std::lock_guard<std::mutex> lock(pull->mu);
+    seedd::MutexLock lock(pull->mu);
     pull->latest = p;
   };
   pull->worker = std::thread([pull, model, into, o = std::move(o)] {
     seedd::Result<seedd::PullResult> r = seedd::PullModel(model, into, o);
-    std::lock_guard<std::mutex> lock(pull->mu);
+    seedd::MutexLock lock(pull->mu);
     pull->result = std::move(r);
     pull->done = true;
     pull->cv.notify_all();
@@ -439,9 +440,9 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
 
 int seedd_pull_wait(seedd_pull* pull, int timeout_ms) {
   if (pull == nullptr) return 1;
-  std::unique_lock<std::mutex> lock(pull->mu);
+  seedd::MutexLock lock(pull->mu);
   pull->cv.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
-                    [&] { return pull->done; });
+                    [&]() REQUIRES(pull->mu) { return pull->done; });
   return pull->done ? 1 : 0;
 }
 
@@ -449,7 +450,7 @@ int seedd_pull_progress(seedd_pull* pull, char** progress) {
   if (pull == nullptr) return 0;
   std::optional<seedd::PullProgress> p;
   {
-    std::lock_guard<std::mutex> lock(pull->mu);
+    seedd::MutexLock lock(pull->mu);
     p = std::move(pull->latest);
     pull->latest.reset();
   }
@@ -469,7 +470,7 @@ void seedd_pull_cancel(seedd_pull* pull) {
 
 int seedd_pull_result(seedd_pull* pull, char** result, char** error) {
   if (pull == nullptr) return Invalid("no pull", error);
-  std::lock_guard<std::mutex> lock(pull->mu);
+  seedd::MutexLock lock(pull->mu);
   if (!pull->done)
     return Fail(seedd::Status::FailedPrecondition("the pull is still running"), error);
   if (!pull->result.ok()) return Fail(pull->result.status(), error);

@@ -8,15 +8,17 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 namespace {
 
-std::mutex program_mu;
+Mutex program_mu;
 
 // This thread's LogFields, outermost first.
 thread_local std::vector<std::pair<std::string, Json>> t_fields;
-std::string program = "seedd";  // GUARDED_BY(program_mu)
+std::string program GUARDED_BY(program_mu) = "seedd";
 
 // One JSON object per line; the message is escaped (invalid UTF-8 replaced).
 class JsonFormatter final : public spdlog::formatter {
@@ -56,7 +58,7 @@ std::string TextPattern(const std::string& name) {
   return "%Y-%m-%dT%H:%M:%S.%e %^%L%$ " + name + "[%P]: %v";
 }
 
-bool json_format = false;  // GUARDED_BY(program_mu)
+bool json_format GUARDED_BY(program_mu) = false;
 
 // Extra sinks live behind one dist_sink, whose add/remove lock against logging.
 spdlog::sinks::dist_sink_mt& ExtraSinks() {
@@ -88,7 +90,7 @@ spdlog::logger& Logger() {
 }
 
 void SetLogProgram(std::string_view name) {
-  std::lock_guard<std::mutex> lock(program_mu);
+  MutexLock lock(program_mu);
   program = std::string(name);
   if (json_format) {
     Logger().set_formatter(std::make_unique<JsonFormatter>(program));
@@ -99,7 +101,7 @@ void SetLogProgram(std::string_view name) {
 
 bool SetLogFormat(std::string_view format) {
   if (format != "text" && format != "json") return false;
-  std::lock_guard<std::mutex> lock(program_mu);
+  MutexLock lock(program_mu);
   json_format = format == "json";
   if (json_format) {
     Logger().set_formatter(std::make_unique<JsonFormatter>(program));

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 class RateLimiter {
@@ -29,7 +31,7 @@ class RateLimiter {
   // Counts `n` bytes as sent and returns how long to wait, from `now`, before
   // sending them (zero when the bucket holds them).
   Clock::duration Reserve(uint64_t n, Clock::time_point now) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (last_ == Clock::time_point{}) last_ = now;
     if (now > last_) {
       const double elapsed = std::chrono::duration<double>(now - last_).count();
@@ -48,11 +50,11 @@ class RateLimiter {
   uint64_t bytes_per_second() const { return static_cast<uint64_t>(rate_); }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   const double rate_;
   const double burst_;
-  double tokens_;
-  Clock::time_point last_{};
+  double tokens_ GUARDED_BY(mu_);
+  Clock::time_point last_ GUARDED_BY(mu_){};
 };
 
 }  // namespace seedd

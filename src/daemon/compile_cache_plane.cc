@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/mutex.h"
 #include "kinds/weights/local_copy.h"
 #include "kinds/weights/model_index.h"
 #include "kinds/weights/weight_server.h"
@@ -16,7 +17,7 @@ DaemonCompileCachePlane::DaemonCompileCachePlane(std::filesystem::path cache_dir
     : cache_dir_(std::move(cache_dir)), build_(std::move(build)), server_(std::move(server)) {}
 
 void DaemonCompileCachePlane::SetPuller(Puller pull) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   pull_ = std::move(pull);
 }
 
@@ -53,7 +54,7 @@ Result<std::filesystem::path> DaemonCompileCachePlane::Fetch(const std::string& 
   }
   Puller pull;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pull = pull_;
   }
   if (!pull) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "seedd/compile_cache.h"
 #include "seedd/weights.h"
 
@@ -39,8 +40,8 @@ class DaemonCompileCachePlane final : public CompileCacheDataPlane {
   const std::filesystem::path cache_dir_;
   const BuildOptions build_;
   const std::shared_ptr<WeightServer> server_;
-  std::mutex mu_;
-  Puller pull_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  Puller pull_ GUARDED_BY(mu_);
 };
 
 }  // namespace seedd

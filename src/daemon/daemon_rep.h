@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/admin_server.h"
 #include "daemon/compile_cache_plane.h"
 #include "kinds/autotune/flashinfer_cache.h"
@@ -37,9 +38,9 @@ struct Daemon::Rep {
     double seconds = 0;
   };
   void RecordWarmup(WarmupRecord record);
-  mutable std::mutex warmups_mu_;
-  std::vector<WarmupRecord> warmups_;  // GUARDED_BY(warmups_mu_)
-  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
+  mutable Mutex warmups_mu_;
+  std::vector<WarmupRecord> warmups_ GUARDED_BY(warmups_mu_);
+  std::optional<HostPort> bound_;  // the D2D listener, once Start bound it
   std::unique_ptr<AdminServer> admin_;
   std::atomic<bool> ready_{false};
   bool stopped_ = false;

@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "daemon/daemon_rep.h"
 #include "seedd/store_registry.h"
 #include "seedd/weights.h"
@@ -5,7 +6,7 @@
 namespace seedd {
 
 void Daemon::Rep::RecordWarmup(WarmupRecord record) {
-  std::lock_guard<std::mutex> lock(warmups_mu_);
+  MutexLock lock(warmups_mu_);
   for (WarmupRecord& w : warmups_) {
     if (w.kind == record.kind) {
       w = std::move(record);
@@ -58,7 +59,7 @@ Json Daemon::StatusJson() const {
   }
   Json warmups = Json::array();
   {
-    std::lock_guard<std::mutex> lock(rep_->warmups_mu_);
+    MutexLock lock(rep_->warmups_mu_);
     for (const Rep::WarmupRecord& w : rep_->warmups_) {
       Json entry = {{"kind", w.kind}, {"state", w.state}, {"seconds", w.seconds}};
       if (!w.source.empty()) entry["source"] = w.source;

@@ -1,6 +1,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/mutex.h"
 #include "seedd/artifact_store.h"
 
 namespace seedd {
@@ -9,18 +10,18 @@ namespace {
 class MemoryArtifactStore final : public ArtifactStore {
  public:
   Result<std::optional<std::string>> Get(const ArtifactKey& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = values_.find(key.ToString());
     if (it == values_.end()) return std::optional<std::string>();
     return std::optional<std::string>(it->second);
   }
   Status Put(const ArtifactKey& key, std::string_view value) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     values_[key.ToString()] = std::string(value);
     return Status::Ok();
   }
   Result<std::vector<std::string>> List(std::string_view prefix) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::vector<std::string> keys;
     for (auto it = values_.lower_bound(std::string(prefix));
          it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
@@ -29,15 +30,15 @@ class MemoryArtifactStore final : public ArtifactStore {
     return keys;
   }
   Status Delete(const ArtifactKey& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     values_.erase(key.ToString());
     return Status::Ok();
   }
   std::string Describe() const override { return "memory"; }
 
  private:
-  std::mutex mu_;
-  std::map<std::string, std::string> values_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
 };
 
 }  // namespace

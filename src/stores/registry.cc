@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "seedd/logging.h"
 #include "seedd/store_registry.h"
 #include "stores/backends.h"
@@ -12,13 +13,14 @@ namespace seedd {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, StoreFactory> factories;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::map<std::string, StoreFactory> factories GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
   static Registry* registry = [] {
     auto* r = new Registry;
+    MutexLock lock(r->mu);
     r->factories["file"] = OpenFileStore;
     r->factories["redis"] = OpenRedisStore;
     r->factories["s3"] = OpenS3Store;
@@ -93,7 +95,7 @@ class TolerantStore final : public ArtifactStoreWrapper {
 
 std::vector<std::string> KnownStoreSchemes() {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   std::vector<std::string> out;
   for (const auto& [scheme, factory] : r.factories) out.push_back(scheme);
   return out;
@@ -101,7 +103,7 @@ std::vector<std::string> KnownStoreSchemes() {
 
 void RegisterStoreBackend(std::string scheme, StoreFactory factory) {
   Registry& r = GetRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   bool inserted = r.factories.emplace(std::move(scheme), std::move(factory)).second;
   assert(inserted && "a store scheme was registered twice");
   (void)inserted;
@@ -172,7 +174,7 @@ Status CheckStoreUrl(std::string_view url) {
   bool known = false;
   {
     Registry& r = GetRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(r.mu);
     known = r.factories.count(parsed->scheme) != 0;
   }
   if (!known) {  // JoinSchemes takes the lock itself
@@ -192,7 +194,7 @@ Result<ArtifactStorePtr> OpenArtifactStore(std::string_view url) {
   StoreFactory factory;
   {
     Registry& r = GetRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(r.mu);
     auto it = r.factories.find(parsed->scheme);
     if (it != r.factories.end()) factory = it->second;
   }

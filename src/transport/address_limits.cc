@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 std::string AddressLimits::Key(const std::string& address) {
@@ -20,7 +22,7 @@ std::string AddressLimits::Key(const std::string& address) {
 
 AddressLimits::Verdict AddressLimits::Admit(const std::string& key, Clock::time_point now,
                                             std::string* victim) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     if (entries_.size() >= options_.max_addresses) {
@@ -62,7 +64,7 @@ AddressLimits::Verdict AddressLimits::Admit(const std::string& key, Clock::time_
 void AddressLimits::Authenticated(const std::string& key) { Released(key); }
 
 void AddressLimits::Transfer(const std::string& from, const std::string& to) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto f = entries_.find(from);
   if (f != entries_.end() && f->second.unauthenticated > 0) {
     --f->second.unauthenticated;
@@ -74,7 +76,7 @@ void AddressLimits::Transfer(const std::string& from, const std::string& to) {
 }
 
 void AddressLimits::Released(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.unauthenticated == 0) return;
   --it->second.unauthenticated;
@@ -83,7 +85,7 @@ void AddressLimits::Released(const std::string& key) {
 }
 
 size_t AddressLimits::AuthFailed(const std::string& key, Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return 0;  // only admitted connections fail
   Entry& e = it->second;
@@ -95,7 +97,7 @@ size_t AddressLimits::AuthFailed(const std::string& key, Clock::time_point now) 
 }
 
 bool AddressLimits::AdmitStream(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Entry& e = entries_[key];
   if (e.streams >= options_.max_streams_per_address) return false;
   ++e.streams;
@@ -103,7 +105,7 @@ bool AddressLimits::AdmitStream(const std::string& key) {
 }
 
 void AddressLimits::StreamEnded(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.streams == 0) return;
   --it->second.streams;
@@ -111,7 +113,7 @@ void AddressLimits::StreamEnded(const std::string& key) {
 }
 
 size_t AddressLimits::unauthenticated() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return unauthenticated_;
 }
 

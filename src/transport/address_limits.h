@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 struct AddressLimitOptions {
@@ -72,12 +74,12 @@ class AddressLimits {
     Clock::time_point window_start{};
   };
   // Drops `it` when it holds nothing and remembers no recent failure.
-  void Tidy(std::map<std::string, Entry>::iterator it, Clock::time_point now);
+  void Tidy(std::map<std::string, Entry>::iterator it, Clock::time_point now) REQUIRES(mu_);
 
   const AddressLimitOptions options_;
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;  // GUARDED_BY(mu_)
-  size_t unauthenticated_ = 0;            // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, Entry> entries_ GUARDED_BY(mu_);
+  size_t unauthenticated_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace seedd

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 ResolverPool::ResolverPool(size_t min_threads, size_t max_threads,
@@ -13,7 +15,7 @@ ResolverPool::ResolverPool(size_t min_threads, size_t max_threads,
       stall_after_(stall_after),
       idle_timeout_(idle_timeout) {
   assert(min_threads >= 1 && min_threads <= max_threads);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < min_threads_; ++i) Spawn();
   supervisor_ = std::thread([this] { Supervise(); });
 }
@@ -30,11 +32,11 @@ bool ResolverPool::Stalled(Clock::time_point now) const {
 }
 
 void ResolverPool::Supervise() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
     if (tasks_.empty()) {
       supervisor_idle_ = true;
-      supervisor_cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+      supervisor_cv_.wait(lock, [this]() REQUIRES(mu_) { return stop_ || !tasks_.empty(); });
       supervisor_idle_ = false;
       continue;
     }
@@ -68,12 +70,12 @@ void ResolverPool::Spawn() {
 }
 
 size_t ResolverPool::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return tasks_.size();
 }
 
 void ResolverPool::Submit(std::function<void()> task) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (stop_) return;
   const Clock::time_point now = Clock::now();
   tasks_.push_back({std::move(task), now});
@@ -92,11 +94,12 @@ void ResolverPool::Submit(std::function<void()> task) {
 }
 
 void ResolverPool::Work() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
     while (tasks_.empty() && !stop_) {
       ++idle_;
-      bool woke = cv_.wait_for(lock, idle_timeout_, [this] { return !tasks_.empty() || stop_; });
+      bool woke = cv_.wait_for(lock, idle_timeout_,
+                               [this]() REQUIRES(mu_) { return !tasks_.empty() || stop_; });
       --idle_;
       if (!woke && live_ > min_threads_) {
         --live_;
@@ -108,10 +111,10 @@ void ResolverPool::Work() {
     std::function<void()> task = std::move(tasks_.front().fn);
     tasks_.pop_front();
     auto busy = busy_since_.insert(busy_since_.end(), Clock::now());
-    lock.unlock();
+    lock.Unlock();
     task();
     task = nullptr;  // release what the task holds before taking the lock again
-    lock.lock();
+    lock.Lock();
     busy_since_.erase(busy);
   }
 }
@@ -119,7 +122,7 @@ void ResolverPool::Work() {
 void ResolverPool::Shutdown() {
   std::list<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_ && threads_.empty()) return;
     stop_ = true;
     threads.swap(threads_);
@@ -131,7 +134,7 @@ void ResolverPool::Shutdown() {
 }
 
 size_t ResolverPool::threads() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return live_;
 }
 

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 class ResolverPool {
@@ -48,10 +50,10 @@ class ResolverPool {
     Clock::time_point queued;
   };
 
-  void Spawn();  // REQUIRES: mu_ held
+  void Spawn() REQUIRES(mu_);
   // When the pool counts as stalled if nothing changes (see the class comment).
-  Clock::time_point StallTime() const;        // REQUIRES: mu_ held, !tasks_.empty()
-  bool Stalled(Clock::time_point now) const;  // REQUIRES: mu_ held
+  Clock::time_point StallTime() const REQUIRES(mu_);  // REQUIRES: !tasks_.empty()
+  bool Stalled(Clock::time_point now) const REQUIRES(mu_);
   void Work();
   void Supervise();
 
@@ -59,17 +61,17 @@ class ResolverPool {
   const size_t max_threads_;
   const std::chrono::milliseconds stall_after_;
   const std::chrono::milliseconds idle_timeout_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;               // workers wait here
-  std::condition_variable supervisor_cv_;    // the supervisor waits here
-  std::deque<Task> tasks_;                   // GUARDED_BY(mu_)
-  std::list<std::thread> threads_;           // GUARDED_BY(mu_)
-  std::vector<std::thread::id> exited_;      // GUARDED_BY(mu_): to join
-  std::list<Clock::time_point> busy_since_;  // GUARDED_BY(mu_): task starts, oldest first
-  size_t live_ = 0;                          // GUARDED_BY(mu_)
-  size_t idle_ = 0;                          // GUARDED_BY(mu_)
-  bool stop_ = false;                        // GUARDED_BY(mu_)
-  bool supervisor_idle_ = false;             // GUARDED_BY(mu_): waiting for a task
+  mutable Mutex mu_;
+  std::condition_variable cv_;             // workers wait here
+  std::condition_variable supervisor_cv_;  // the supervisor waits here
+  std::deque<Task> tasks_ GUARDED_BY(mu_);
+  std::list<std::thread> threads_ GUARDED_BY(mu_);
+  std::vector<std::thread::id> exited_ GUARDED_BY(mu_);      // to join
+  std::list<Clock::time_point> busy_since_ GUARDED_BY(mu_);  // task starts, oldest first
+  size_t live_ GUARDED_BY(mu_) = 0;
+  size_t idle_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool supervisor_idle_ GUARDED_BY(mu_) = false;  // waiting for a task
   std::thread supervisor_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "common/mutex.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
 #include "transport/handler.h"
@@ -22,10 +23,10 @@ struct SeedTransport::Rep {
   const TransportOptions options;
   const std::shared_ptr<const TokenRing> tokens;
   const RequestHandler handler;
-  std::mutex mu;
-  std::unique_ptr<SeedServer> server;        // GUARDED_BY(mu)
-  std::unique_ptr<SeedServer> plain_server;  // GUARDED_BY(mu)
-  TransportOptions plain_options;            // options without TLS, for plain_server
+  Mutex mu;
+  std::unique_ptr<SeedServer> server GUARDED_BY(mu);
+  std::unique_ptr<SeedServer> plain_server GUARDED_BY(mu);
+  TransportOptions plain_options;  // options without TLS, for plain_server
 };
 
 Result<std::unique_ptr<SeedTransport>> SeedTransport::Create(std::vector<SeedablePtr> seedables,
@@ -57,7 +58,7 @@ Result<std::optional<HostPort>> SeedTransport::StartListener() {
   if (!listen.has_value()) {
     return std::optional<HostPort>();
   }
-  std::lock_guard<std::mutex> lock(rep_->mu);
+  MutexLock lock(rep_->mu);
   if (rep_->server != nullptr) {
     return Status::FailedPrecondition("the listener was already started");
   }
@@ -71,7 +72,7 @@ Result<std::optional<HostPort>> SeedTransport::StartListener() {
 }
 
 Result<HostPort> SeedTransport::StartPlainListener(const HostPort& listen) {
-  std::lock_guard<std::mutex> lock(rep_->mu);
+  MutexLock lock(rep_->mu);
   if (rep_->plain_server != nullptr) {
     return Status::FailedPrecondition("the plain listener was already started");
   }
@@ -214,7 +215,7 @@ void SeedTransport::Close() {
   std::unique_ptr<SeedServer> server;
   std::unique_ptr<SeedServer> plain;
   {
-    std::lock_guard<std::mutex> lock(rep_->mu);
+    MutexLock lock(rep_->mu);
     server = std::move(rep_->server);
     plain = std::move(rep_->plain_server);
   }
@@ -223,7 +224,7 @@ void SeedTransport::Close() {
 }
 
 size_t SeedTransport::open_connections() const {
-  std::lock_guard<std::mutex> lock(rep_->mu);
+  MutexLock lock(rep_->mu);
   return rep_->server == nullptr ? 0 : rep_->server->open_connections();
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "transport/address_limits.h"
@@ -81,13 +82,13 @@ std::string Outcome(const std::string& frame) {
 }
 
 void SeedServer::Rep::Register(Connection* c) {
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   connections.insert(c);
   ++open;
 }
 
 void SeedServer::Rep::Unregister(Connection* c) {
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   connections.erase(c);
   --open;
   cv.notify_all();
@@ -106,7 +107,7 @@ void SeedServer::Rep::OnLoop(int fd, const std::string& peer, const char* bytes,
 void SeedServer::Rep::AnswerOffLoop(int fd, const std::string& peer, Json request,
                                     size_t request_bytes) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ++open;
   }
   metrics::ConnectionOpened(metrics::Plane::kControl);
@@ -134,7 +135,7 @@ void SeedServer::Rep::Respond(int fd, const std::string& peer, const std::string
                               std::chrono::steady_clock::time_point start) {
   auto ended = [this] {
     metrics::ConnectionClosed(metrics::Plane::kControl);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     --open;
     cv.notify_all();
   };
@@ -275,7 +276,7 @@ void SeedServer::Close() {
       asio::error_code ignored;
       rep.acceptor.close(ignored);
       rep.retry_timer.cancel();
-      std::lock_guard<std::mutex> lock(rep.mu);
+      MutexLock lock(rep.mu);
       for (Connection* c : rep.connections) {
         c->CloseIfReading();
       }
@@ -285,8 +286,10 @@ void SeedServer::Close() {
     {
       // Once the loop accepts no more: until then a moment with no connection
       // open is no sign that none will be.
-      std::unique_lock<std::mutex> lock(rep.mu);
-      rep.cv.wait(lock, [&rep] { return !rep.accepting && rep.open == 0 && rep.undecided == 0; });
+      MutexLock lock(rep.mu);
+      rep.cv.wait(lock, [&rep]() REQUIRES(rep.mu) {
+        return !rep.accepting && rep.open == 0 && rep.undecided == 0;
+      });
     }
     rep.io.stop();
     rep.loop.join();
@@ -295,7 +298,7 @@ void SeedServer::Close() {
   rep.pool.Shutdown();
   {
     // Data connections end now: their handlers see end of stream and return.
-    std::lock_guard<std::mutex> lock(rep.streams_mu);
+    MutexLock lock(rep.streams_mu);
     rep.streams_closing = true;
     for (int fd : rep.stream_fds) ::shutdown(fd, SHUT_RDWR);
   }
@@ -303,7 +306,7 @@ void SeedServer::Close() {
 }
 
 size_t SeedServer::open_connections() const {
-  std::lock_guard<std::mutex> lock(rep_->mu);
+  MutexLock lock(rep_->mu);
   return rep_->open;
 }
 

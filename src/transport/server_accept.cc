@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "seedd/logging.h"
 #include "transport/address_limits.h"
 #include "transport/server_connection.h"
@@ -87,7 +88,7 @@ void SeedServer::Rep::AcceptReady() {
 void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
   size_t now_open;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     now_open = open + tls_open.load();
   }
   if (now_open >= options.max_connections) {
@@ -107,7 +108,7 @@ void SeedServer::Rep::Accepted(int fd, const std::string& peer) {
   AddressLimits::Verdict verdict = limits.Admit(peer, AddressLimits::Clock::now(), &victim);
   if (verdict == AddressLimits::Verdict::kEvict) {
     verdict = AddressLimits::Verdict::kServerFull;
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     for (Connection* c : connections) {
       if (c->peer() == victim && c->EvictIfReading()) {
         limits.Transfer(victim, peer);
@@ -217,12 +218,12 @@ void SeedServer::Rep::AcceptBesideTheLoop() {
 
 void SeedServer::Rep::PostCounted(std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ++open;
   }
   asio::post(io, [this, fn = std::move(fn)] {
     fn();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     --open;
     cv.notify_all();
   });
@@ -230,12 +231,12 @@ void SeedServer::Rep::PostCounted(std::function<void()> fn) {
 
 void SeedServer::Rep::PostUndecided(int fd, std::string peer) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ++undecided;
   }
   asio::post(io, [this, fd, peer = std::move(peer)] {
     Accepted(fd, peer);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     --undecided;
     cv.notify_all();
   });
@@ -243,7 +244,7 @@ void SeedServer::Rep::PostUndecided(int fd, std::string peer) {
 
 bool SeedServer::Rep::AdmitBesideTheLoop(int fd, const std::string& peer) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (open + tls_open.load() >= options.max_connections) return false;
   }
   std::string victim;

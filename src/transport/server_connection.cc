@@ -8,6 +8,7 @@
 
 #include "common/crypto.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "seedd/logging.h"
 #include "transport/data_auth.h"
 #include "transport/socket_io.h"
@@ -47,7 +48,7 @@ Connection::~Connection() {
 }
 
 bool Connection::EvictIfReading() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (state_ != State::kReading || evicted_ || authenticated_) return false;
   evicted_ = true;
   state_ = State::kDone;
@@ -82,7 +83,7 @@ void Connection::FinishWriting(std::string rest, const std::string& kind,
 }
 
 void Connection::CloseIfReading() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (state_ == State::kReading) {
     state_ = State::kDone;
     CloseSocket();
@@ -93,7 +94,7 @@ void Connection::ArmDeadline(milliseconds d) {
   timer_.expires_after(d);
   timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
     if (ec) return;
-    std::lock_guard<std::mutex> lock(self->mu_);
+    MutexLock lock(self->mu_);
     // expiry() check: a timer re-armed after firing must not act on the old expiry.
     if (self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
     self->OnDeadline();
@@ -239,7 +240,7 @@ void Connection::OnAuthenticated(Json request_value) {
 }
 
 void Connection::FinishOnResolver(std::string frame) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (state_ != State::kResolving) return;  // the deadline closed the connection
   bytes_out_ = frame.size();
   // The response's status is its last key ("payload" and "message" sort first).
@@ -257,7 +258,7 @@ void Connection::FinishOnResolver(std::string frame) {
   }
   state_ = State::kWriting;
   frame.erase(0, sent);
-  lock.unlock();
+  lock.Unlock();
   asio::post(socket_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
     self->Write(std::move(f));
   });
@@ -287,7 +288,7 @@ void Connection::HandOver(const StreamHandler& handler, Json request) {
                 std::to_string(o.max_streams_per_address) + ")");
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   state_ = State::kDone;
   outcome_ = "handed to the data plane";
   metrics::Request(metric_kind_, "data");
@@ -310,7 +311,7 @@ void Connection::HandOver(const StreamHandler& handler, Json request) {
     } ended{rep, peer};
     metrics::ConnectionOpened(metrics::Plane::kData);
     {
-      std::lock_guard<std::mutex> lock(rep->streams_mu);
+      MutexLock lock(rep->streams_mu);
       if (rep->streams_closing) {
         ::close(fd);
         return;
@@ -329,7 +330,7 @@ void Connection::HandOver(const StreamHandler& handler, Json request) {
     Conn conn(fd);
     handler(conn, request);
     {
-      std::lock_guard<std::mutex> lock(rep->streams_mu);
+      MutexLock lock(rep->streams_mu);
       rep->stream_fds.erase(fd);
     }
     ::close(fd);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "seedd/json_text.h"
 #include "transport/handler.h"
 #include "transport/server_rep.h"
@@ -87,7 +88,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   SeedServer::Rep* server_;
   // Serialises the loop and a resolver thread around socket_, timer_ and state_
   // while a request is resolving; otherwise only the loop thread touches them.
-  std::mutex mu_;
+  Mutex mu_;
   asio::ip::tcp::socket socket_;
   asio::steady_timer timer_;
   FrameReader reader_;

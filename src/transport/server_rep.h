@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "common/mutex.h"
 #include "seedd/logging.h"
 #include "transport/address_limits.h"
 #include "transport/resolver_pool.h"
@@ -36,7 +37,7 @@ class ThrottledWarning {
  public:
   template <typename... Args>
   void Warn(fmt::format_string<Args...> format, Args&&... args) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++count_;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_ < std::chrono::seconds(1)) return;
@@ -47,9 +48,9 @@ class ThrottledWarning {
   }
 
  private:
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point last_{};  // GUARDED_BY(mu_)
-  size_t count_ = 0;                              // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::chrono::steady_clock::time_point last_ GUARDED_BY(mu_){};
+  size_t count_ GUARDED_BY(mu_) = 0;
 };
 
 // Sends as much of `frame` as the socket takes now. Returns the bytes sent and,
@@ -127,22 +128,22 @@ struct SeedServer::Rep {
   const TransportOptions options;
 
   // Declared before the I/O objects: connections unregister while those are destroyed.
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::condition_variable cv;
-  std::unordered_set<Connection*> connections;  // GUARDED_BY(mu)
-  size_t open = 0;                              // GUARDED_BY(mu)
-  size_t undecided = 0;                         // GUARDED_BY(mu): PostUndecided's, not run yet
-  bool accepting = true;                        // GUARDED_BY(mu): until Close stops it
-  bool closing = false;                         // loop thread only
+  std::unordered_set<Connection*> connections GUARDED_BY(mu);
+  size_t open GUARDED_BY(mu) = 0;
+  size_t undecided GUARDED_BY(mu) = 0;   // PostUndecided's, not run yet
+  bool accepting GUARDED_BY(mu) = true;  // until Close stops it
+  bool closing = false;                  // loop thread only
 
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   ResolverPool pool;
   ResolverPool streams;  // data-plane connections handed to a StreamHandler
-  std::mutex streams_mu;
-  std::unordered_set<int> stream_fds;  // GUARDED_BY(streams_mu): sockets of running handlers
-  bool streams_closing = false;        // GUARDED_BY(streams_mu)
+  Mutex streams_mu;
+  std::unordered_set<int> stream_fds GUARDED_BY(streams_mu);  // sockets of running handlers
+  bool streams_closing GUARDED_BY(streams_mu) = false;
   std::thread loop;
   std::thread second_acceptor;
   int stop_fd = -1;  // an eventfd: written to stop the second acceptor
@@ -166,9 +167,9 @@ struct SeedServer::Rep {
     std::string peer;
     int fd;
   };
-  std::mutex tls_mu;
-  std::map<uint64_t, PendingTls> tls_pending;  // GUARDED_BY(tls_mu): by session id
-  uint64_t tls_next_id = 0;                    // GUARDED_BY(tls_mu)
+  Mutex tls_mu;
+  std::map<uint64_t, PendingTls> tls_pending GUARDED_BY(tls_mu);  // by session id
+  uint64_t tls_next_id GUARDED_BY(tls_mu) = 0;
   size_t MaxPendingTls() const { return std::max<size_t>(64, options.max_connections / 4); }
   // Admits a session for `peer` on `fd`, making room when full; its id.
   uint64_t AdmitTls(const std::string& peer, int fd);

@@ -12,6 +12,7 @@
 
 #include "common/crypto.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "seedd/json_text.h"
 #include "transport/data_auth.h"
 #include "transport/server_rep.h"
@@ -47,7 +48,7 @@ struct SeedServer::Rep::TlsSession {
     if (!authenticated) rep->limits.Released(peer);
     if (streaming) rep->limits.StreamEnded(peer);
     {
-      std::lock_guard<std::mutex> lock(rep->streams_mu);
+      MutexLock lock(rep->streams_mu);
       rep->stream_fds.erase(fd);
     }
     if (waiter.is_open()) waiter.release();
@@ -79,7 +80,7 @@ struct SeedServer::Rep::TlsSession {
 };
 
 uint64_t SeedServer::Rep::AdmitTls(const std::string& peer, int fd) {
-  std::lock_guard<std::mutex> lock(tls_mu);
+  MutexLock lock(tls_mu);
   if (tls_pending.size() >= MaxPendingTls()) {
     std::map<std::string, size_t> per_peer;
     for (const auto& [id, p] : tls_pending) ++per_peer[p.peer];
@@ -108,7 +109,7 @@ uint64_t SeedServer::Rep::AdmitTls(const std::string& peer, int fd) {
 }
 
 void SeedServer::Rep::EndPendingTls(uint64_t id) {
-  std::lock_guard<std::mutex> lock(tls_mu);
+  MutexLock lock(tls_mu);
   tls_pending.erase(id);
 }
 
@@ -123,7 +124,7 @@ void SeedServer::Rep::ServeTls(tcp::socket socket, const std::string& peer) {
   ++tls_open;
   auto session = std::make_shared<TlsSession>(this, fd, peer, id);
   {
-    std::lock_guard<std::mutex> lock(streams_mu);
+    MutexLock lock(streams_mu);
     if (streams_closing) return;
     stream_fds.insert(fd);
   }

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "common/mutex.h"
 #include "seedd/logging.h"
 #include "transport/tls.h"
 
@@ -115,8 +116,8 @@ TlsContext::Rep::~Rep() {
 }
 
 struct TlsContext::Holder {
-  mutable std::mutex mu;
-  std::shared_ptr<Rep> rep;  // GUARDED_BY(mu)
+  mutable Mutex mu;
+  std::shared_ptr<Rep> rep GUARDED_BY(mu);
 };
 
 TlsContext::TlsContext(TlsOptions options)
@@ -133,13 +134,13 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(TlsOptions options) {
 Status TlsContext::Reload() {
   Result<std::shared_ptr<Rep>> built = Build(options_);
   if (!built.ok()) return built.status();
-  std::lock_guard<std::mutex> lock(holder_->mu);
+  MutexLock lock(holder_->mu);
   holder_->rep = std::move(*built);
   return Status::Ok();
 }
 
 std::shared_ptr<TlsContext::Rep> TlsContext::rep() const {
-  std::lock_guard<std::mutex> lock(holder_->mu);
+  MutexLock lock(holder_->mu);
   return holder_->rep;
 }
 

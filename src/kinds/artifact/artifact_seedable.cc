@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "common/crypto.h"
+#include "common/mutex.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/json_text.h"
 #include "stores/backends.h"
@@ -171,7 +172,7 @@ class ArtifactSeedable final : public Seedable {
   static constexpr size_t kAnsweredBytes = 16u << 20;
 
   std::shared_ptr<const Answered> FindAnswered(const std::string& name) const {
-    std::lock_guard<std::mutex> lock(answered_mu_);
+    MutexLock lock(answered_mu_);
     auto it = answered_.find(name);
     return it == answered_.end() ? nullptr : it->second;
   }
@@ -181,7 +182,7 @@ class ArtifactSeedable final : public Seedable {
   }
 
   void KeepAnswered(std::string name, std::shared_ptr<const Answered> answer) const {
-    std::lock_guard<std::mutex> lock(answered_mu_);
+    MutexLock lock(answered_mu_);
     ForgetLocked(name);
     const size_t bytes = SizeOf(name, *answer);
     if (answered_bytes_ + bytes > kAnsweredBytes) {
@@ -194,11 +195,11 @@ class ArtifactSeedable final : public Seedable {
 
   // The artifact is gone: its kept answer too.
   void ForgetAnswered(const std::string& name) const {
-    std::lock_guard<std::mutex> lock(answered_mu_);
+    MutexLock lock(answered_mu_);
     ForgetLocked(name);
   }
 
-  void ForgetLocked(const std::string& name) const {
+  void ForgetLocked(const std::string& name) const REQUIRES(answered_mu_) {
     if (auto it = answered_.find(name); it != answered_.end()) {
       answered_bytes_ -= SizeOf(it->first, *it->second);
       answered_.erase(it);
@@ -207,9 +208,10 @@ class ArtifactSeedable final : public Seedable {
 
   ArtifactStorePtr store_;
   std::vector<std::shared_ptr<ArtifactStore>> shared_;
-  mutable std::mutex answered_mu_;
-  mutable std::unordered_map<std::string, std::shared_ptr<const Answered>> answered_;
-  mutable size_t answered_bytes_ = 0;
+  mutable Mutex answered_mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const Answered>> answered_
+      GUARDED_BY(answered_mu_);
+  mutable size_t answered_bytes_ GUARDED_BY(answered_mu_) = 0;
 };
 
 }  // namespace

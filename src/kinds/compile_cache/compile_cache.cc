@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "common/mutex.h"
 #include "kinds/compile_cache/bundle.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
@@ -141,7 +142,7 @@ class CompileCacheSeedable final : public Seedable {
   // reading and hashing a whole cache per request would let a few peers keep a
   // core busy.
   Result<std::optional<std::string>> ServedText(size_t i) const {
-    std::lock_guard<std::mutex> lock(bundle_mu_);
+    MutexLock lock(bundle_mu_);
     Result<std::string> now = Fingerprint(served_[i]);
     if (!now.ok()) return now.status();
     if (now->empty()) return std::optional<std::string>();
@@ -164,8 +165,8 @@ class CompileCacheSeedable final : public Seedable {
     std::string fingerprint;
     std::shared_ptr<const std::string> text;
   };
-  mutable std::mutex bundle_mu_;
-  mutable std::vector<Built> built_;  // GUARDED_BY(bundle_mu_): by served_ index
+  mutable Mutex bundle_mu_;
+  mutable std::vector<Built> built_ GUARDED_BY(bundle_mu_);  // by served_ index
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "kinds/weights/chunk_set.h"
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 ChunkSet::ChunkSet(size_t size) : size_(size), words_(new std::atomic<uint64_t>[(size + 63) / 64]) {
@@ -10,14 +12,14 @@ ChunkSet::ChunkSet(size_t size) : size_(size), words_(new std::atomic<uint64_t>[
 void ChunkSet::Set(size_t i) {
   if (i >= size_) return;
   const uint64_t bit = uint64_t{1} << (i % 64);
-  std::lock_guard<std::mutex> lock(mu_);  // the log's order is the bits' order
+  MutexLock lock(mu_);  // the log's order is the bits' order
   if ((words_[i / 64].fetch_or(bit, std::memory_order_release) & bit) != 0) return;
   log_.push_back(static_cast<uint32_t>(i));
   added_.notify_all();
 }
 
 size_t ChunkSet::Count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return log_.size();
 }
 
@@ -27,7 +29,7 @@ bool ChunkSet::Test(size_t i) const {
 
 std::string ChunkSet::Bitmap(uint64_t* cursor) const {
   if (cursor != nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     *cursor = log_.size();
   }
   std::string bits((size_ + 7) / 8, '\0');
@@ -39,9 +41,9 @@ std::string ChunkSet::Bitmap(uint64_t* cursor) const {
 
 std::vector<uint32_t> ChunkSet::Since(uint64_t cursor, std::chrono::milliseconds wait,
                                       uint64_t* next) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (cursor > log_.size()) cursor = 0;
-  added_.wait_for(lock, wait, [&] { return log_.size() > cursor; });
+  added_.wait_for(lock, wait, [&]() REQUIRES(mu_) { return log_.size() > cursor; });
   *next = log_.size();
   return std::vector<uint32_t>(log_.begin() + static_cast<long>(cursor), log_.end());
 }

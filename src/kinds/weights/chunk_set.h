@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
+
 namespace seedd {
 
 class ChunkSet {
@@ -39,9 +41,9 @@ class ChunkSet {
  private:
   size_t size_;
   std::unique_ptr<std::atomic<uint64_t>[]> words_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   mutable std::condition_variable added_;
-  std::vector<uint32_t> log_;  // GUARDED_BY(mu_): in the order they were added
+  std::vector<uint32_t> log_ GUARDED_BY(mu_);  // in the order they were added
 };
 
 }  // namespace seedd

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "kinds/weights/fetcher.h"
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/weight_server.h"
@@ -83,12 +84,12 @@ class PullBoard {
   std::vector<Entry> Snapshot() const;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   struct Running {
     Entry entry;
     std::chrono::steady_clock::time_point start;
   };
-  std::vector<Running> pulls_;  // GUARDED_BY(mu_): the latest pull of each model
+  std::vector<Running> pulls_ GUARDED_BY(mu_);  // the latest pull of each model
 };
 
 // Where the weight_shards kind installs what it adopts, and from where.

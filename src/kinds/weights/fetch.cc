@@ -6,6 +6,7 @@
 
 #include "common/crypto.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "kinds/weights/registry.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
@@ -47,6 +48,7 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       relay_asks_(kFirstRelayAsk, o.state_interval) {}
 
 void Fetch::Prepare(const std::vector<uint32_t>& resumed) {
+  MutexLock lock(mu_);  // before any thread starts: for the analysis
   const size_t n = m_.chunks.size();
   claimed_since_.assign(n, {});
   force_.assign(n, false);
@@ -68,7 +70,7 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
   AddRelays(registered);
   auto next_resolve = std::chrono::steady_clock::now() + options_.resolve_interval;
   auto next_registry = std::chrono::steady_clock::now() + kRegistryInterval;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const std::string& text : m_.sources) {
     Result<HostPort> peer = ParseHostPort(text);
     if (peer.ok()) AddSourceLocked(*peer, false);
@@ -86,63 +88,63 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
     CheckHopeLocked();
     changed_.wait_for(lock, kCancelPoll);
     if (options_.announced && sched_.NeighboursWanted() > 0) {
-      lock.unlock();
+      lock.Unlock();
       std::vector<HostPort> relays;
       for (const std::string& text : options_.announced()) {
         Result<HostPort> relay = ParseHostPort(text);
         if (relay.ok()) relays.push_back(std::move(*relay));
       }
       AddRelays(relays);
-      lock.lock();
+      lock.Lock();
     }
     if (options_.registry != nullptr && sched_.NeighboursWanted() > 0 &&
         std::chrono::steady_clock::now() >= next_registry) {
-      lock.unlock();
+      lock.Unlock();
       AddRelays(AskRegistry());
-      lock.lock();
+      lock.Lock();
       next_registry = std::chrono::steady_clock::now() + kRegistryInterval;
     }
     if (std::chrono::steady_clock::now() >= next_resolve) {
-      lock.unlock();
+      lock.Unlock();
       AddSeeds(seeds, false);
-      lock.lock();
+      lock.Lock();
       next_resolve = std::chrono::steady_clock::now() + options_.resolve_interval;
     }
   }
   EndLocked();
   // No thread is started once the fetch is finished.
   std::vector<std::thread> workers = std::move(workers_);
-  lock.unlock();
+  lock.Unlock();
   for (auto& w : workers) w.join();
 }
 
 bool Fetch::Cancelled() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return cancelled_;
 }
 
 uint64_t Fetch::VerifiedBytes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return verified_bytes_;
 }
 
 bool Fetch::Complete() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return sched_.Complete();
 }
 
 Status Fetch::local_error() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return local_error_;
 }
 
 bool Fetch::Finished() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return FinishedLocked();
 }
 
 bool Fetch::Dropped(const Source* source) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return source->dropped;
 }
 
@@ -188,7 +190,7 @@ void Fetch::EndLocked() {
 }
 
 Status Fetch::LocalFailure(Status st) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (local_error_.ok()) local_error_ = std::move(st);
   failed_ = true;
   EndLocked();
@@ -196,7 +198,7 @@ Status Fetch::LocalFailure(Status st) {
 }
 
 bool Fetch::Fail(Source* source, std::optional<uint32_t> chunk) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   changed_.notify_all();
   return FailLocked(source, chunk);
 }
@@ -215,7 +217,7 @@ bool Fetch::FailLocked(Source* source, std::optional<uint32_t> chunk) {
 }
 
 std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
   for (;;) {
     if (FinishedLocked() || source->dropped) return std::nullopt;
@@ -232,7 +234,7 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
 }
 
 void Fetch::NotThere(uint32_t index, Source* source, uint32_t status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   changed_.notify_all();
   const auto now = std::chrono::steady_clock::now();
   if (!source->seed) {
@@ -285,41 +287,41 @@ void Fetch::NotThere(uint32_t index, Source* source, uint32_t status) {
 }
 
 void Fetch::Busy(uint32_t index, const Source* source, std::chrono::milliseconds retry) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++stats_->answered_busy;
   sched_.Busy(source->id, index, std::chrono::steady_clock::now() + retry);
   changed_.notify_all();
 }
 
 void Fetch::Returned(uint32_t index, const Source* source) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   sched_.Returned(source->id, index);
   changed_.notify_all();
 }
 
 void Fetch::Returned(std::deque<Taken>* inflight, const Source* source) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const Taken& t : *inflight) sched_.Returned(source->id, t.index);
   inflight->clear();
   changed_.notify_all();
 }
 
 bool Fetch::BeginWrite(uint32_t index) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (writing_[index] || sched_.Has(index)) return false;
   writing_[index] = true;
   return true;
 }
 
 void Fetch::EndWrite(uint32_t index) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   writing_[index] = false;
 }
 
 Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
   const ManifestChunk& c = m_.chunks[index];
   Status journaled = staging_.Commit(index);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   changed_.notify_all();
   if (!journaled.ok()) {
     sched_.Returned(source->id, index);
@@ -343,27 +345,27 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
 
 void Fetch::Reject(uint32_t index, Source* source) {
   metrics::ChunkVerificationFailed();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++stats_->chunks_rejected;
   FailLocked(source, index);
   changed_.notify_all();
 }
 
 void Fetch::Count(uint64_t n, const Source* source) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats_->bytes_received += n;
   if (!source->seed) stats_->bytes_from_peers += n;
 }
 
 bool Fetch::Track(int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (FinishedLocked()) return false;
   open_fds_.insert(fd);
   return true;
 }
 
 void Fetch::Untrack(int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   open_fds_.erase(fd);
 }
 

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/staging.h"
@@ -85,33 +86,33 @@ class Fetch {
   Status local_error();
 
  private:
-  // fetch.cc: bookkeeping. "Locked" methods REQUIRE mu_ held.
-  bool FinishedLocked() const { return sched_.Complete() || failed_; }
+  // fetch.cc: bookkeeping.
+  bool FinishedLocked() const REQUIRES(mu_) { return sched_.Complete() || failed_; }
   bool Finished();
   bool Dropped(const Source* source);
-  void AddSourceLocked(const HostPort& addr, bool seed);
+  void AddSourceLocked(const HostPort& addr, bool seed) REQUIRES(mu_);
   // The seeds `given`, a name that resolves to several addresses as one seed
   // per address. Resolves without mu_ held; `first` logs what a name became.
-  void AddSeeds(const std::vector<HostPort>& given, bool first);
+  void AddSeeds(const std::vector<HostPort>& given, bool first) EXCLUDES(mu_);
   // Relays from options_.registry, when it has one. Without mu_ held.
-  std::vector<HostPort> AskRegistry();
+  std::vector<HostPort> AskRegistry() EXCLUDES(mu_);
   void AddRelays(const std::vector<HostPort>& relays);
   // Makes neighbours of candidates while the scheduler wants more: seeds first,
   // then relays at random.
-  void FillNeighboursLocked();
-  void StartLocked(Source* source);
+  void FillNeighboursLocked() REQUIRES(mu_);
+  void StartLocked(Source* source) REQUIRES(mu_);
   // Requests in flight on one data connection to `s`.
   int Depth(const Source& s) const;
   // Gives up when no neighbour or candidate can supply a missing chunk.
-  void CheckHopeLocked();
+  void CheckHopeLocked() REQUIRES(mu_);
   // The fetch is over: connections blocked on a slow source are woken at once.
-  void EndLocked();
+  void EndLocked() REQUIRES(mu_);
   // A local error (a full disk, say): no source is to blame; the fetch ends with
   // it. Returns Ok for the caller to stop.
   Status LocalFailure(Status st);
   // True when `source` is dropped for this failure (of `chunk`, when given).
   bool Fail(Source* source, std::optional<uint32_t> chunk = std::nullopt);
-  bool FailLocked(Source* source, std::optional<uint32_t> chunk);
+  bool FailLocked(Source* source, std::optional<uint32_t> chunk) REQUIRES(mu_);
   // The next request for `source`; with `wait` (nothing in flight on the
   // caller's connection) waits a little for one. `ahead`: see SwarmScheduler::Next.
   std::optional<Taken> Take(Source* source, bool wait, bool ahead = false);
@@ -187,28 +188,28 @@ class Fetch {
   const FetchOptions& options_;
   FetchStats* stats_;
   const std::string session_;  // this fetch, to the sources it relays for
-  std::mutex mu_;
-  std::condition_variable changed_;               // a chunk, a source or the outcome changed
-  SwarmScheduler sched_;                          // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<Source>> sources_;  // GUARDED_BY(mu_): by PeerId
-  std::vector<std::thread> workers_;              // GUARDED_BY(mu_)
-  std::vector<std::chrono::steady_clock::time_point> claimed_since_;  // GUARDED_BY(mu_)
-  std::vector<bool> force_;    // GUARDED_BY(mu_): ask the seed with "SDRQ"
-  std::vector<bool> writing_;  // GUARDED_BY(mu_): a copy is being written
-  std::set<int> open_fds_;     // GUARDED_BY(mu_): connections EndLocked wakes
-  bool failed_ = false;        // GUARDED_BY(mu_): no source has the rest, or a local error
-  Status local_error_;         // GUARDED_BY(mu_)
-  bool cancelled_ = false;     // GUARDED_BY(mu_): stopped on request
-  // GUARDED_BY(mu_): the seeds and the manifest's relays are all known; until
-  // then a seed that is down at once does not make the swarm look hopeless.
-  bool sources_known_ = false;
-  uint64_t verified_bytes_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable changed_;  // a chunk, a source or the outcome changed
+  SwarmScheduler sched_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Source>> sources_ GUARDED_BY(mu_);  // by PeerId
+  std::vector<std::thread> workers_ GUARDED_BY(mu_);
+  std::vector<std::chrono::steady_clock::time_point> claimed_since_ GUARDED_BY(mu_);
+  std::vector<bool> force_ GUARDED_BY(mu_);    // ask the seed with "SDRQ"
+  std::vector<bool> writing_ GUARDED_BY(mu_);  // a copy is being written
+  std::set<int> open_fds_ GUARDED_BY(mu_);     // connections EndLocked wakes
+  bool failed_ GUARDED_BY(mu_) = false;        // no source has the rest, or a local error
+  Status local_error_ GUARDED_BY(mu_);
+  bool cancelled_ GUARDED_BY(mu_) = false;  // stopped on request
+  // The seeds and the manifest's relays are all known; until then a seed that
+  // is down at once does not make the swarm look hopeless.
+  bool sources_known_ GUARDED_BY(mu_) = false;
+  uint64_t verified_bytes_ GUARDED_BY(mu_) = 0;
   // When a seed is asked for more relays: kFirstRelayAsk, doubling to state_interval.
-  TrackerCadence relay_asks_;      // GUARDED_BY(mu_)
+  TrackerCadence relay_asks_ GUARDED_BY(mu_);
   bool registry_failing_ = false;  // only the Run thread asks the registry
   std::atomic<int> receiving_{0};  // chunks arriving now, over every connection
-  std::mutex zero_mu_;
-  std::map<uint64_t, std::string> zero_digests_;  // GUARDED_BY(zero_mu_)
+  Mutex zero_mu_;
+  std::map<uint64_t, std::string> zero_digests_ GUARDED_BY(zero_mu_);
 };
 
 }  // namespace seedd

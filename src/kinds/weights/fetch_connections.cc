@@ -10,6 +10,7 @@
 
 #include "common/crypto.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "kinds/weights/fetch.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
@@ -45,7 +46,7 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
   Result<DataConn> fd = Open(source, &retry);
   const auto now = std::chrono::steady_clock::now();
   if (fd.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     source->full_since = {};
     *conn = std::move(*fd);
     return true;
@@ -53,22 +54,23 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
   if (Finished()) return false;
   if (fd.status().code() == StatusCode::kResourceExhausted && retry.count() > 0) {
     // The source answered that it is full: a wait it asked for, then again.
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (source->full_since == std::chrono::steady_clock::time_point{}) source->full_since = now;
     ++stats_->refused_full;
     if (now - source->full_since < options_.capacity_patience) {
       Logger().debug("weight_data: {}: {}; trying again in {} ms", source->name,
                      fd.status().message(), retry.count());
-      changed_.wait_for(lock, retry, [&] { return FinishedLocked() || source->dropped; });
+      changed_.wait_for(lock, retry,
+                        [&]() REQUIRES(mu_) { return FinishedLocked() || source->dropped; });
       return false;
     }
   } else if (fd.status().code() == StatusCode::kResourceExhausted) {
     // This host is short of descriptors or memory: not the source's fault.
     Logger().warn("weight_data: {}: {}; trying again in {} s", source->name, fd.status().message(),
                   kLocalShortageWait.count());
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     changed_.wait_for(lock, kLocalShortageWait,
-                      [&] { return FinishedLocked() || source->dropped; });
+                      [&]() REQUIRES(mu_) { return FinishedLocked() || source->dropped; });
     return false;
   }
   Logger().warn("weight_data: {}: {}", source->name, fd.status().message());
@@ -115,8 +117,8 @@ void Fetch::Watch(Source* source) {
       st = AskWatch(*conn.conn, source, &cursor, &more);
     } else {
       const auto wait = std::min<std::chrono::steady_clock::duration>(RelayWait(), kKeepAlive);
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(lock, wait, [&] { return FinishedLocked(); });
+      MutexLock lock(mu_);
+      changed_.wait_for(lock, wait, [&]() REQUIRES(mu_) { return FinishedLocked(); });
       continue;
     }
     last_used = std::chrono::steady_clock::now();
@@ -183,7 +185,7 @@ Status Fetch::AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more)
 
 Result<DataConn> Fetch::Open(Source* source, std::chrono::milliseconds* retry) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto& opened = source->opened;
     while (opened.size() >= kMaxOpensPerSecond) {
       const auto free_at = opened.front() + std::chrono::seconds(1);
@@ -527,7 +529,7 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
 }
 
 std::string Fetch::ZeroDigest(uint64_t length) {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  MutexLock lock(zero_mu_);
   auto it = zero_digests_.find(length);
   if (it == zero_digests_.end()) {
     it = zero_digests_.emplace(length, ChunkDigestHex(m_.chunk_digest, std::string(length, '\0')))

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/mutex.h"
 #include "kinds/weights/fetch.h"
 #include "kinds/weights/registry.h"
 #include "seedd/logging.h"
@@ -43,7 +44,7 @@ void Fetch::AddSeeds(const std::vector<HostPort>& given, bool first) {
     }
     seeds.insert(seeds.end(), all->begin(), all->end());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const HostPort& s : seeds) AddSourceLocked(s, true);
   FillNeighboursLocked();
 }
@@ -70,7 +71,7 @@ std::vector<HostPort> Fetch::AskRegistry() {
 }
 
 void Fetch::AddRelays(const std::vector<HostPort>& relays) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const HostPort& r : relays) AddSourceLocked(r, false);
   FillNeighboursLocked();
 }
@@ -115,7 +116,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
   for (size_t i = 0; i < n; ++i) {
     have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   sched_.NeighbourState(source->id, have);
   source->state_known = true;
   for (size_t pos = (n + 7) / 8; pos < body.size();) {
@@ -130,7 +131,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
 }
 
 void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (complete) {
     sched_.NeighbourState(source->id, std::vector<bool>(m_.chunks.size(), true));
   } else {
@@ -140,12 +141,12 @@ void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool 
 }
 
 std::chrono::milliseconds Fetch::RelayWait() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return relay_asks_.wait();
 }
 
 bool Fetch::WantRelays() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return sched_.NeighboursWanted() > 0 && relay_asks_.Due(std::chrono::steady_clock::now());
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <random>
 
+#include "common/mutex.h"
 #include "kinds/weights/data_plane.h"
 #include "seedd/logging.h"
 #include "stores/redis/redis_client.h"
@@ -90,7 +91,7 @@ RegistryAnnouncer::RegistryAnnouncer(std::shared_ptr<SwarmRegistry> registry,
 
 RegistryAnnouncer::~RegistryAnnouncer() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   stop_cv_.notify_all();
@@ -100,9 +101,9 @@ RegistryAnnouncer::~RegistryAnnouncer() {
 void RegistryAnnouncer::Loop() {
   std::map<std::string, std::chrono::steady_clock::time_point> announced;  // root → when
   bool failing = false;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
-    lock.unlock();
+    lock.Unlock();
     const auto now = std::chrono::steady_clock::now();
     for (const auto& model : server_->Models()) {
       const std::string& root = model->manifest.root_digest;
@@ -121,9 +122,9 @@ void RegistryAnnouncer::Loop() {
       failing = false;
       announced[root] = now;
     }
-    lock.lock();
+    lock.Lock();
     // A model published meanwhile (a pull's staging copy) is announced within a second.
-    stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+    stop_cv_.wait_for(lock, std::chrono::seconds(1), [this]() REQUIRES(mu_) { return stop_; });
   }
 }
 

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "seedd/status.h"
 
 namespace seedd {
@@ -67,9 +68,9 @@ class RegistryAnnouncer {
   const std::shared_ptr<WeightServer> server_;
   const std::string addr_;
   const std::chrono::milliseconds ttl_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable stop_cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

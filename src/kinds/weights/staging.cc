@@ -14,6 +14,7 @@
 #include "common/crypto.h"
 #include "common/errno_status.h"
 #include "common/file_util.h"
+#include "common/mutex.h"
 #include "seedd/logging.h"
 
 namespace seedd {
@@ -210,14 +211,14 @@ Result<std::vector<uint32_t>> Staging::Open() {
     }
   }
   for (const ManifestFile& f : m_.files) {
-    write_mu_.emplace(f.path, std::make_unique<std::mutex>());
+    write_mu_.emplace(f.path, std::make_unique<Mutex>());
     sizes_.emplace(f.path, f.size);
   }
   // A fresh directory gets each file when its first chunk lands, so that
   // creating thousands of small files overlaps the transfer (Seal makes those
   // no chunk was written to); resumed files are all there already.
   if (!journaled->empty()) {
-    std::lock_guard<std::mutex> lock(files_mu_);
+    MutexLock lock(files_mu_);
     for (const ManifestFile& f : m_.files) {
       Result<UniqueFd> fd = OpenModelFile(f.path);
       if (!fd.ok()) return fd.status();
@@ -225,6 +226,7 @@ Result<std::vector<uint32_t>> Staging::Open() {
   }
   std::vector<uint32_t> resumed = SpotCheck(*journaled);
   if (resumed.size() != journaled->size()) SEEDD_RETURN_IF_ERROR(RewriteJournal(resumed));
+  MutexLock lock(journal_mu_);
   journal_.Reset(::openat(dir_fd_.get(), kJournal, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
   if (!journal_.valid()) return ErrnoStatus("open the journal", errno);
   return resumed;
@@ -290,7 +292,7 @@ Result<UniqueFd> Staging::OpenModelFile(const std::string& path) {
 }
 
 Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path) {
-  std::lock_guard<std::mutex> lock(files_mu_);
+  MutexLock lock(files_mu_);
   if (auto it = open_.find(path); it != open_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.at);
     return it->second.fd;
@@ -311,7 +313,7 @@ Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path) {
 Status Staging::Write(const UniqueFd& file, const ManifestChunk& c, uint64_t offset, const char* p,
                       size_t n) {
   const int fd = file.get();
-  std::lock_guard<std::mutex> lock(*write_mu_.at(c.file));
+  MutexLock lock(*write_mu_.at(c.file));
   for (uint64_t at = c.offset + offset; n > 0;) {
     ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
     if (w < 0 && errno == EINTR) continue;
@@ -328,7 +330,7 @@ Status Staging::Zero(const ManifestChunk& c) {
   if (!file.ok()) return file.status();
   const int fd = (*file)->get();
   {
-    std::lock_guard<std::mutex> lock(*write_mu_.at(c.file));
+    MutexLock lock(*write_mu_.at(c.file));
     if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(c.offset),
                     static_cast<off_t>(c.length)) == 0) {
       return Status::Ok();
@@ -348,7 +350,7 @@ Status Staging::Zero(const ManifestChunk& c) {
 
 Staging::~Staging() {
   {
-    std::lock_guard<std::mutex> lock(commit_mu_);
+    MutexLock lock(commit_mu_);
     stopping_ = true;
   }
   commit_cv_.notify_all();
@@ -356,7 +358,7 @@ Staging::~Staging() {
 }
 
 Status Staging::Commit(uint32_t index) {
-  std::lock_guard<std::mutex> lock(commit_mu_);
+  MutexLock lock(commit_mu_);
   if (!commit_error_.ok()) return commit_error_;
   to_commit_.push_back(index);
   ++submitted_;
@@ -367,32 +369,32 @@ Status Staging::Commit(uint32_t index) {
 }
 
 Status Staging::Flush() {
-  std::unique_lock<std::mutex> lock(commit_mu_);
+  MutexLock lock(commit_mu_);
   ++flushing_;
   commit_cv_.notify_all();
-  commit_cv_.wait(lock, [&] { return committed_ == submitted_; });
+  commit_cv_.wait(lock, [&]() REQUIRES(commit_mu_) { return committed_ == submitted_; });
   --flushing_;
   return commit_error_;
 }
 
 void Staging::CommitLoop() {
-  std::unique_lock<std::mutex> lock(commit_mu_);
+  MutexLock lock(commit_mu_);
   for (;;) {
     // Stopping, what was committed is still journaled.
-    commit_cv_.wait(lock, [&] { return stopping_ || !to_commit_.empty(); });
+    commit_cv_.wait(lock, [&]() REQUIRES(commit_mu_) { return stopping_ || !to_commit_.empty(); });
     if (to_commit_.empty()) return;
     // Gathers what lands shortly after: one sync per batch, not per chunk (a
     // model of small files commits thousands a second). A Flush or a stop does
     // not wait.
-    commit_cv_.wait_for(lock, kCommitGather, [&] {
+    commit_cv_.wait_for(lock, kCommitGather, [&]() REQUIRES(commit_mu_) {
       return stopping_ || flushing_ > 0 || to_commit_.size() >= kCommitBatch;
     });
     std::vector<uint32_t> batch;
     batch.swap(to_commit_);
     Status st = commit_error_;
-    lock.unlock();
+    lock.Unlock();
     if (st.ok()) st = CommitBatch(batch);
-    lock.lock();
+    lock.Lock();
     if (!st.ok() && commit_error_.ok()) commit_error_ = st;
     committed_ += batch.size();
     commit_cv_.notify_all();
@@ -419,7 +421,7 @@ Status Staging::CommitBatch(const std::vector<uint32_t>& chunks) {
     const auto rec = JournalRecord(i, m_.root_digest);
     records.append(rec.data(), rec.size());
   }
-  std::lock_guard<std::mutex> lock(journal_mu_);
+  MutexLock lock(journal_mu_);
   for (size_t done = 0; done < records.size();) {
     const ssize_t n = ::write(journal_.get(), records.data() + done, records.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -436,7 +438,7 @@ Status Staging::CommitBatch(const std::vector<uint32_t>& chunks) {
 Status Staging::Seal(bool verify_sha256) {
   SEEDD_RETURN_IF_ERROR(Flush());
   {
-    std::lock_guard<std::mutex> lock(files_mu_);
+    MutexLock lock(files_mu_);
     open_.clear();
     lru_.clear();
     // The files no chunk was written to (empty, or all holes).
@@ -464,7 +466,10 @@ Status Staging::Seal(bool verify_sha256) {
       Result<std::string> digest = FileSha256(fd->get(), f.size);
       if (!digest.ok()) return digest.status().WithContext(f.path);
       if (*digest != f.sha256) {
-        journal_.Reset();
+        {
+          MutexLock lock(journal_mu_);
+          journal_.Reset();
+        }
         std::filesystem::remove_all(dir_, ec);
         return Status::DataLoss(f.path + " failed SHA-256 verification");
       }
@@ -475,7 +480,7 @@ Status Staging::Seal(bool verify_sha256) {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(journal_mu_);
+    MutexLock lock(journal_mu_);
     journal_.Reset();
   }
   if (::unlinkat(dir_fd_.get(), kJournal, 0) != 0 && errno != ENOENT) {

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/manifest.h"
 #include "seedd/status.h"
@@ -112,42 +113,41 @@ class Staging {
   // each component opened without following a link), and the file's name in it.
   // Directories are opened once and kept (at most kMaxOpenDirs at once): a model
   // of many small files costs one open per file, not one per path component.
-  // REQUIRES: files_mu_ held.
-  Result<int> ParentOf(const std::string& path, std::string* name);
-  Result<int> Directory(const std::string& rel);
-  // Opens (creating it when missing) the model file `path`. REQUIRES: files_mu_ held.
-  Result<UniqueFd> OpenModelFile(const std::string& path);
+  Result<int> ParentOf(const std::string& path, std::string* name) REQUIRES(files_mu_);
+  Result<int> Directory(const std::string& rel) REQUIRES(files_mu_);
+  // Opens (creating it when missing) the model file `path`.
+  Result<UniqueFd> OpenModelFile(const std::string& path) REQUIRES(files_mu_);
 
   const Manifest& m_;
   const std::filesystem::path dir_;
   UniqueFd dir_fd_;
-  std::mutex files_mu_;
-  std::map<std::string, UniqueFd, std::less<>> dirs_;  // GUARDED_BY(files_mu_): by relative path
-  std::set<std::string, std::less<>> created_;  // GUARDED_BY(files_mu_): files made and sized
+  Mutex files_mu_;
+  std::map<std::string, UniqueFd, std::less<>> dirs_ GUARDED_BY(files_mu_);  // by relative path
+  std::set<std::string, std::less<>> created_ GUARDED_BY(files_mu_);         // files made and sized
   std::map<std::string, uint64_t, std::less<>> sizes_;  // by manifest path; set by Open
-  std::list<std::string> lru_;                          // GUARDED_BY(files_mu_): most recent first
+  std::list<std::string> lru_ GUARDED_BY(files_mu_);    // most recent first
   struct OpenFile {
     std::shared_ptr<UniqueFd> fd;
     std::list<std::string>::iterator at;
   };
-  std::map<std::string, OpenFile, std::less<>> open_;            // GUARDED_BY(files_mu_)
-  std::map<std::string, std::unique_ptr<std::mutex>> write_mu_;  // one per file
+  std::map<std::string, OpenFile, std::less<>> open_ GUARDED_BY(files_mu_);
+  std::map<std::string, std::unique_ptr<Mutex>> write_mu_;  // one per file
   // The committer: syncs the files of the chunks committed since its last turn,
   // then journals them.
   void CommitLoop();
   Status CommitBatch(const std::vector<uint32_t>& chunks);
 
-  std::mutex journal_mu_;
-  UniqueFd journal_;  // GUARDED_BY(journal_mu_)
-  std::mutex commit_mu_;
+  Mutex journal_mu_;
+  UniqueFd journal_ GUARDED_BY(journal_mu_);
+  Mutex commit_mu_;
   std::condition_variable commit_cv_;
-  std::vector<uint32_t> to_commit_;  // GUARDED_BY(commit_mu_)
-  uint64_t committed_ = 0;           // GUARDED_BY(commit_mu_): chunks journaled (or failed)
-  uint64_t submitted_ = 0;           // GUARDED_BY(commit_mu_): chunks passed to Commit
-  Status commit_error_;              // GUARDED_BY(commit_mu_)
-  bool stopping_ = false;            // GUARDED_BY(commit_mu_)
-  int flushing_ = 0;                 // GUARDED_BY(commit_mu_): Flush calls waiting
-  std::thread committer_;            // started by the first Commit
+  std::vector<uint32_t> to_commit_ GUARDED_BY(commit_mu_);
+  uint64_t committed_ GUARDED_BY(commit_mu_) = 0;  // chunks journaled (or failed)
+  uint64_t submitted_ GUARDED_BY(commit_mu_) = 0;  // chunks passed to Commit
+  Status commit_error_ GUARDED_BY(commit_mu_);
+  bool stopping_ GUARDED_BY(commit_mu_) = false;
+  int flushing_ GUARDED_BY(commit_mu_) = 0;  // Flush calls waiting
+  std::thread committer_;                    // started by the first Commit
 };
 
 }  // namespace seedd

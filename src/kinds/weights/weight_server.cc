@@ -14,6 +14,7 @@
 #include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/rate_limiter.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
@@ -152,7 +153,7 @@ void WeightServer::Publish(ServedModel model) {
     }
   }
   auto m = std::make_shared<const ServedModel>(std::move(model));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto old = by_name_.find(m->manifest.model);
   if (old != by_name_.end() && old->second->manifest.root_digest != m->manifest.root_digest) {
     by_root_.erase(old->second->manifest.root_digest);
@@ -163,20 +164,20 @@ void WeightServer::Publish(ServedModel model) {
 }
 
 std::shared_ptr<const ServedModel> WeightServer::FindModel(std::string_view name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;
 }
 
 std::vector<std::shared_ptr<const ServedModel>> WeightServer::Models() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::shared_ptr<const ServedModel>> models;
   for (const auto& [name, model] : by_name_) models.push_back(model);
   return models;
 }
 
 std::shared_ptr<const ServedModel> WeightServer::FindRoot(const std::string& root) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = by_root_.find(root);
   return it == by_root_.end() ? nullptr : it->second;
 }
@@ -225,7 +226,7 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
 void WeightServer::WarnChanged(const ServedModel& model, const std::string& file,
                                const std::string& why) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!warned_.insert(model.manifest.root_digest + "/" + file).second) return;
   }
   Logger().error(

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/rate_limiter.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/chunk_set.h"
@@ -152,8 +153,8 @@ class WeightServer {
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
   int Announce(const std::string& root, const std::string& relay, const std::string& session,
                size_t chunks);
-  // Forgets the relays of `swarm` not heard from for relay_ttl. REQUIRES: mu_ held.
-  void Expire(Swarm& swarm, std::chrono::steady_clock::time_point now);
+  // Forgets the relays of `swarm` not heard from for relay_ttl.
+  void Expire(Swarm& swarm, std::chrono::steady_clock::time_point now) REQUIRES(mu_);
   // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
   uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
@@ -180,34 +181,36 @@ class WeightServer {
   void ReleaseSlot(const std::string& relay, uint64_t holder);
   // Closes the connection of each slot holder slower than relay_min_rate after
   // preempt_after (its send then fails and frees the slot). REQUIRES: slots_mu_.
-  void PreemptSlowHolders(std::chrono::steady_clock::time_point now);
+  void PreemptSlowHolders(std::chrono::steady_clock::time_point now) REQUIRES(slots_mu_);
   // With fair_addresses: for a relay from `address`, which holds no slot, closes
   // the newest slot held for preempt_after by the address holding the most, if
   // it holds two or more. REQUIRES: slots_mu_.
-  void PreemptForAddress(const std::string& address, std::chrono::steady_clock::time_point now);
+  void PreemptForAddress(const std::string& address, std::chrono::steady_clock::time_point now)
+      REQUIRES(slots_mu_);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
   const WeightServerOptions options_;
   // options_.relay_upload_rate's bucket; null without one.
   const std::unique_ptr<RateLimiter> relay_limiter_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_;  // GUARDED_BY
-  std::map<std::string, std::shared_ptr<const ServedModel>> by_root_;  // GUARDED_BY(mu_)
-  std::map<std::string, Swarm> swarms_;                                // GUARDED_BY(mu_)
-  std::set<std::string> warned_;                                       // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<const ServedModel>> by_root_ GUARDED_BY(mu_);
+  std::map<std::string, Swarm> swarms_ GUARDED_BY(mu_);
+  std::set<std::string> warned_ GUARDED_BY(mu_);
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
   std::atomic<uint64_t> waited_in_line_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
-  std::mutex slots_mu_;
+  Mutex slots_mu_;
   std::condition_variable slot_freed_;
-  int relay_sends_ = 0;                 // GUARDED_BY(slots_mu_): chunks being sent to relays
-  std::map<std::string, int> sending_;  // GUARDED_BY(slots_mu_): by relay, those it holds
-  // GUARDED_BY(slots_mu_): relays answered "busy" recently, and when.
-  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> turned_away_;
-  std::deque<uint64_t> line_;  // GUARDED_BY(slots_mu_): tickets of the waiting, first first
-  uint64_t next_ticket_ = 0;   // GUARDED_BY(slots_mu_)
+  int relay_sends_ GUARDED_BY(slots_mu_) = 0;                 // chunks being sent to relays
+  std::map<std::string, int> sending_ GUARDED_BY(slots_mu_);  // by relay, those it holds
+  // Relays answered "busy" recently, and when.
+  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> turned_away_
+      GUARDED_BY(slots_mu_);
+  std::deque<uint64_t> line_ GUARDED_BY(slots_mu_);  // tickets of the waiting, first first
+  uint64_t next_ticket_ GUARDED_BY(slots_mu_) = 0;
   struct SlotHolder {
     std::string relay;
     std::string address;
@@ -216,8 +219,8 @@ class WeightServer {
     std::shared_ptr<std::atomic<uint64_t>> sent;
     bool preempted = false;
   };
-  std::map<uint64_t, SlotHolder> holders_;  // GUARDED_BY(slots_mu_)
-  uint64_t next_holder_ = 0;                // GUARDED_BY(slots_mu_)
+  std::map<uint64_t, SlotHolder> holders_ GUARDED_BY(slots_mu_);
+  uint64_t next_holder_ GUARDED_BY(slots_mu_) = 0;
 };
 
 }  // namespace seedd

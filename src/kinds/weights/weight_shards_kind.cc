@@ -5,6 +5,7 @@
 #include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/local_copy.h"
 #include "kinds/weights/progress_log.h"
@@ -14,7 +15,7 @@
 namespace seedd {
 
 void PullBoard::Started(const Manifest& m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = std::find_if(pulls_.begin(), pulls_.end(),
                          [&](const Running& r) { return r.entry.model == m.model; });
   if (it == pulls_.end()) it = pulls_.insert(pulls_.end(), Running{});
@@ -25,7 +26,7 @@ void PullBoard::Started(const Manifest& m) {
 
 void PullBoard::Progress(const std::string& model, uint64_t verified, uint64_t resumed,
                          size_t seeds, size_t relays) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (Running& r : pulls_) {
     if (r.entry.model != model) continue;
     r.entry.verified_bytes = verified;
@@ -40,7 +41,7 @@ void PullBoard::Progress(const std::string& model, uint64_t verified, uint64_t r
 }
 
 void PullBoard::Finished(const std::string& model, const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (Running& r : pulls_) {
     if (r.entry.model != model) continue;
     r.entry.state = status.ok() ? "done" : "failed";
@@ -55,7 +56,7 @@ void PullBoard::Finished(const std::string& model, const Status& status) {
 }
 
 std::vector<PullBoard::Entry> PullBoard::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Entry> out;
   const auto now = std::chrono::steady_clock::now();
   for (const Running& r : pulls_) {

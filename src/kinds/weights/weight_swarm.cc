@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/mutex.h"
 #include "kinds/weights/data_plane.h"
 #include "seedd/logging.h"
 
@@ -13,7 +14,7 @@ namespace seedd {
 
 int WeightServer::Announce(const std::string& root, const std::string& relay,
                            const std::string& session, size_t chunks) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Swarm& swarm = swarms_[root];
   if (swarm.claims.size() != chunks) swarm.claims.assign(chunks, Claim{});
   auto it = swarm.ids.find(relay);
@@ -60,7 +61,7 @@ void WeightServer::Expire(Swarm& swarm, std::chrono::steady_clock::time_point no
 std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except,
                                              size_t limit) {
   std::vector<std::string> peers;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end()) return peers;
   Swarm& swarm = it->second;
@@ -101,7 +102,7 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
 
 uint32_t WeightServer::ClaimChunk(const std::string& root, int peer, uint32_t index,
                                   uint32_t* aux) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end() || index >= it->second.claims.size()) return kChunkOk;
   Swarm& swarm = it->second;
@@ -124,7 +125,7 @@ uint32_t WeightServer::ClaimChunk(const std::string& root, int peer, uint32_t in
 
 void WeightServer::EndSend(const std::string& root, int peer, uint32_t index, bool complete) {
   if (peer < 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end() || index >= it->second.claims.size()) return;
   Claim& claim = it->second.claims[index];
@@ -182,14 +183,14 @@ void WeightServer::PreemptForAddress(const std::string& address,
 
 bool WeightServer::TakeSlot(const std::string& relay, const std::string& address, bool waiting,
                             int fd, std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder) {
-  std::unique_lock<std::mutex> lock(slots_mu_);
+  MutexLock lock(slots_mu_);
   const auto now = std::chrono::steady_clock::now();
   const auto deadline = now + options_.own_slot_wait;
-  auto mine = [&] {
+  auto mine = [&]() REQUIRES(slots_mu_) {
     auto it = sending_.find(relay);
     return it == sending_.end() ? 0 : it->second;
   };
-  auto take = [&] {
+  auto take = [&]() REQUIRES(slots_mu_) {
     ++sending_[relay];
     ++relay_sends_;
     *holder = ++next_holder_;
@@ -245,7 +246,7 @@ bool WeightServer::TakeSlot(const std::string& relay, const std::string& address
 }
 
 void WeightServer::ReleaseSlot(const std::string& relay, uint64_t holder) {
-  std::lock_guard<std::mutex> lock(slots_mu_);
+  MutexLock lock(slots_mu_);
   holders_.erase(holder);
   auto it = sending_.find(relay);
   if (it == sending_.end()) return;

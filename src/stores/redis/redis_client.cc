@@ -3,6 +3,7 @@
 #include <charconv>
 #include <fstream>
 
+#include "common/mutex.h"
 #include "stores/store_url.h"
 
 namespace seedd {
@@ -80,7 +81,7 @@ Result<RedisReply> RedisClient::Command(const std::vector<std::string_view>& arg
   for (int attempt = 0; attempt < 2; ++attempt) {
     Context c;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!idle_.empty()) {
         c = std::move(idle_.back());
         idle_.pop_back();
@@ -97,7 +98,7 @@ Result<RedisReply> RedisClient::Command(const std::vector<std::string_view>& arg
                                  std::to_string(config_.port) + ": " + c->errstr);
       continue;  // the connection is dropped with c
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (idle_.size() < kMaxIdle) idle_.push_back(std::move(c));
     return r;
   }

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "seedd/status.h"
 
 namespace seedd {
@@ -58,8 +59,8 @@ class RedisClient {
 
   static constexpr size_t kMaxIdle = 8;
   const RedisConfig config_;
-  std::mutex mu_;
-  std::vector<Context> idle_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<Context> idle_ GUARDED_BY(mu_);
 };
 
 }  // namespace seedd

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/mutex.h"
 #include "stores/backends.h"
 #include "stores/s3/sigv4.h"
 #include "stores/store_url.h"
@@ -176,8 +177,7 @@ class S3Store final : public ArtifactStore {
     // S3 makes each PUT atomic, but S3-compatible servers on plain files (s3rver)
     // interleave concurrent PUTs of one key; this store's own writers of a key go
     // one at a time, so they never tear a value on such servers.
-    std::lock_guard<std::mutex> key_lock(
-        put_locks_[std::hash<std::string>{}(key.ToString()) % put_locks_.size()]);
+    MutexLock key_lock(put_locks_[std::hash<std::string>{}(key.ToString()) % put_locks_.size()]);
     auto r = Perform("PUT", ObjectPath(key), {}, value, nullptr, /*upload=*/true);
     if (!r.ok()) return r.status();
     if (r->status == 200) {
@@ -253,7 +253,7 @@ class S3Store final : public ArtifactStore {
 
   CURL* Acquire() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!idle_.empty()) {
         CURL* c = idle_.back();
         idle_.pop_back();
@@ -264,7 +264,7 @@ class S3Store final : public ArtifactStore {
     return curl_easy_init();
   }
   void Release(CURL* c) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (idle_.size() < 16) {
       idle_.push_back(c);
     } else {
@@ -347,9 +347,9 @@ class S3Store final : public ArtifactStore {
 
   const S3Config config_;
   const AwsCredentials creds_;
-  std::mutex mu_;
-  std::vector<CURL*> idle_;               // GUARDED_BY(mu_)
-  std::array<std::mutex, 64> put_locks_;  // striped by key
+  Mutex mu_;
+  std::vector<CURL*> idle_ GUARDED_BY(mu_);
+  std::array<Mutex, 64> put_locks_;  // striped by key
 };
 
 }  // namespace
