@@ -1,6 +1,6 @@
 // The fleet simulator behind swarm_sim: a discrete-event simulation of a fleet
 // pulling one model at once, every fetcher running the real SwarmScheduler
-// (src/kinds/weights/swarm_scheduler.h).
+// (src/kinds/weights/proto/swarm_scheduler.h).
 //
 // Model: one origin (a seed) and N fetchers. Each host has an uplink and a
 // downlink (bits per second) and a one-way latency with jitter. A host sends up
@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "kinds/weights/manifest.h"
-#include "kinds/weights/swarm_scheduler.h"
+#include "kinds/weights/proto/swarm_scheduler.h"
 
 namespace swarm_sim {
 

@@ -1,7 +1,7 @@
 // The swarm scheduler, event by event with a fake clock, and a small swarm of
 // them driven in rounds: rarest first, seeds asked only for what no relay has,
 // endgame copies, failures, deferrals, bounded neighbours.
-#include "kinds/weights/swarm_scheduler.h"
+#include "kinds/weights/proto/swarm_scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
-// One FetchModel run: the driver of a SwarmScheduler. The scheduler decides
-// which chunk to ask of which neighbour; this class owns the sockets and threads
-// that carry it out and reports back what happened.
+// One FetchModel run: the driver of a FetcherCore (proto/fetcher_core.h). The
+// core decides which sources are neighbours, which chunk to ask of which, and
+// what each answer means; this class owns the sockets and threads that carry
+// it out and reports back what happened, with the time.
 //
 // Per neighbour (at most FetchOptions::max_neighbours at once, seeds included):
 // one watch connection, which reads the neighbour's state once and then what it
@@ -11,7 +12,8 @@
 // A seed is asked for more relays while the neighbour set has room: after
 // kFirstRelayAsk, the wait doubling up to state_interval.
 //
-// fetch.cc holds the bookkeeping (under mu_), fetch_connections.cc the sockets.
+// fetch.cc and fetch_discovery.cc turn events into core calls (under mu_),
+// fetch_connections.cc holds the sockets.
 //
 // Thread safety: Run starts and joins every thread; the other public methods
 // may be called from any thread.
@@ -33,33 +35,21 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/data_plane.h"
+#include "kinds/weights/proto/fetcher_core.h"
 #include "kinds/weights/staging.h"
-#include "kinds/weights/swarm_scheduler.h"
 
 namespace seedd {
-
-// The first wait before a seed is asked for relays again (see Fetch::WantRelays).
-inline constexpr std::chrono::milliseconds kFirstRelayAsk{50};
 
 // A seed or a relay this fetch knows of.
 struct Source {
   HostPort addr;
   std::string name;
-  PeerId id = 0;
-  bool seed = false;         // given by the caller: asked only for chunks no relay has
-  bool neighbour = false;    // in the scheduler, with connections running
-  bool dropped = false;      // failed; never asked again
-  bool state_known = false;  // what it has is from its state, not assumed
+  PeerId id = 0;      // the core's
+  bool seed = false;  // given by the caller: asked only for chunks no relay has
   // Since when every connection to it was refused for capacity (zero: not now).
   std::chrono::steady_clock::time_point full_since{};
   // When the last connections to it were opened (at most kMaxOpensPerSecond).
   std::deque<std::chrono::steady_clock::time_point> opened;
-};
-
-// A request sent on one data connection and not answered yet.
-struct Taken {
-  uint32_t index;
-  bool claim;  // asked with "SDRN" (a seed, unless forced)
 };
 
 // A data connection: its socket and, over TLS, its session.
@@ -87,7 +77,7 @@ class Fetch {
 
  private:
   // fetch.cc: bookkeeping.
-  bool FinishedLocked() const REQUIRES(mu_) { return sched_.Complete() || failed_; }
+  bool FinishedLocked() const REQUIRES(mu_) { return core_.Finished(); }
   bool Finished();
   bool Dropped(const Source* source);
   void AddSourceLocked(const HostPort& addr, bool seed) REQUIRES(mu_);
@@ -97,12 +87,8 @@ class Fetch {
   // Relays from options_.registry, when it has one. Without mu_ held.
   std::vector<HostPort> AskRegistry() EXCLUDES(mu_);
   void AddRelays(const std::vector<HostPort>& relays);
-  // Makes neighbours of candidates while the scheduler wants more: seeds first,
-  // then relays at random.
+  // Starts the connections of the neighbours the core picks.
   void FillNeighboursLocked() REQUIRES(mu_);
-  void StartLocked(Source* source) REQUIRES(mu_);
-  // Requests in flight on one data connection to `s`.
-  int Depth(const Source& s) const;
   // Gives up when no neighbour or candidate can supply a missing chunk.
   void CheckHopeLocked() REQUIRES(mu_);
   // The fetch is over: connections blocked on a slow source are woken at once.
@@ -113,6 +99,8 @@ class Fetch {
   // True when `source` is dropped for this failure (of `chunk`, when given).
   bool Fail(Source* source, std::optional<uint32_t> chunk = std::nullopt);
   bool FailLocked(Source* source, std::optional<uint32_t> chunk) REQUIRES(mu_);
+  // Requests in flight on one data connection to `s` (as the core started it).
+  int Depth(const Source& s);
   // The next request for `source`; with `wait` (nothing in flight on the
   // caller's connection) waits a little for one. `ahead`: see SwarmScheduler::Next.
   std::optional<Taken> Take(Source* source, bool wait, bool ahead = false);
@@ -190,22 +178,14 @@ class Fetch {
   const std::string session_;  // this fetch, to the sources it relays for
   Mutex mu_;
   std::condition_variable changed_;  // a chunk, a source or the outcome changed
-  SwarmScheduler sched_ GUARDED_BY(mu_);
+  FetcherCore core_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Source>> sources_ GUARDED_BY(mu_);  // by PeerId
+  std::map<PeerId, int> depth_ GUARDED_BY(mu_);                   // of each neighbour started
   std::vector<std::thread> workers_ GUARDED_BY(mu_);
-  std::vector<std::chrono::steady_clock::time_point> claimed_since_ GUARDED_BY(mu_);
-  std::vector<bool> force_ GUARDED_BY(mu_);    // ask the seed with "SDRQ"
-  std::vector<bool> writing_ GUARDED_BY(mu_);  // a copy is being written
-  std::set<int> open_fds_ GUARDED_BY(mu_);     // connections EndLocked wakes
-  bool failed_ GUARDED_BY(mu_) = false;        // no source has the rest, or a local error
+  std::set<int> open_fds_ GUARDED_BY(mu_);  // connections EndLocked wakes
   Status local_error_ GUARDED_BY(mu_);
   bool cancelled_ GUARDED_BY(mu_) = false;  // stopped on request
-  // The seeds and the manifest's relays are all known; until then a seed that
-  // is down at once does not make the swarm look hopeless.
-  bool sources_known_ GUARDED_BY(mu_) = false;
   uint64_t verified_bytes_ GUARDED_BY(mu_) = 0;
-  // When a seed is asked for more relays: kFirstRelayAsk, doubling to state_interval.
-  TrackerCadence relay_asks_ GUARDED_BY(mu_);
   bool registry_failing_ = false;  // only the Run thread asks the registry
   std::atomic<int> receiving_{0};  // chunks arriving now, over every connection
   Mutex zero_mu_;

@@ -60,8 +60,9 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
     if (now - source->full_since < options_.capacity_patience) {
       Logger().debug("weight_data: {}: {}; trying again in {} ms", source->name,
                      fd.status().message(), retry.count());
-      changed_.wait_for(lock, retry,
-                        [&]() REQUIRES(mu_) { return FinishedLocked() || source->dropped; });
+      changed_.wait_for(lock, retry, [&]() REQUIRES(mu_) {
+        return FinishedLocked() || core_.Dropped(source->id);
+      });
       return false;
     }
   } else if (fd.status().code() == StatusCode::kResourceExhausted) {
@@ -69,8 +70,9 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
     Logger().warn("weight_data: {}: {}; trying again in {} s", source->name, fd.status().message(),
                   kLocalShortageWait.count());
     MutexLock lock(mu_);
-    changed_.wait_for(lock, kLocalShortageWait,
-                      [&]() REQUIRES(mu_) { return FinishedLocked() || source->dropped; });
+    changed_.wait_for(lock, kLocalShortageWait, [&]() REQUIRES(mu_) {
+      return FinishedLocked() || core_.Dropped(source->id);
+    });
     return false;
   }
   Logger().warn("weight_data: {}: {}", source->name, fd.status().message());
@@ -194,7 +196,8 @@ Result<DataConn> Fetch::Open(Source* source, std::chrono::milliseconds* retry) {
         continue;
       }
       changed_.wait_until(lock, free_at);
-      if (FinishedLocked() || source->dropped) return Status::Unavailable("the fetch is over");
+      if (FinishedLocked() || core_.Dropped(source->id))
+        return Status::Unavailable("the fetch is over");
     }
     opened.push_back(std::chrono::steady_clock::now());
   }

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 
 #include <algorithm>
-#include <random>
 
 #include "common/mutex.h"
 #include "kinds/weights/fetch.h"
@@ -14,16 +13,6 @@
 #include "transport/client.h"
 
 namespace seedd {
-namespace {
-
-// Seeds and relays one fetch knows and has not dropped; dropped ones do not
-// count (relays named by a liar must not crowd out those found later), but all
-// it ever knew are bounded too.
-constexpr size_t kMaxSources = 256;
-constexpr size_t kMaxSourcesEver = 4 * kMaxSources;
-
-}  // namespace
-
 void Fetch::AddSeeds(const std::vector<HostPort>& given, bool first) {
   std::vector<HostPort> seeds;
   for (const HostPort& s : given) {
@@ -78,36 +67,16 @@ void Fetch::AddRelays(const std::vector<HostPort>& relays) {
 
 void Fetch::AddSourceLocked(const HostPort& addr, bool seed) {
   const std::string name = addr.ToString();
-  if (name == options_.relay || sources_.size() >= kMaxSourcesEver) return;
-  size_t live = 0;
-  for (const auto& s : sources_) {
-    if (s->name == name) return;
-    live += !s->dropped;
-  }
-  if (live >= kMaxSources) return;
+  if (name == options_.relay) return;
+  std::optional<PeerId> id = core_.AddSource(name, seed);
+  if (!id) return;
   auto source = std::make_unique<Source>();
   source->addr = addr;
   source->name = name;
   source->seed = seed;
-  source->id = static_cast<PeerId>(sources_.size());
+  source->id = *id;
   sources_.push_back(std::move(source));
   if (!seed) stats_->peers.push_back(name);
-}
-
-void Fetch::FillNeighboursLocked() {
-  if (FinishedLocked()) return;
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  for (bool seeds : {true, false}) {
-    std::vector<Source*> candidates;
-    for (const auto& s : sources_) {
-      if (s->seed == seeds && !s->neighbour && !s->dropped) candidates.push_back(s.get());
-    }
-    std::shuffle(candidates.begin(), candidates.end(), rng);
-    for (Source* s : candidates) {
-      if (sched_.NeighboursWanted() == 0) return;
-      StartLocked(s);
-    }
-  }
 }
 
 void Fetch::ApplyState(Source* source, std::string_view body) {
@@ -117,8 +86,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
     have[i] = (static_cast<unsigned char>(body[i / 8]) & (0x80 >> (i % 8))) != 0;
   }
   MutexLock lock(mu_);
-  sched_.NeighbourState(source->id, have);
-  source->state_known = true;
+  core_.OnState(source->id, have);
   for (size_t pos = (n + 7) / 8; pos < body.size();) {
     size_t end = body.find('\n', pos);
     if (end == std::string::npos) end = body.size();
@@ -133,21 +101,21 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
 void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete) {
   MutexLock lock(mu_);
   if (complete) {
-    sched_.NeighbourState(source->id, std::vector<bool>(m_.chunks.size(), true));
+    core_.OnState(source->id, std::vector<bool>(m_.chunks.size(), true));
   } else {
-    for (uint32_t c : chunks) sched_.NeighbourHas(source->id, c);
+    for (uint32_t c : chunks) core_.OnHave(source->id, c);
   }
   changed_.notify_all();
 }
 
 std::chrono::milliseconds Fetch::RelayWait() {
   MutexLock lock(mu_);
-  return relay_asks_.wait();
+  return core_.RelayWait();
 }
 
 bool Fetch::WantRelays() {
   MutexLock lock(mu_);
-  return sched_.NeighboursWanted() > 0 && relay_asks_.Due(std::chrono::steady_clock::now());
+  return core_.WantRelays(std::chrono::steady_clock::now());
 }
 
 }  // namespace seedd

@@ -17,6 +17,7 @@
 
 #include "kinds/weights/chunk_set.h"
 #include "kinds/weights/manifest.h"
+#include "kinds/weights/proto/fetch_policy.h"
 #include "kinds/weights/records.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
@@ -27,7 +28,9 @@ namespace seedd {
 
 class SwarmRegistry;
 
-struct FetchOptions {
+// The swarm policy (FetchPolicy: connections, pipelines, neighbours, claims)
+// and what a fetch needs beyond it.
+struct FetchOptions : FetchPolicy {
   std::string token;
   // Connect with TLS, verifying the sources and relays against its CA; null:
   // plain TCP.
@@ -35,42 +38,11 @@ struct FetchOptions {
   // When set, the token sent is its first, read at each new connection (a
   // rotation reaches a pull that is running); else `token`.
   std::shared_ptr<const TokenRing> tokens;
-  int connections_per_source = 4;  // to each seed (a source given by the caller)
-  int pipeline = 4;                // chunk requests in flight per seed connection
-  // More while the requests in flight on a seed connection ask for less than
-  // pipeline_bytes, up to small_chunk_pipeline: a model of small files (chunks
-  // of a few KiB) would otherwise wait a round trip for every few files
-  // (5,000 files of 3.4 KiB: 1.45 s with 4 in flight, 0.5-0.7 s with 32).
-  int small_chunk_pipeline = 32;
-  uint64_t pipeline_bytes = 1 << 20;
-  // The same to a relay. One: a relay sends a few chunks at once (its upload
-  // slots), and a request queued behind another at one relay is a chunk that
-  // another relay with a free slot could be sending (simulated with swarm_sim:
-  // 100 hosts p99 5.18x the bound with 4, 2.01x with 1).
-  int peer_pipeline = 1;
-  int connections_per_peer = 1;  // to each relay learnt from the manifest or a state
-  // Chunk requests in flight to relays in all (0: no bound; a seed's are not
-  // counted). Matches the servers' upload slots: a downlink split among many
-  // senders makes each transfer slow and holds their few slots for longer
-  // (simulated, 1,000 hosts: p99 1.57x the bound unbounded, 1.33x with 4).
-  int swarm_requests = 4;
-  // Requests beyond swarm_requests while this host holds fewer chunks than its
-  // relay neighbours on average: a host that fell behind takes a larger share of
-  // their uplinks, and the last host of a fleet comes in sooner (simulated, 16
-  // hosts on 50 Mbit/s links with 20 ms latency: the last at 1.27-1.38x the
-  // bound without, 1.19-1.23x with 2).
-  int swarm_catch_up = 2;
   std::chrono::milliseconds timeout{30000};  // connecting, the handshake, a state response
   // A source that refuses connections for capacity (its data plane is full) is
   // tried again as it says, for this long before each refusal counts as a
   // failure.
   std::chrono::milliseconds capacity_patience{120000};
-  // Neighbours (seeds and relays) fetched from at once; the other relays learnt
-  // wait as candidates and replace those dropped. Each neighbour costs one watch
-  // connection (what it newly has) and its data connections.
-  size_t max_neighbours = 16;
-  // How often a seed is asked for more relays while the neighbour set has room.
-  std::chrono::milliseconds state_interval{500};
   // A source given by name that resolves to several addresses (a Kubernetes
   // headless service) is a seed at each address; names are resolved again this
   // often while the fetch runs, and new addresses join as seeds.
@@ -91,11 +63,6 @@ struct FetchOptions {
   // a seed whose link many fetchers share is not taken for one that stalls (16
   // fetchers at 50 Mbit/s missed the relays' floor). Three misses drop it.
   TransferDeadline seed_deadline{std::chrono::milliseconds(10000), 16 * 1024};
-  // A chunk a seed says another fetcher claimed (it is being sent there) is
-  // asked of the seed plainly once the claim is older than the chunk's length at
-  // this rate (5 s to 120 s): on a congested seed an honest claim takes that
-  // long, and a claim holder that stalls is not waited for beyond it.
-  uint64_t claim_floor_rate = 64 * 1024;  // bytes per second
   // Also check every file's SHA-256 against the manifest before committing (for
   // those who distrust their peers; costs one more read of the model).
   bool verify_sha256 = false;

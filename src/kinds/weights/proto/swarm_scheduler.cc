@@ -1,4 +1,4 @@
-#include "kinds/weights/swarm_scheduler.h"
+#include "kinds/weights/proto/swarm_scheduler.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@ namespace seedd {
 
 SwarmScheduler::SwarmScheduler(size_t chunks, SchedulerOptions options)
     : options_(options),
-      rng_(options.random_seed != 0 ? options.random_seed : std::random_device{}()),
+      rng_(options.random_seed),
       state_(chunks, kMissing),
       relays_having_(chunks, 0),
       copies_(chunks, 0),

@@ -62,7 +62,7 @@ struct SchedulerOptions {
   // than its relay neighbours do on average (by more than 1/32 of the model):
   // a host that fell behind takes a larger share of its neighbours' uplinks.
   int catch_up_requests = 0;
-  uint64_t random_seed = 0;  // 0: from std::random_device
+  uint64_t random_seed = 0;  // ties are broken with it (a driver passes a random one)
 };
 
 // A request that a copy arriving elsewhere made useless: the driver cancels it.

@@ -1,0 +1,69 @@
+// The fetcher's swarm policy as numbers: every default of FetcherCore and the
+// scheduler in one place, read by the data-plane fetcher (FetchOptions
+// extends it) and by the simulator (bench/swarm), which default-constructs it.
+//
+// Thread safety: plain data.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace seedd {
+
+// The first wait before a seed is asked for relays again; the wait then
+// doubles up to FetchPolicy::state_interval.
+inline constexpr std::chrono::milliseconds kFirstRelayAsk{50};
+// A chunk a seed answered "claimed" for is asked of it again after this,
+// unless it is asked plainly (see FetcherCore::OnClaimed).
+inline constexpr std::chrono::milliseconds kClaimRetry{300};
+// A claim older than the chunk's length at claim_floor_rate, bounded to
+// [kForceAfter, kForceAfterAtMost], is passed over: the seed is asked plainly.
+inline constexpr std::chrono::seconds kForceAfter{5};
+inline constexpr std::chrono::seconds kForceAfterAtMost{120};
+// Seeds and relays one fetch knows and has not dropped; dropped ones do not
+// count (relays named by a liar must not crowd out those found later), but all
+// it ever knew are bounded too.
+inline constexpr size_t kMaxSources = 256;
+inline constexpr size_t kMaxSourcesEver = 4 * kMaxSources;
+
+struct FetchPolicy {
+  int connections_per_source = 4;  // to each seed (a source given by the caller)
+  int pipeline = 4;                // chunk requests in flight per seed connection
+  // More while the requests in flight on a seed connection ask for less than
+  // pipeline_bytes, up to small_chunk_pipeline: a model of small files (chunks
+  // of a few KiB) would otherwise wait a round trip for every few files
+  // (5,000 files of 3.4 KiB: 1.45 s with 4 in flight, 0.5-0.7 s with 32).
+  int small_chunk_pipeline = 32;
+  uint64_t pipeline_bytes = 1 << 20;
+  // The same to a relay. One: a relay sends a few chunks at once (its upload
+  // slots), and a request queued behind another at one relay is a chunk that
+  // another relay with a free slot could be sending (simulated with swarm_sim:
+  // 100 hosts p99 5.18x the bound with 4, 2.01x with 1).
+  int peer_pipeline = 1;
+  int connections_per_peer = 1;  // to each relay learnt from the manifest or a state
+  // Chunk requests in flight to relays in all (0: no bound; a seed's are not
+  // counted). Matches the servers' upload slots: a downlink split among many
+  // senders makes each transfer slow and holds their few slots for longer
+  // (simulated, 1,000 hosts: p99 1.57x the bound unbounded, 1.33x with 4).
+  int swarm_requests = 4;
+  // Requests beyond swarm_requests while this host holds fewer chunks than its
+  // relay neighbours on average: a host that fell behind takes a larger share of
+  // their uplinks, and the last host of a fleet comes in sooner (simulated, 16
+  // hosts on 50 Mbit/s links with 20 ms latency: the last at 1.27-1.38x the
+  // bound without, 1.19-1.23x with 2).
+  int swarm_catch_up = 2;
+  // Neighbours (seeds and relays) fetched from at once; the other relays learnt
+  // wait as candidates and replace those dropped. Each neighbour costs one watch
+  // connection (what it newly has) and its data connections.
+  size_t max_neighbours = 16;
+  // How often a seed is asked for more relays while the neighbour set has room.
+  std::chrono::milliseconds state_interval{500};
+  // A chunk a seed says another fetcher claimed (it is being sent there) is
+  // asked of the seed plainly once the claim is older than the chunk's length at
+  // this rate (5 s to 120 s): on a congested seed an honest claim takes that
+  // long, and a claim holder that stalls is not waited for beyond it.
+  uint64_t claim_floor_rate = 64 * 1024;  // bytes per second
+};
+
+}  // namespace seedd

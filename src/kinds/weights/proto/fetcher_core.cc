@@ -1,0 +1,189 @@
+#include "kinds/weights/proto/fetcher_core.h"
+
+#include <algorithm>
+
+namespace seedd {
+namespace {
+
+SchedulerOptions SchedulerOptionsOf(const FetchPolicy& p, bool relaying, uint64_t seed) {
+  SchedulerOptions s;
+  s.max_neighbours = std::max<size_t>(1, p.max_neighbours);
+  s.pipeline = std::max(1, p.pipeline);
+  s.max_requests = std::max(0, p.swarm_requests);
+  s.catch_up_requests = std::max(0, p.swarm_catch_up);
+  // A relay among relays keeps one chunk in flight per seed: what a seed sends
+  // reaches the swarm sooner when its uplink is not split many ways.
+  if (relaying) s.seed_requests = 1;
+  s.random_seed = seed;
+  return s;
+}
+
+}  // namespace
+
+FetcherCore::FetcherCore(std::vector<uint64_t> chunk_lengths, const FetchPolicy& policy,
+                         bool relaying, uint64_t random_seed)
+    : lengths_(std::move(chunk_lengths)),
+      policy_(policy),
+      relaying_(relaying),
+      rng_(random_seed),
+      sched_(lengths_.size(), SchedulerOptionsOf(policy, relaying, random_seed + 1)),
+      claimed_since_(lengths_.size()),
+      force_(lengths_.size(), false),
+      writing_(lengths_.size(), false),
+      relay_asks_(kFirstRelayAsk, policy.state_interval) {}
+
+void FetcherCore::Resumed(uint32_t chunk) { sched_.AlreadyHave(chunk); }
+
+std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed) {
+  if (sources_.size() >= kMaxSourcesEver || live_ >= kMaxSources) return std::nullopt;
+  if (!ids_.emplace(name, static_cast<PeerId>(sources_.size())).second) return std::nullopt;
+  sources_.push_back(SourceState{name, seed});
+  ++live_;
+  relays_named_ += !seed;
+  return static_cast<PeerId>(sources_.size() - 1);
+}
+
+int FetcherCore::Depth(const SourceState& s) const {
+  // A relay fetching from a seed asks one chunk at a time per connection: the
+  // seed's claim on it is then taken just before the bytes leave.
+  if (s.seed) {
+    return relaying_ ? 1 : std::max({1, policy_.pipeline, policy_.small_chunk_pipeline});
+  }
+  return std::max(1, policy_.peer_pipeline);
+}
+
+std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
+  std::vector<NewNeighbour> started;
+  if (Finished()) return started;
+  for (bool seeds : {true, false}) {
+    std::vector<PeerId> candidates;
+    for (PeerId id = 0; id < sources_.size(); ++id) {
+      const SourceState& s = sources_[id];
+      if (s.seed == seeds && !s.neighbour && !s.dropped) candidates.push_back(id);
+    }
+    std::shuffle(candidates.begin(), candidates.end(), rng_);
+    for (PeerId id : candidates) {
+      if (sched_.NeighboursWanted() == 0) return started;
+      SourceState& s = sources_[id];
+      const int depth = Depth(s);
+      int connections =
+          std::max(1, s.seed ? policy_.connections_per_source : policy_.connections_per_peer);
+      // A seed sends a relaying fetcher one chunk at a time (one upload slot per
+      // relay): a second connection keeps the next request waiting there, more
+      // only add to the seed's connections, which every fetcher of a fleet holds.
+      if (s.seed && relaying_) connections = std::min(connections, 2);
+      if (!sched_.AddNeighbour(id, s.seed, connections * depth)) continue;
+      s.neighbour = true;
+      started.push_back(NewNeighbour{id, connections, depth});
+    }
+  }
+  return started;
+}
+
+std::optional<Taken> FetcherCore::Next(PeerId peer, SchedulerClock::time_point now, bool ahead) {
+  if (Finished() || sources_[peer].dropped) return std::nullopt;
+  std::optional<uint32_t> c = sched_.Next(peer, now, ahead);
+  if (!c) return std::nullopt;
+  return Taken{*c, sources_[peer].seed && !force_[*c]};
+}
+
+NotThereVerdict FetcherCore::OnNotThere(PeerId peer, uint32_t chunk,
+                                        SchedulerClock::time_point /*now*/) {
+  SourceState& s = sources_[peer];
+  if (!s.seed) {
+    // A relay is asked only for chunks it offered, and its verified chunks only
+    // ever grow: "not here" is a lie (or a restart). It fails, and is dropped.
+    OnFailed(peer, chunk);
+    return NotThereVerdict::kRelayLied;
+  }
+  // A seed that is itself still fetching says what it has; one that offered the
+  // chunk there and does not serve it is broken (a file changed under it, say).
+  const bool offered = s.state_known && sched_.Offers(peer, chunk);
+  sched_.Lacks(peer, chunk);
+  if (!offered) return NotThereVerdict::kDeferred;
+  OnFailed(peer);
+  return NotThereVerdict::kSeedBroken;
+}
+
+SchedulerClock::duration FetcherCore::ClaimLimit(uint32_t chunk) const {
+  return std::clamp<SchedulerClock::duration>(
+      std::chrono::milliseconds(lengths_[chunk] * 1000 /
+                                std::max<uint64_t>(1, policy_.claim_floor_rate)),
+      kForceAfter, kForceAfterAtMost);
+}
+
+NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk,
+                                       SchedulerClock::time_point now) {
+  if (!sources_[peer].seed) {
+    // A relay has no claims to report.
+    OnFailed(peer, chunk);
+    return NotThereVerdict::kRelayLied;
+  }
+  if (claimed_since_[chunk] == SchedulerClock::time_point{}) claimed_since_[chunk] = now;
+  // Claimed for longer than the seed could have sent the chunk at the floor rate
+  // (a seed whose link many fetchers share is that slow, a holder that stalls
+  // slower), yet no neighbour offers it: ask the seed for it anyway. A holder
+  // the seed stopped hearing from loses its claim there; one that was sent the
+  // chunk and is alive passes it on through the swarm, which takes a few hops
+  // when the neighbour sets are bounded, so the time since the send decides
+  // nothing here.
+  // So is one whose holder cannot be reached: relays were named, and none is a
+  // neighbour now. (Before any relay is known, a claim may be a relay that has
+  // only just started: it is waited for.)
+  const bool no_relay_left = relays_named_ > 0 && sched_.relay_neighbours() == 0;
+  const bool claimed_long = now - claimed_since_[chunk] >= ClaimLimit(chunk);
+  if ((no_relay_left || claimed_long) && sched_.Holders(chunk) == 0) {
+    force_[chunk] = true;
+    sched_.Deferred(peer, chunk, now);
+    return no_relay_left ? NotThereVerdict::kForcedNoRelay : NotThereVerdict::kForcedOld;
+  }
+  sched_.Deferred(peer, chunk, now + kClaimRetry);
+  return NotThereVerdict::kDeferred;
+}
+
+void FetcherCore::OnBusy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until) {
+  sched_.Busy(peer, chunk, until);
+}
+
+void FetcherCore::OnReturned(PeerId peer, uint32_t chunk) { sched_.Returned(peer, chunk); }
+
+bool FetcherCore::OnFailed(PeerId peer, std::optional<uint32_t> chunk) {
+  SourceState& s = sources_[peer];
+  if (s.dropped) return true;
+  const bool dropped = chunk ? sched_.Failed(peer, *chunk) : sched_.Failed(peer);
+  if (!dropped) return false;
+  s.dropped = true;
+  --live_;
+  return true;
+}
+
+bool FetcherCore::BeginWrite(uint32_t chunk) {
+  if (writing_[chunk] || sched_.Has(chunk)) return false;
+  writing_[chunk] = true;
+  return true;
+}
+
+void FetcherCore::OnArrived(PeerId peer, uint32_t chunk) { sched_.Arrived(peer, chunk); }
+
+void FetcherCore::OnState(PeerId peer, const std::vector<bool>& have) {
+  sched_.NeighbourState(peer, have);
+  sources_[peer].state_known = true;
+}
+
+bool FetcherCore::WantRelays(SchedulerClock::time_point now) {
+  return sched_.NeighboursWanted() > 0 && relay_asks_.Due(now);
+}
+
+bool FetcherCore::CheckHope() {
+  if (hopeless_ || !sources_known_ || Finished() || !sched_.Stuck()) return false;
+  for (const SourceState& s : sources_) {
+    if (s.dropped) continue;
+    // A neighbour whose state is not known yet, or a candidate, may still help.
+    if (!s.neighbour || !s.state_known) return false;
+  }
+  hopeless_ = true;
+  stopped_ = true;
+  return true;
+}
+
+}  // namespace seedd

@@ -1,0 +1,147 @@
+// One pull's swarm protocol as a sans-I/O core: which sources are neighbours,
+// which chunk to ask of whom, what each answer means (not here, claimed, busy,
+// a bad chunk), when a claim is old enough to ask the seed plainly, when a
+// seed is asked for more relays, and when the swarm is hopeless. No sockets,
+// threads or clock: a driver reports events with `now` and carries out what
+// the calls return. The data-plane fetcher (fetch.h) drives it over sockets;
+// the simulator (bench/swarm) drives the same class over a modelled network.
+//
+// Sources get ids in the order they are first named (PeerId, dense from 0); a
+// name is known once. A source becomes a neighbour when FillNeighbours picks
+// it (seeds first, then relays at random) while the scheduler wants more, and
+// leaves only when dropped.
+//
+// Thread safety: none; the driver serialises calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kinds/weights/proto/fetch_policy.h"
+#include "kinds/weights/proto/swarm_scheduler.h"
+
+namespace seedd {
+
+// A request to send: chunk `index`, asked with a claim ("SDRN": a seed takes
+// a claim on it for this fetcher) or plainly.
+struct Taken {
+  uint32_t index;
+  bool claim;
+};
+
+// A neighbour to start: its connections and requests in flight on each.
+struct NewNeighbour {
+  PeerId id;
+  int connections;
+  int depth;
+};
+
+// What an answer of "not here" or "claimed" led to.
+enum class NotThereVerdict {
+  kDeferred,       // asked again later (a claim, or a seed still fetching)
+  kForcedOld,      // claimed for long: the seed is asked plainly now
+  kForcedNoRelay,  // relays were named and none is a neighbour: asked plainly
+  kRelayLied,      // a relay answered for a chunk it offered: dropped
+  kSeedBroken,     // a seed that offered the chunk does not serve it: dropped
+};
+
+class FetcherCore {
+ public:
+  // `chunk_lengths`: the manifest's, by index. `relaying`: this fetcher serves
+  // what it fetches (a seed is then asked one chunk at a time per connection).
+  // `random_seed` breaks ties (the driver passes a random one; tests a fixed one).
+  FetcherCore(std::vector<uint64_t> chunk_lengths, const FetchPolicy& policy, bool relaying,
+              uint64_t random_seed);
+
+  // A chunk verified by an earlier run: never requested.
+  void Resumed(uint32_t chunk);
+
+  // A seed or relay named (given, resolved, from the registry, a state, the
+  // announcements). Its id when new; nullopt when known, this fetcher itself
+  // (`self`), or over the bounds (kMaxSources live, kMaxSourcesEver in all).
+  std::optional<PeerId> AddSource(const std::string& name, bool seed);
+  // Every seed and the manifest's relays are known: from now on a swarm with
+  // nothing left to offer is hopeless (before, a seed down at once is not).
+  void SourcesKnown() { sources_known_ = true; }
+  // Candidates made neighbours while the scheduler wants more; the driver
+  // starts their connections.
+  std::vector<NewNeighbour> FillNeighbours();
+
+  // The next request for neighbour `peer` (nullopt: nothing now). `ahead`:
+  // see SwarmScheduler::Next.
+  std::optional<Taken> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
+  // Answers.
+  NotThereVerdict OnNotThere(PeerId peer, uint32_t chunk, SchedulerClock::time_point now);
+  NotThereVerdict OnClaimed(PeerId peer, uint32_t chunk, SchedulerClock::time_point now);
+  void OnBusy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until);
+  // A request that ended without an answer, without blame.
+  void OnReturned(PeerId peer, uint32_t chunk);
+  // `peer` failed (a bad chunk, a missed deadline, a broken connection): true
+  // when it is dropped now or was before. The driver then fills neighbours.
+  bool OnFailed(PeerId peer, std::optional<uint32_t> chunk = std::nullopt);
+  // A copy of `chunk` may be written: none is being written, it is not verified.
+  bool BeginWrite(uint32_t chunk);
+  void EndWrite(uint32_t chunk) { writing_[chunk] = false; }
+  // `chunk` from `peer` verified and committed; copies still on the wire elsewhere
+  // are drained by the driver.
+  void OnArrived(PeerId peer, uint32_t chunk);
+  // What a neighbour has: its whole state, or chunks it verified since.
+  void OnState(PeerId peer, const std::vector<bool>& have);
+  void OnHave(PeerId peer, uint32_t chunk) { sched_.NeighbourHas(peer, chunk); }
+
+  // Whether a seed should be asked for more relays now, and how long its watch
+  // waits before asking this again.
+  bool WantRelays(SchedulerClock::time_point now);
+  std::chrono::milliseconds RelayWait() const { return relay_asks_.wait(); }
+
+  // Ends the pull (a local error, a stop): Finished from now on.
+  void Stop() { stopped_ = true; }
+  // Gives up (true, once) when no neighbour or candidate can supply a missing chunk.
+  bool CheckHope();
+  bool Complete() const { return sched_.Complete(); }
+  bool Finished() const { return sched_.Complete() || stopped_; }
+  bool Dropped(PeerId peer) const { return sources_[peer].dropped; }
+  bool IsSeed(PeerId peer) const { return sources_[peer].seed; }
+  bool StateKnown(PeerId peer) const { return sources_[peer].state_known; }
+  const std::string& Name(PeerId peer) const { return sources_[peer].name; }
+  size_t sources() const { return sources_.size(); }
+  size_t NeighboursWanted() const { return sched_.NeighboursWanted(); }
+  const SwarmScheduler& scheduler() const { return sched_; }
+  // How long chunk `chunk` may stay claimed before the seed is asked plainly.
+  SchedulerClock::duration ClaimLimit(uint32_t chunk) const;
+
+ private:
+  struct SourceState {
+    std::string name;
+    bool seed = false;
+    bool neighbour = false;
+    bool dropped = false;
+    bool state_known = false;  // what it has is from its state, not assumed
+  };
+  // Requests in flight on one data connection to `s`.
+  int Depth(const SourceState& s) const;
+
+  const std::vector<uint64_t> lengths_;
+  const FetchPolicy policy_;
+  const bool relaying_;
+  std::mt19937_64 rng_;
+  SwarmScheduler sched_;
+  std::vector<SourceState> sources_;  // by PeerId
+  std::map<std::string, PeerId> ids_;
+  size_t live_ = 0;                                        // sources not dropped
+  size_t relays_named_ = 0;                                // relays ever named
+  std::vector<SchedulerClock::time_point> claimed_since_;  // by chunk; zero: not claimed
+  std::vector<bool> force_;                                // ask the seed plainly ("SDRQ")
+  std::vector<bool> writing_;                              // a copy is being written
+  bool sources_known_ = false;
+  bool stopped_ = false;
+  bool hopeless_ = false;
+  TrackerCadence relay_asks_;
+};
+
+}  // namespace seedd

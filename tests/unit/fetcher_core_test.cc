@@ -1,0 +1,232 @@
+// The fetcher's swarm protocol (proto/fetcher_core.h), event by event with a
+// fake clock: claims and their age, what each answer means, the neighbour set,
+// the bounds on sources, the tracker cadence, and when a swarm is hopeless.
+#include "kinds/weights/proto/fetcher_core.h"
+
+#include <gtest/gtest.h>
+
+namespace seedd {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+const SchedulerClock::time_point kT0 = SchedulerClock::time_point{} + std::chrono::hours(1);
+
+FetcherCore Core(size_t chunks, uint64_t chunk_bytes, FetchPolicy p = {}, bool relaying = false) {
+  return FetcherCore(std::vector<uint64_t>(chunks, chunk_bytes), p, relaying, /*random_seed=*/7);
+}
+
+TEST(FetcherCore, AClaimedChunkIsAskedOfTheSeedPlainlyOnceTheClaimOutlivesItsLimit) {
+  // 1 MiB at the 64 KiB/s floor: a claim is honoured for 16 s.
+  FetcherCore core = Core(1, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.SourcesKnown();
+  ASSERT_EQ(core.FillNeighbours().size(), 1u);
+  const auto limit = core.ClaimLimit(0);
+  EXPECT_EQ(limit, std::chrono::seconds(16));
+
+  std::optional<Taken> t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->claim);
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0), NotThereVerdict::kDeferred);
+  // Deferred for kClaimRetry, then asked with a claim again.
+  EXPECT_FALSE(core.Next(seed, kT0 + kClaimRetry - microseconds(1)));
+  t = core.Next(seed, kT0 + kClaimRetry);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->claim);
+  // One microsecond short of the limit the claim still stands...
+  const auto short_of = kT0 + limit - microseconds(1);
+  EXPECT_EQ(core.OnClaimed(seed, 0, short_of), NotThereVerdict::kDeferred);
+  t = core.Next(seed, short_of + kClaimRetry);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->claim);
+  // ...and past it the seed is asked plainly, at once.
+  EXPECT_EQ(core.OnClaimed(seed, 0, short_of + kClaimRetry), NotThereVerdict::kForcedOld);
+  t = core.Next(seed, short_of + kClaimRetry);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->index, 0u);
+  EXPECT_FALSE(t->claim);
+}
+
+TEST(FetcherCore, AClaimIsPassedOverExactlyAtItsLimit) {
+  FetcherCore core = Core(1, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.FillNeighbours();
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0), NotThereVerdict::kDeferred);
+  const auto limit = core.ClaimLimit(0);
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0 + limit - microseconds(1)), NotThereVerdict::kDeferred);
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0 + limit), NotThereVerdict::kForcedOld);
+}
+
+TEST(FetcherCore, TheClaimLimitIsBoundedBelowAndAbove) {
+  FetcherCore small = Core(1, 4096);
+  EXPECT_EQ(small.ClaimLimit(0), kForceAfter);
+  FetcherCore huge = Core(1, uint64_t{1} << 30);
+  EXPECT_EQ(huge.ClaimLimit(0), kForceAfterAtMost);
+}
+
+TEST(FetcherCore, AClaimIsNotPassedOverWhileANeighbourOffersTheChunk) {
+  FetcherCore core = Core(2, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId relay = *core.AddSource("relay:1", false);
+  core.SourcesKnown();
+  ASSERT_EQ(core.FillNeighbours().size(), 2u);
+  core.OnState(relay, {true, false});
+  ASSERT_TRUE(core.Next(relay, kT0));  // proves nothing yet; the relay offers chunk 0
+  core.OnArrived(relay, 0);            // proven
+  core.OnState(relay, {true, true});
+  // The seed claimed chunk 1 long ago, but a neighbour offers it: no force.
+  EXPECT_EQ(core.OnClaimed(seed, 1, kT0), NotThereVerdict::kDeferred);
+  EXPECT_EQ(core.OnClaimed(seed, 1, kT0 + core.ClaimLimit(1) * 2), NotThereVerdict::kDeferred);
+}
+
+TEST(FetcherCore, WithRelaysNamedAndNoneLeftAClaimIsAskedPlainlyAtOnce) {
+  FetcherCore core = Core(1, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId relay = *core.AddSource("relay:1", false);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  ASSERT_TRUE(core.OnFailed(relay));  // a relay is dropped at its first failure
+  EXPECT_TRUE(core.Dropped(relay));
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0), NotThereVerdict::kForcedNoRelay);
+  std::optional<Taken> t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->claim);
+}
+
+TEST(FetcherCore, BeforeAnyRelayIsNamedAClaimIsWaitedFor) {
+  FetcherCore core = Core(1, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0), NotThereVerdict::kDeferred);
+}
+
+TEST(FetcherCore, ARelayThatAnswersNotHereOrClaimedIsDropped) {
+  for (bool claimed : {false, true}) {
+    FetcherCore core = Core(1, 1 << 20);
+    core.AddSource("origin:1", true);
+    const PeerId relay = *core.AddSource("relay:1", false);
+    core.FillNeighbours();
+    core.OnState(relay, {true});
+    const NotThereVerdict v =
+        claimed ? core.OnClaimed(relay, 0, kT0) : core.OnNotThere(relay, 0, kT0);
+    EXPECT_EQ(v, NotThereVerdict::kRelayLied);
+    EXPECT_TRUE(core.Dropped(relay));
+  }
+}
+
+TEST(FetcherCore, ASeedStillFetchingIsAskedAgainButOneThatOfferedTheChunkIsDropped) {
+  FetcherCore core = Core(4, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.FillNeighbours();
+  // Its state is not known: "not here" only says it lacks the chunk.
+  EXPECT_EQ(core.OnNotThere(seed, 0, kT0), NotThereVerdict::kDeferred);
+  EXPECT_FALSE(core.Dropped(seed));
+  // It said it has chunks 1-3, then does not serve them: broken, and dropped
+  // at its third failure (a seed was given by the user).
+  core.OnState(seed, {false, true, true, true});
+  EXPECT_EQ(core.OnNotThere(seed, 1, kT0), NotThereVerdict::kSeedBroken);
+  EXPECT_EQ(core.OnNotThere(seed, 2, kT0), NotThereVerdict::kSeedBroken);
+  EXPECT_FALSE(core.Dropped(seed));
+  EXPECT_EQ(core.OnNotThere(seed, 3, kT0), NotThereVerdict::kSeedBroken);
+  EXPECT_TRUE(core.Dropped(seed));
+}
+
+TEST(FetcherCore, NeighboursAreSeedsFirstThenRelaysUpToTheBound) {
+  FetchPolicy p;
+  p.max_neighbours = 3;
+  FetcherCore core = Core(4, 1 << 20, p);
+  core.AddSource("relay:1", false);
+  core.AddSource("relay:2", false);
+  core.AddSource("origin:1", true);
+  core.AddSource("origin:2", true);
+  std::vector<NewNeighbour> started = core.FillNeighbours();
+  ASSERT_EQ(started.size(), 3u);
+  EXPECT_TRUE(core.IsSeed(started[0].id));
+  EXPECT_TRUE(core.IsSeed(started[1].id));
+  EXPECT_FALSE(core.IsSeed(started[2].id));
+  EXPECT_TRUE(core.FillNeighbours().empty());
+  // A dropped relay makes room for the candidate.
+  ASSERT_TRUE(core.OnFailed(started[2].id));
+  std::vector<NewNeighbour> more = core.FillNeighbours();
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_FALSE(core.IsSeed(more[0].id));
+  EXPECT_NE(more[0].id, started[2].id);
+}
+
+TEST(FetcherCore, ARelayingFetcherAsksASeedOneChunkAtATimeOnAtMostTwoConnections) {
+  FetcherCore relaying = Core(4, 1 << 20, {}, /*relaying=*/true);
+  relaying.AddSource("origin:1", true);
+  std::vector<NewNeighbour> a = relaying.FillNeighbours();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].depth, 1);
+  EXPECT_EQ(a[0].connections, 2);
+  FetcherCore plain = Core(4, 1 << 20);
+  plain.AddSource("origin:1", true);
+  std::vector<NewNeighbour> b = plain.FillNeighbours();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].depth, FetchPolicy{}.small_chunk_pipeline);
+  EXPECT_EQ(b[0].connections, FetchPolicy{}.connections_per_source);
+}
+
+TEST(FetcherCore, SourcesAreKnownOnceAndBounded) {
+  FetcherCore core = Core(1, 1 << 20);
+  ASSERT_TRUE(core.AddSource("relay:0", false));
+  EXPECT_FALSE(core.AddSource("relay:0", false));
+  for (size_t i = 1; i < kMaxSources; ++i) {
+    ASSERT_TRUE(core.AddSource("relay:" + std::to_string(i), false));
+  }
+  EXPECT_FALSE(core.AddSource("relay:more", false));
+  // Dropped ones do not count against the live bound.
+  for (const NewNeighbour& n : core.FillNeighbours()) ASSERT_TRUE(core.OnFailed(n.id));
+  EXPECT_TRUE(core.AddSource("relay:more", false));
+}
+
+TEST(FetcherCore, ASeedIsAskedForRelaysAfter50MsThenTheWaitDoublesToTheStateInterval) {
+  FetcherCore core = Core(1, 1 << 20);
+  core.AddSource("origin:1", true);
+  core.FillNeighbours();
+  EXPECT_TRUE(core.WantRelays(kT0));
+  EXPECT_FALSE(core.WantRelays(kT0 + kFirstRelayAsk - microseconds(1)));
+  EXPECT_TRUE(core.WantRelays(kT0 + kFirstRelayAsk));
+  EXPECT_FALSE(core.WantRelays(kT0 + kFirstRelayAsk + milliseconds(99)));
+  EXPECT_TRUE(core.WantRelays(kT0 + kFirstRelayAsk + milliseconds(100)));
+  EXPECT_EQ(core.RelayWait(), milliseconds(200));
+}
+
+TEST(FetcherCore, TheSwarmIsHopelessOnlyOnceEverySourceIsKnownAndHasSaidWhatItHas) {
+  FetcherCore core = Core(2, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.FillNeighbours();
+  core.OnState(seed, {true, false});
+  core.OnArrived(seed, 0);
+  EXPECT_FALSE(core.CheckHope());  // the manifest's relays are not known yet
+  core.SourcesKnown();
+  const PeerId relay = *core.AddSource("relay:1", false);
+  EXPECT_FALSE(core.CheckHope());  // a candidate may still help
+  core.FillNeighbours();
+  EXPECT_FALSE(core.CheckHope());  // its state is not known
+  core.OnState(relay, {true, false});
+  EXPECT_TRUE(core.CheckHope());
+  EXPECT_TRUE(core.Finished());
+  EXPECT_FALSE(core.Complete());
+  EXPECT_FALSE(core.Next(seed, kT0));
+}
+
+TEST(FetcherCore, OneCopyOfAChunkIsWrittenAtATimeAndNoneOnceVerified) {
+  FetcherCore core = Core(1, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.FillNeighbours();
+  ASSERT_TRUE(core.Next(seed, kT0));
+  EXPECT_TRUE(core.BeginWrite(0));
+  EXPECT_FALSE(core.BeginWrite(0));
+  core.EndWrite(0);
+  core.OnArrived(seed, 0);
+  EXPECT_FALSE(core.BeginWrite(0));
+  EXPECT_TRUE(core.Complete());
+}
+
+}  // namespace
+}  // namespace seedd
