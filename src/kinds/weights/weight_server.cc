@@ -127,7 +127,9 @@ Result<uint64_t> ParseRate(std::string_view text, std::string_view flag) {
 }
 
 WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
-    : options_(options), relay_limiter_(LimiterFor(options.relay_upload_rate)) {
+    : options_(options),
+      relay_limiter_(LimiterFor(options.relay_upload_rate)),
+      rng_(std::random_device{}()) {
   for (auto& m : models) Publish(std::move(m));
 }
 

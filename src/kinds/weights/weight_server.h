@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "kinds/weights/chunk_set.h"
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/model_index.h"
+#include "kinds/weights/proto/server_core.h"
 #include "kinds/weights/records.h"
 #include "seedd/status.h"
 #include "transport/tls.h"
@@ -60,20 +62,14 @@ struct ServedModel {
 // A model as indexed, ready to serve.
 ServedModel ServeIndexed(IndexedModel index);
 
-// The data plane's bounds on its peers.
-struct WeightServerOptions {
+// The data plane's bounds on its peers, and its swarm policy (SwarmPolicy:
+// the relays remembered, claims, the tracker's sample).
+struct WeightServerOptions : SwarmPolicy {
   std::chrono::milliseconds idle_timeout{60000};  // between requests
   // Each response record and its bytes. The floor is low: a fetcher that reads
   // slowly because its link is shared by many transfers is served; one that
   // reads nothing holds a stream thread until the deadline.
   TransferDeadline send{std::chrono::milliseconds(10000), 16 * 1024};
-  // The relays a swarm (one root digest) remembers: each until it has not been
-  // heard from for relay_ttl, at most max_relays at once (more are not listed).
-  std::chrono::milliseconds relay_ttl{10000};
-  size_t max_relays = 1024;
-  // Relays listed in one state response (a random sample of those remembered):
-  // a fetcher keeps a bounded set of neighbours, so it needs only a few names.
-  size_t max_peers_listed = 32;
   // Chunks sent at once to fetchers that relay (a swarm); more are answered
   // "busy", and so is a relay that is being sent a chunk already (one that stops
   // reading holds one slot, not all). A chunk sent at a quarter of the uplink
@@ -136,25 +132,9 @@ class WeightServer {
   }
 
  private:
-  struct Claim {
-    int holder = -1;  // peer id; -1: not claimed
-    bool sending = false;
-    std::chrono::steady_clock::time_point sent_at;
-  };
-  struct Swarm {
-    std::map<std::string, int> ids;                           // peer address → id
-    std::vector<std::string> addrs;                           // by id
-    std::vector<std::chrono::steady_clock::time_point> seen;  // by id
-    std::vector<std::string> sessions;                        // by id
-    std::vector<Claim> claims;                                // by chunk
-    std::vector<uint32_t> held;  // by id: chunks whose claim it holds, as of held_at
-    std::chrono::steady_clock::time_point held_at{};
-  };
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
   int Announce(const std::string& root, const std::string& relay, const std::string& session,
                size_t chunks);
-  // Forgets the relays of `swarm` not heard from for relay_ttl.
-  void Expire(Swarm& swarm, std::chrono::steady_clock::time_point now) REQUIRES(mu_);
   // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
   uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
   void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
@@ -196,7 +176,8 @@ class WeightServer {
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<const ServedModel>> by_root_ GUARDED_BY(mu_);
-  std::map<std::string, Swarm> swarms_ GUARDED_BY(mu_);
+  std::map<std::string, ServerCore> swarms_ GUARDED_BY(mu_);  // by root digest
+  std::mt19937_64 rng_ GUARDED_BY(mu_);
   std::set<std::string> warned_ GUARDED_BY(mu_);
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};

@@ -1,6 +1,6 @@
-// WeightServer's swarm bookkeeping (data_plane.h): the relays that announced
-// themselves per root digest, the tracker's sample of them, claims on chunks
-// sent to relays, and upload slots.
+// WeightServer's swarm bookkeeping (data_plane.h): a ServerCore per root digest
+// (the relays that announced themselves, claims, the tracker's sample), and
+// upload slots.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -15,127 +15,37 @@ namespace seedd {
 int WeightServer::Announce(const std::string& root, const std::string& relay,
                            const std::string& session, size_t chunks) {
   MutexLock lock(mu_);
-  Swarm& swarm = swarms_[root];
-  if (swarm.claims.size() != chunks) swarm.claims.assign(chunks, Claim{});
-  auto it = swarm.ids.find(relay);
-  if (it == swarm.ids.end()) {
-    if (swarm.addrs.size() >= options_.max_relays) Expire(swarm, std::chrono::steady_clock::now());
-    if (swarm.addrs.size() >= options_.max_relays) return -1;
-    it = swarm.ids.emplace(relay, static_cast<int>(swarm.addrs.size())).first;
-    swarm.addrs.push_back(relay);
-    swarm.seen.emplace_back();
-    swarm.sessions.push_back(session);
+  auto it = swarms_.find(root);
+  if (it == swarms_.end() || it->second.chunks() != chunks) {
+    it = swarms_.insert_or_assign(root, ServerCore(chunks, options_)).first;
   }
-  const int id = it->second;
-  if (swarm.sessions[id] != session) {
-    // The relay started over (a restart with an empty cache, say): what it was
-    // sent before may be gone.
-    swarm.sessions[id] = session;
-    for (Claim& c : swarm.claims) {
-      if (c.holder == id) c = Claim{};
-    }
-  }
-  swarm.seen[id] = std::chrono::steady_clock::now();
-  return id;
-}
-
-void WeightServer::Expire(Swarm& swarm, std::chrono::steady_clock::time_point now) {
-  std::vector<int> id_of(swarm.addrs.size(), -1);  // old id → new id, -1 forgotten
-  Swarm kept;
-  for (size_t id = 0; id < swarm.addrs.size(); ++id) {
-    if (now - swarm.seen[id] >= options_.relay_ttl) continue;
-    id_of[id] = static_cast<int>(kept.addrs.size());
-    kept.ids.emplace(swarm.addrs[id], id_of[id]);
-    kept.addrs.push_back(std::move(swarm.addrs[id]));
-    kept.seen.push_back(swarm.seen[id]);
-    kept.sessions.push_back(std::move(swarm.sessions[id]));
-  }
-  kept.claims = std::move(swarm.claims);
-  for (Claim& c : kept.claims) {
-    if (c.holder >= 0) c.holder = id_of[c.holder];
-    if (c.holder < 0) c = Claim{};
-  }
-  swarm = std::move(kept);
+  return it->second.Announce(relay, session, std::chrono::steady_clock::now());
 }
 
 std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except,
                                              size_t limit) {
-  std::vector<std::string> peers;
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
-  if (it == swarms_.end()) return peers;
-  Swarm& swarm = it->second;
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<int> live;
-  for (size_t id = 0; id < swarm.addrs.size(); ++id) {
-    if (now - swarm.seen[id] < options_.relay_ttl && swarm.addrs[id] != except) {
-      live.push_back(static_cast<int>(id));
-    }
-  }
-  if (live.size() > limit) {
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    std::shuffle(live.begin(), live.end(), rng);
-    // Half of those listed (rounded up) are the relays holding the most chunks
-    // this server sent (chunks nobody else got from it: they complement any
-    // asker); the rest at random. Counted at most once a second per swarm.
-    if (now - swarm.held_at >= std::chrono::seconds(1)) {
-      swarm.held.assign(swarm.addrs.size(), 0);
-      for (const Claim& c : swarm.claims) {
-        if (c.holder >= 0 && static_cast<size_t>(c.holder) < swarm.held.size()) {
-          ++swarm.held[c.holder];
-        }
-      }
-      swarm.held_at = now;
-    }
-    auto held = [&](int id) {
-      return static_cast<size_t>(id) < swarm.held.size() ? swarm.held[id] : 0u;
-    };
-    const size_t top = (limit + 1) / 2;
-    std::partial_sort(live.begin(), live.begin() + static_cast<long>(top), live.end(),
-                      [&](int a, int b) { return held(a) > held(b); });
-    std::shuffle(live.begin() + static_cast<long>(top), live.end(), rng);
-    live.resize(limit);
-  }
-  for (int id : live) peers.push_back(swarm.addrs[id]);
-  return peers;
+  if (it == swarms_.end()) return {};
+  return it->second.Peers(except, limit, rng_, std::chrono::steady_clock::now());
 }
 
 uint32_t WeightServer::ClaimChunk(const std::string& root, int peer, uint32_t index,
                                   uint32_t* aux) {
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
-  if (it == swarms_.end() || index >= it->second.claims.size()) return kChunkOk;
-  Swarm& swarm = it->second;
-  Claim& claim = swarm.claims[index];
-  const auto now = std::chrono::steady_clock::now();
-  if (claim.holder >= 0 && claim.holder != peer &&
-      now - swarm.seen[claim.holder] < options_.relay_ttl) {
-    // A live relay has it (or is getting it): the asker should fetch it there.
-    if (claim.sending) {
-      *aux = 0xffffffff;
-    } else {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - claim.sent_at).count();
-      *aux = static_cast<uint32_t>(std::min<int64_t>(ms, 0xfffffffe));
-    }
-    return kChunkClaimed;
-  }
-  if (peer >= 0) claim = Claim{peer, true, {}};
-  return kChunkOk;
+  if (it == swarms_.end()) return kChunkOk;
+  const ClaimAnswer a = it->second.Claim(peer, index, std::chrono::steady_clock::now());
+  if (a.send) return kChunkOk;
+  *aux = a.aux;
+  return kChunkClaimed;
 }
 
 void WeightServer::EndSend(const std::string& root, int peer, uint32_t index, bool complete) {
-  if (peer < 0) return;
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
-  if (it == swarms_.end() || index >= it->second.claims.size()) return;
-  Claim& claim = it->second.claims[index];
-  if (claim.holder != peer || !claim.sending) return;
-  if (complete) {
-    claim.sending = false;
-    claim.sent_at = std::chrono::steady_clock::now();
-  } else {
-    claim = Claim{};  // it never arrived: anyone may ask for it again
-  }
+  if (it == swarms_.end()) return;
+  it->second.EndSend(peer, index, complete, std::chrono::steady_clock::now());
 }
 
 void WeightServer::PreemptSlowHolders(std::chrono::steady_clock::time_point now) {

@@ -1,0 +1,88 @@
+// One version's swarm on the serving side, as a sans-I/O core: the relays that
+// announced themselves for a root digest (each until it is not heard from for
+// relay_ttl, at most max_relays), the claims on chunks sent to them ("ask the
+// relays": each chunk leaves this server about once), and the tracker's sample
+// of relays handed to a fetcher. Time comes in as arguments. The data-plane
+// server (weight_server.h) keeps one per root digest under its lock; the
+// simulator (bench/swarm) runs one at its origin.
+//
+// Thread safety: none; the driver serialises calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace seedd {
+
+using ServeClock = std::chrono::steady_clock;
+
+// The server's swarm policy as numbers (WeightServerOptions extends it; the
+// simulator default-constructs it).
+struct SwarmPolicy {
+  // The relays a swarm (one root digest) remembers: each until it has not been
+  // heard from for relay_ttl, at most max_relays at once (more are not listed).
+  std::chrono::milliseconds relay_ttl{10000};
+  size_t max_relays = 1024;
+  // Relays listed in one state response (a sample of those remembered): a
+  // fetcher keeps a bounded set of neighbours, so it needs only a few names.
+  size_t max_peers_listed = 32;
+};
+
+// The answer to a chunk request that takes a claim ("SDRN").
+struct ClaimAnswer {
+  bool send;  // false: "claimed", ask the relays
+  // With !send: 0xffffffff while the chunk is being sent, else milliseconds
+  // since it was.
+  uint32_t aux = 0;
+};
+
+class ServerCore {
+ public:
+  ServerCore(size_t chunks, const SwarmPolicy& policy) : policy_(policy), claims_(chunks) {}
+
+  // `relay` (HOST:PORT, this fetch `session`) is fetching: its id, or -1 when
+  // max_relays live ones are known. A new session of a known relay (a restart
+  // with an empty cache) loses the claims it held.
+  int Announce(const std::string& relay, const std::string& session, ServeClock::time_point now);
+  // Whether chunk `index` is sent to `peer` (-1: a fetcher that does not
+  // relay, never claimed for): a live relay other than `peer` holds its claim
+  // => "claimed". Otherwise `peer` (when >= 0) takes the claim.
+  ClaimAnswer Claim(int peer, uint32_t index, ServeClock::time_point now);
+  // The send of `index` to `peer` ended: complete (the claim stays, dated now)
+  // or not (anyone may ask for it again).
+  void EndSend(int peer, uint32_t index, bool complete, ServeClock::time_point now);
+  // Live relays but `except`, at most `limit`: half of them (rounded up) those
+  // holding the most chunks this server sent (they complement any asker, counted
+  // at most once a second), the rest at random.
+  std::vector<std::string> Peers(const std::string& except, size_t limit, std::mt19937_64& rng,
+                                 ServeClock::time_point now);
+  size_t chunks() const { return claims_.size(); }
+  size_t relays() const { return addrs_.size(); }
+
+ private:
+  struct ClaimState {
+    int holder = -1;  // peer id; -1: not claimed
+    bool sending = false;
+    ServeClock::time_point sent_at{};
+  };
+  // Forgets the relays not heard from for relay_ttl (ids are renumbered).
+  void Expire(ServeClock::time_point now);
+  bool Live(int id, ServeClock::time_point now) const {
+    return now - seen_[id] < policy_.relay_ttl;
+  }
+
+  SwarmPolicy policy_;
+  std::map<std::string, int> ids_;            // relay address -> id
+  std::vector<std::string> addrs_;            // by id
+  std::vector<ServeClock::time_point> seen_;  // by id
+  std::vector<std::string> sessions_;         // by id
+  std::vector<ClaimState> claims_;            // by chunk
+  std::vector<uint32_t> held_;                // by id: claims held, as of held_at_
+  ServeClock::time_point held_at_{};
+};
+
+}  // namespace seedd

@@ -1,0 +1,103 @@
+// The serving side's swarm protocol (proto/server_core.h), event by event with
+// a fake clock: who is remembered, claims and when they lapse, the tracker's
+// sample.
+#include "kinds/weights/proto/server_core.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace seedd {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+const ServeClock::time_point kT0 = ServeClock::time_point{} + std::chrono::hours(1);
+
+SwarmPolicy Policy(size_t max_relays = 1024) {
+  SwarmPolicy p;
+  p.max_relays = max_relays;
+  return p;
+}
+
+TEST(ServerCore, AChunkSentToALiveRelayIsClaimedForOthersUntilItsTtlLapses) {
+  ServerCore core(4, Policy());
+  const int a = core.Announce("a:1", "s1", kT0);
+  const int b = core.Announce("b:1", "s1", kT0);
+  ASSERT_TRUE(core.Claim(a, 2, kT0).send);
+  // While it is being sent: claimed, "sending".
+  ClaimAnswer answer = core.Claim(b, 2, kT0);
+  EXPECT_FALSE(answer.send);
+  EXPECT_EQ(answer.aux, 0xffffffffu);
+  core.EndSend(a, 2, true, kT0 + milliseconds(40));
+  answer = core.Claim(b, 2, kT0 + milliseconds(100));
+  EXPECT_FALSE(answer.send);
+  EXPECT_EQ(answer.aux, 60u);  // ms since it was sent
+  // A fetcher that does not relay (-1) is told so too.
+  EXPECT_FALSE(core.Claim(-1, 2, kT0 + milliseconds(100)).send);
+  // The holder is not heard from for relay_ttl: its claim lapses.
+  const auto ttl = SwarmPolicy{}.relay_ttl;
+  EXPECT_FALSE(core.Claim(b, 2, kT0 + ttl - microseconds(1)).send);
+  EXPECT_TRUE(core.Claim(b, 2, kT0 + ttl).send);
+}
+
+TEST(ServerCore, ASendThatDidNotCompleteLeavesTheChunkUnclaimed) {
+  ServerCore core(2, Policy());
+  const int a = core.Announce("a:1", "s1", kT0);
+  const int b = core.Announce("b:1", "s1", kT0);
+  ASSERT_TRUE(core.Claim(a, 0, kT0).send);
+  core.EndSend(a, 0, false, kT0);
+  EXPECT_TRUE(core.Claim(b, 0, kT0).send);
+  // And now b holds it.
+  EXPECT_FALSE(core.Claim(a, 0, kT0).send);
+}
+
+TEST(ServerCore, ARelayThatStartsANewSessionLosesItsClaims) {
+  ServerCore core(2, Policy());
+  const int a = core.Announce("a:1", "s1", kT0);
+  const int b = core.Announce("b:1", "s1", kT0);
+  ASSERT_TRUE(core.Claim(a, 1, kT0).send);
+  core.EndSend(a, 1, true, kT0);
+  EXPECT_FALSE(core.Claim(b, 1, kT0).send);
+  EXPECT_EQ(core.Announce("a:1", "s2", kT0), a);  // restarted with an empty cache
+  EXPECT_TRUE(core.Claim(b, 1, kT0).send);
+}
+
+TEST(ServerCore, AtMostMaxRelaysAreRememberedAndTheSilentAreForgottenForNewcomers) {
+  ServerCore core(1, Policy(2));
+  EXPECT_GE(core.Announce("a:1", "s", kT0), 0);
+  EXPECT_GE(core.Announce("b:1", "s", kT0), 0);
+  EXPECT_EQ(core.Announce("c:1", "s", kT0 + milliseconds(1)), -1);
+  // a keeps announcing; b falls silent for relay_ttl and makes room.
+  const auto ttl = SwarmPolicy{}.relay_ttl;
+  EXPECT_GE(core.Announce("a:1", "s", kT0 + ttl), 0);
+  EXPECT_GE(core.Announce("c:1", "s", kT0 + ttl), 0);
+  EXPECT_EQ(core.relays(), 2u);
+  std::mt19937_64 rng(1);
+  std::vector<std::string> peers = core.Peers("", 10, rng, kT0 + ttl);
+  EXPECT_EQ(std::set<std::string>(peers.begin(), peers.end()),
+            (std::set<std::string>{"a:1", "c:1"}));
+}
+
+TEST(ServerCore, TheSampleListsLiveRelaysButTheAskerHalfOfThemThoseHoldingTheMost) {
+  ServerCore core(40, Policy());
+  std::vector<int> ids;
+  for (int i = 0; i < 10; ++i)
+    ids.push_back(core.Announce("r" + std::to_string(i) + ":1", "s", kT0));
+  // r7 holds 20 chunks sent from here, r3 10, the rest none.
+  for (uint32_t c = 0; c < 20; ++c) core.Claim(ids[7], c, kT0);
+  for (uint32_t c = 20; c < 30; ++c) core.Claim(ids[3], c, kT0);
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::string> peers = core.Peers("r0:1", 4, rng, kT0 + milliseconds(round));
+    ASSERT_EQ(peers.size(), 4u);
+    EXPECT_EQ(peers[0], "r7:1");
+    EXPECT_EQ(peers[1], "r3:1");
+    EXPECT_EQ(std::count(peers.begin(), peers.end(), "r0:1"), 0);
+    EXPECT_EQ(std::set<std::string>(peers.begin(), peers.end()).size(), 4u);
+  }
+}
+
+}  // namespace
+}  // namespace seedd
