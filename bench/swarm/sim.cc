@@ -8,7 +8,18 @@
 namespace swarm_sim {
 
 using seedd::Cancel;
-using seedd::SchedulerOptions;
+using seedd::NewNeighbour;
+using seedd::NotThereVerdict;
+using seedd::Taken;
+
+namespace {
+
+// The real fetcher takes the relays that announced themselves to its own
+// server as candidates this often while its neighbour set has room
+// (FetchOptions::announced, polled by Fetch::Run).
+constexpr double kAnnouncedPoll = 0.05;
+
+}  // namespace
 
 Sim::Sim(const Flags& f) : f_(f), rng_(f.seed) {
   chunk_bytes_ = f.chunk_mib > 0 ? f.chunk_mib * 1048576.0
@@ -17,14 +28,15 @@ Sim::Sim(const Flags& f) : f_(f), rng_(f.seed) {
   chunks_ = static_cast<uint32_t>(std::ceil(f.model_gib * 1073741824.0 / chunk_bytes_));
   const double link = f.link_gbit * 1e9 / 8;
   bound_ = chunks_ * chunk_bytes_ / link;
-  sent_at_.assign(chunks_, -1);
-  holder_.assign(chunks_, 0);
+  origin_ = std::make_unique<seedd::ServerCore>(chunks_, f.swarm);
   hosts_.resize(static_cast<size_t>(f.hosts) + 1);
   hosts_[0].up = hosts_[0].down = link * f.origin_link_factor;
   hosts_[0].joined = true;
+  hosts_[0].name = "origin:1";
   std::uniform_real_distribution<double> within(0, bound_);
   for (PeerId h = 1; h <= static_cast<PeerId>(f.hosts); ++h) {
     Host& host = hosts_[h];
+    host.name = "10.0.0." + std::to_string(h) + ":1";
     const bool slow = Chance(f.slow_fraction);
     host.up = host.down = slow ? link / f.slow_factor : link;
     host.late = Chance(f.late_fraction);
@@ -67,9 +79,11 @@ void Sim::Report() const {
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
   };
-  std::printf("chunks=%u chunk_mib=%g degree=%d failed=%zu unfinished=%zu events=%llu\n", chunks_,
-              chunk_bytes_ / 1048576, f_.degree, failed, unfinished,
-              static_cast<unsigned long long>(seq_));
+  std::printf(
+      "chunks=%u chunk_mib=%g max_neighbours=%zu failed=%zu unfinished=%zu events=%llu "
+      "forced=%llu\n",
+      chunks_, chunk_bytes_ / 1048576, f_.fetch.max_neighbours, failed, unfinished,
+      static_cast<unsigned long long>(seq_), static_cast<unsigned long long>(forced_));
   {
     double idle = 0, total = 0;
     for (PeerId h = 1; h < hosts_.size(); ++h) {
@@ -103,147 +117,127 @@ double Sim::Latency() {
          std::uniform_real_distribution<double>(1 - f_.jitter, 1 + f_.jitter)(rng_);
 }
 
-void Sim::Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting) {
-  events_.push({t, seq_++, type, a, b, chunk, waiting});
+void Sim::Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting, bool claim) {
+  events_.push({t, seq_++, type, a, b, chunk, waiting, claim});
 }
 
 seedd::SchedulerClock::time_point Sim::Now() const {
+  // Offset so that no simulated time is the clock's zero (read as "never").
   return seedd::SchedulerClock::time_point(
-      std::chrono::duration_cast<seedd::SchedulerClock::duration>(
-          std::chrono::duration<double>(now_)));
+      std::chrono::hours(1) + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
+                                  std::chrono::duration<double>(now_)));
 }
 
-void Sim::FindNeighbours(PeerId h) {
+void Sim::Learn(PeerId h, PeerId p) {
   Host& host = hosts_[h];
-  for (int tries = 0; tries < 4 * f_.degree && host.sched->NeighboursWanted() > 0; ++tries) {
-    const PeerId p = 1 + static_cast<PeerId>(rng_() % (hosts_.size() - 1));
+  if (p == h || host.core_of.count(p) != 0) return;
+  std::optional<PeerId> id = host.core->AddSource(hosts_[p].name, p == 0);
+  if (!id) id = host.core->IdOf(hosts_[p].name);  // named to the core by a claim
+  if (!id) return;
+  if (host.host_of.size() <= *id) host.host_of.resize(*id + 1);
+  host.host_of[*id] = p;
+  host.core_of[p] = *id;
+}
+
+PeerId Sim::HostOf(const std::string& name) {
+  // "10.0.0.N:1"
+  const size_t dot = name.rfind('.'), colon = name.rfind(':');
+  if (dot == std::string::npos || colon == std::string::npos || colon < dot) return 0;
+  return static_cast<PeerId>(std::stoul(name.substr(dot + 1, colon - dot - 1)));
+}
+
+void Sim::Prune(PeerId h) {
+  Host& host = hosts_[h];
+  for (PeerId p : std::vector<PeerId>(host.neighbours)) {
+    if (host.core->Active(host.core_of.at(p))) continue;
+    // Its connections end: what is queued there is dropped; a chunk on the
+    // wire still lands.
+    host.neighbours.erase(std::remove(host.neighbours.begin(), host.neighbours.end(), p),
+                          host.neighbours.end());
+    auto& w = hosts_[p].watchers;
+    w.erase(std::remove(w.begin(), w.end(), h), w.end());
+    auto& q = hosts_[p].queue;
+    q.erase(std::remove_if(q.begin(), q.end(), [h](const Queued& r) { return r.from == h; }),
+            q.end());
+    auto& held = hosts_[p].held;
+    held.erase(
+        std::remove_if(held.begin(), held.end(), [h](const Queued& r) { return r.from == h; }),
+        held.end());
+  }
+}
+
+void Sim::FillNeighbours(PeerId h) {
+  Host& host = hosts_[h];
+  for (const NewNeighbour& n : host.core->FillNeighbours()) {
+    const PeerId p = host.host_of[n.id];
     Host& other = hosts_[p];
-    if (p == h || !other.joined || other.failed) continue;
-    if (f_.symmetric && other.sched->NeighboursWanted() == 0) {
-      // A full host takes in a host with fewer than half its neighbours in
-      // place of its least useful neighbour, when that one has more than half.
-      if (!f_.make_room || host.neighbours.size() * 2 >= static_cast<size_t>(f_.degree)) continue;
-      auto least = other.sched->LeastUseful();
-      if (!least || hosts_[*least].neighbours.size() * 2 <= static_cast<size_t>(f_.degree))
-        continue;
-      if (host.sched->IsNeighbour(p)) continue;
-      DropLink(p, *least);
-    }
-    if (f_.max_watchers > 0 && static_cast<int>(other.watchers.size()) >= f_.max_watchers) {
+    if (other.failed) {  // the connection is refused
+      Push(now_ + 2 * Latency(), Ev::kGone, h, p, 0);
       continue;
     }
-    if (!host.sched->AddNeighbour(p, false)) continue;
-    Link(h, p);
-    if (f_.symmetric && other.sched->AddNeighbour(h, false)) {
-      other.neighbours.push_back(h);
-      host.watchers.push_back(p);
-      std::vector<bool> mine(chunks_);
-      for (uint32_t c = 0; c < chunks_; ++c) mine[c] = host.sched->Has(c);
-      other.sched->NeighbourState(h, mine);
-      Pump(p, h);
+    host.neighbours.push_back(p);
+    other.watchers.push_back(h);
+    // Its state, then what it verifies (the watch).
+    std::vector<bool> theirs(chunks_, p == 0);
+    if (p != 0 && other.core) {
+      for (uint32_t c = 0; c < chunks_; ++c) theirs[c] = other.core->scheduler().Has(c);
     }
+    host.core->OnState(n.id, theirs);
+    Pump(h, p);
   }
 }
 
-void Sim::Link(PeerId h, PeerId p) {
+void Sim::AskRelays(PeerId h) {
   Host& host = hosts_[h];
-  Host& other = hosts_[p];
-  host.neighbours.push_back(p);
-  other.watchers.push_back(h);
-  // It learns the other's state on connecting.
-  std::vector<bool> theirs(chunks_);
-  for (uint32_t c = 0; c < chunks_; ++c) theirs[c] = other.sched->Has(c);
-  host.sched->NeighbourState(p, theirs);
+  if (host.failed || host.done >= 0) return;
+  if (host.core->WantRelays(Now())) {
+    // A state request to the origin: it announces h and lists relays.
+    origin_->Announce(host.name, "s", Now());
+    for (const std::string& name :
+         origin_->Peers(host.name, f_.swarm.max_peers_listed, rng_, Now())) {
+      Learn(h, HostOf(name));
+    }
+  }
+  // Those that announced themselves to h (they fetch from it).
+  for (PeerId w : host.watchers) {
+    if (!hosts_[w].failed) Learn(h, w);
+  }
+  FillNeighbours(h);
+  if (host.core->NeighboursWanted() > 0 && !host.ask_pending) {
+    host.ask_pending = true;
+    Push(now_ + std::min(kAnnouncedPoll, Seconds(host.core->RelayWait())), Ev::kAskRelays, h, 0, 0);
+  }
 }
 
-void Sim::Unlink(PeerId h, PeerId p) {
+void Sim::Failed(PeerId h, PeerId p) {
   Host& host = hosts_[h];
-  auto& w = hosts_[p].watchers;
-  w.erase(std::remove(w.begin(), w.end(), h), w.end());
+  auto it = host.core_of.find(p);
+  if (host.failed || !host.core || it == host.core_of.end()) return;
   host.neighbours.erase(std::remove(host.neighbours.begin(), host.neighbours.end(), p),
                         host.neighbours.end());
-  // Its requests still queued there are dropped with the connection.
-  auto& q = hosts_[p].queue;
-  q.erase(std::remove_if(q.begin(), q.end(), [h](const auto& r) { return r.first == h; }), q.end());
-  auto& held = hosts_[p].held;
-  held.erase(std::remove_if(held.begin(), held.end(), [h](const auto& r) { return r.first == h; }),
-             held.end());
-  host.sched->RemoveNeighbour(p);
-}
-
-void Sim::DropLink(PeerId h, PeerId p) {
-  for (PeerId from : {h, p}) {
-    const PeerId to = from == h ? p : h;
-    Host& host = hosts_[from];
-    if (!host.sched || !host.sched->IsNeighbour(to)) continue;
-    for (uint32_t id : std::vector<uint32_t>(host.downs)) {
-      if (transfers_[id].u == to) {
-        host.sched->Returned(to, transfers_[id].chunk);
-        EndTransfer(id);
-        StartUpload(to);
-      }
-    }
-    Unlink(from, to);
+  auto& w = hosts_[p].watchers;
+  w.erase(std::remove(w.begin(), w.end(), h), w.end());
+  for (uint32_t id : std::vector<uint32_t>(host.downs)) {
+    if (transfers_[id].u == p) EndTransfer(id, false);
   }
-}
-
-void Sim::Follow(PeerId h, uint32_t c) {
-  Host& host = hosts_[h];
-  const PeerId holder = holder_[c];
-  if (holder == h || host.sched->Holders(c) > 0 || host.sched->IsNeighbour(holder) ||
-      hosts_[holder].failed) {
-    return;
-  }
-  if (host.sched->NeighboursWanted() == 0) {
-    auto least = host.sched->LeastUseful();
-    if (!least) return;
-    DropLink(h, *least);
-  }
-  if (!host.sched->AddNeighbour(holder, false)) return;
-  Link(h, holder);
-  Pump(h, holder);
-}
-
-void Sim::RetryIfAlone(PeerId h) {
-  Host& host = hosts_[h];
-  if (f_.symmetric) {
-    if (host.neighbours.size() * 2 < static_cast<size_t>(f_.degree) && !host.retry_pending) {
-      host.retry_pending = true;
-      Push(now_ + 1.0, Ev::kRetry, h, 0, 0);
-    }
-    return;
-  }
-  // The real fetcher asks a seed's state for relays while its neighbour set has
-  // room: first after --first-ask-ms, the wait doubling to --state-ms.
-  if (host.sched->NeighboursWanted() == 0 || host.retry_pending) return;
-  host.retry_pending = true;
-  Push(now_ + std::chrono::duration<double>(host.asks->wait()).count(), Ev::kRetry, h, 0, 0);
-}
-
-void Sim::Connect(PeerId h) {
-  if (f_.symmetric || hosts_[h].asks->Due(Now())) FindNeighbours(h);
+  host.core->OnFailed(it->second);
+  if (host.done >= 0) return;
+  AskRelays(h);
   PumpAll(h);
-  RetryIfAlone(h);
 }
 
 void Sim::PumpAll(PeerId h) {
-  Pump(h, 0);
-  for (PeerId p : hosts_[h].neighbours) Pump(h, p);
+  for (PeerId p : std::vector<PeerId>(hosts_[h].neighbours)) Pump(h, p);
 }
 
 void Sim::Pump(PeerId h, PeerId p) {
   Host& host = hosts_[h];
   if (host.failed || host.done >= 0) return;
-  while (auto c = host.sched->Next(p, Now())) {
-    Push(now_ + Latency(), Ev::kRequest, p, h, *c, host.downs.empty());
+  auto it = host.core_of.find(p);
+  if (it == host.core_of.end()) return;
+  while (std::optional<Taken> t = host.core->Next(it->second, Now())) {
+    Push(now_ + Latency(), Ev::kRequest, p, h, t->index, host.downs.empty(), t->claim);
   }
-}
-
-bool Sim::Claimed(uint32_t c, double claim) const {
-  if (sent_at_[c] < 0) return false;
-  if (f_.origin_claim == "window") return now_ - sent_at_[c] < claim;
-  const Host& holder = hosts_[holder_[c]];
-  return !holder.failed || now_ < holder.failed_at + f_.detect_ms / 1000;
 }
 
 int Sim::SlotsOf(PeerId h) const {
@@ -253,18 +247,18 @@ int Sim::SlotsOf(PeerId h) const {
 void Sim::StartUpload(PeerId u) {
   Host& up = hosts_[u];
   while (static_cast<int>(up.ups.size()) < SlotsOf(u) && !up.queue.empty()) {
-    auto [d, c] = up.queue.front();
+    const Queued q = up.queue.front();
     up.queue.pop_front();
-    Host& down = hosts_[d];
-    if (down.failed || down.sched->Has(c)) continue;
+    Host& down = hosts_[q.from];
+    if (down.failed || down.core->scheduler().Has(q.chunk)) continue;
     if (u == 0) {
-      const double claim = f_.claim_chunks * chunk_bytes_ / up.up;
-      if (Claimed(c, claim)) {
-        Push(now_ + Latency(), Ev::kDeferred, d, 0, c);
-        continue;
+      if (q.claim) {
+        seedd::ClaimAnswer a = origin_->Claim(down.name, q.chunk, Now());
+        if (!a.send) {  // "claimed", naming the holder
+          Push(now_ + Latency(), Ev::kClaimed, q.from, HostOf(a.holder), q.chunk);
+          continue;
+        }
       }
-      sent_at_[c] = 1e300;  // claimed while it is sent, then as --origin-claim says
-      holder_[c] = d;
       ++origin_chunks_;
     }
     uint32_t id;
@@ -276,12 +270,13 @@ void Sim::StartUpload(PeerId u) {
       free_.pop_back();
     }
     Transfer& t = transfers_[id];
-    t = Transfer{u, d, c, chunk_bytes_, 0, now_, t.version + 1, true, t.serial + 1};
+    t = Transfer{u, q.from, q.chunk,       q.claim, chunk_bytes_,
+                 0, now_,   t.version + 1, true,    t.serial + 1};
     up.ups.push_back(id);
     if (down.downs.empty()) down.idle += now_ - down.idle_since;
     down.downs.push_back(id);
     Reflow(u);
-    Reflow(d);
+    Reflow(q.from);
     if (f_.ahead) Push(now_ + Latency() + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
   }
 }
@@ -303,13 +298,18 @@ void Sim::Reflow(PeerId h) {
   }
 }
 
-void Sim::EndTransfer(uint32_t id) {
+void Sim::EndTransfer(uint32_t id, bool complete) {
   Transfer& t = transfers_[id];
   t.live = false;
   auto off = [id](std::vector<uint32_t>& v) { v.erase(std::find(v.begin(), v.end(), id)); };
   off(hosts_[t.u].ups);
   off(hosts_[t.d].downs);
   if (hosts_[t.d].downs.empty()) hosts_[t.d].idle_since = now_;
+  if (t.u == 0) origin_->EndSend(hosts_[t.d].name, t.chunk, complete, Now());
+  if (!complete && !hosts_[t.d].failed && !hosts_[t.u].failed && hosts_[t.d].core) {
+    auto it = hosts_[t.d].core_of.find(t.u);
+    if (it != hosts_[t.d].core_of.end()) hosts_[t.d].core->OnReturned(it->second, t.chunk);
+  }
   free_.push_back(id);
   Reflow(t.u);
   Reflow(t.d);
@@ -320,30 +320,24 @@ void Sim::Handle(const Event& e) {
     case Ev::kJoin: {
       Host& host = hosts_[e.a];
       if (host.failed) return;
-      SchedulerOptions o;
-      o.max_neighbours = static_cast<size_t>(f_.degree) + 1;
-      o.pipeline = f_.pipeline;
-      o.max_requests = f_.max_requests;
-      o.catch_up_requests = f_.catch_up;
-      o.random_seed = f_.seed * 1000003 + e.a;
-      host.sched = std::make_unique<SwarmScheduler>(chunks_, o);
-      auto ms = [](double v) { return std::chrono::milliseconds(static_cast<int64_t>(v)); };
-      host.asks = std::make_unique<seedd::TrackerCadence>(ms(f_.first_ask_ms), ms(f_.state_ms));
-      if (f_.origin_degree < 0 || origin_fetchers_ < f_.origin_degree) {
-        host.sched->AddNeighbour(0, true, f_.seed_pipeline);
-        ++origin_fetchers_;
-      }
+      host.core = std::make_unique<seedd::FetcherCore>(
+          std::vector<uint64_t>(chunks_, static_cast<uint64_t>(chunk_bytes_)), f_.fetch,
+          /*relaying=*/true, f_.seed * 1000003 + e.a);
       host.joined = true;
       host.idle_since = now_;
-      Connect(e.a);
+      origin_->Announce(host.name, "s", Now());  // its first connection there
+      Learn(e.a, 0);
+      host.core->SourcesKnown();
+      AskRelays(e.a);
       return;
     }
     case Ev::kRequest: {
       Host& up = hosts_[e.a];
       if (up.failed) return;  // noticed by kGone
+      const Queued q{e.b, e.chunk, e.claim};
       for (uint32_t id : up.ups) {
         if (transfers_[id].d == e.b) {
-          up.held.push_back({e.b, e.chunk});
+          up.held.push_back(q);
           return;
         }
       }
@@ -366,7 +360,7 @@ void Sim::Handle(const Event& e) {
         }
         away.erase(was);
       }
-      up.queue.push_back({e.b, e.chunk});
+      up.queue.push_back(q);
       StartUpload(e.a);
       return;
     }
@@ -375,11 +369,11 @@ void Sim::Handle(const Event& e) {
       if (!t.live || t.version != e.chunk) return;  // rescheduled, or cut
       const PeerId u = t.u, d = t.d;
       const uint32_t c = t.chunk;
-      EndTransfer(e.a);
+      EndTransfer(e.a, true);
       {
         Host& sender = hosts_[u];
         auto own = std::find_if(sender.held.begin(), sender.held.end(),
-                                [d](const auto& r) { return r.first == d; });
+                                [d](const Queued& r) { return r.from == d; });
         if (own != sender.held.end()) {
           // Behind those waiting in line (--fair-slots), else first.
           if (f_.fair_slots) {
@@ -390,10 +384,7 @@ void Sim::Handle(const Event& e) {
           sender.held.erase(own);
         }
       }
-      if (u == 0) {
-        sent_at_[c] = now_;
-        origin_last_ = now_;
-      }
+      if (u == 0) origin_last_ = now_;
       Push(now_ + Latency(), Ev::kArrive, d, u, c);
       StartUpload(u);
       return;
@@ -401,35 +392,37 @@ void Sim::Handle(const Event& e) {
     case Ev::kArrive: {
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
-      for (const Cancel& c : host.sched->Arrived(e.b, e.chunk)) {
-        auto& q = hosts_[c.peer].queue;
-        q.erase(std::remove(q.begin(), q.end(), std::make_pair(e.a, c.chunk)), q.end());
-        Pump(e.a, c.peer);
+      auto from = host.core_of.find(e.b);
+      if (from == host.core_of.end()) return;
+      for (const Cancel& c : host.core->OnArrived(from->second, e.chunk)) {
+        const PeerId p = host.host_of[c.peer];
+        auto& q = hosts_[p].queue;
+        q.erase(
+            std::remove_if(q.begin(), q.end(),
+                           [&](const Queued& r) { return r.from == e.a && r.chunk == c.chunk; }),
+            q.end());
       }
-      Push(now_ + Latency(), Ev::kHave, e.a, 0, e.chunk);  // to every neighbour
-      if (host.sched->Complete()) {
+      Push(now_ + Latency(), Ev::kHave, e.a, 0, e.chunk);  // to every watcher
+      if (host.core->Complete()) {
         host.done = now_;
         return;
       }
-      if (f_.max_requests > 0) {
-        PumpAll(e.a);
-      } else {
-        Pump(e.a, e.b);
-      }
+      PumpAll(e.a);
       return;
     }
-    case Ev::kDeferred: {
+    case Ev::kClaimed: {  // the origin answered "claimed": ask the relays
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
-      const double claim = f_.claim_chunks * chunk_bytes_ / hosts_[0].up;
-      if (!f_.symmetric && f_.origin_claim == "holder") Follow(e.a, e.chunk);
-      host.sched->Deferred(0, e.chunk,
-                           Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
-                                       std::chrono::duration<double>(claim)));
+      const NotThereVerdict v = host.core->OnClaimed(host.core_of.at(0), e.chunk, Now(),
+                                                     e.b != 0 ? hosts_[e.b].name : "");
+      if (v == NotThereVerdict::kForcedOld || v == NotThereVerdict::kForcedNoRelay) ++forced_;
+      if (e.b != 0) Learn(e.a, e.b);  // a holder the core follows
+      Prune(e.a);
+      FillNeighbours(e.a);
       PumpAll(e.a);
       if (!host.wake_pending) {  // the origin may be asked again then
         host.wake_pending = true;
-        Push(now_ + claim * 1.001, Ev::kWake, e.a, 0, 0);
+        Push(now_ + Seconds(seedd::kClaimRetry) * 1.001, Ev::kWake, e.a, 0, 0);
       }
       return;
     }
@@ -437,9 +430,11 @@ void Sim::Handle(const Event& e) {
       const Transfer& t = transfers_[e.a];
       if (!t.live || t.serial != e.chunk) return;
       Host& host = hosts_[t.d];
-      if (host.failed || host.done >= 0 || host.sched->InFlight(t.u) != 1) return;
-      if (auto c = host.sched->Next(t.u, Now(), true)) {
-        Push(now_ + Latency(), Ev::kRequest, t.u, t.d, *c);
+      if (host.failed || host.done >= 0) return;
+      const PeerId id = host.core_of.at(t.u);
+      if (host.core->scheduler().InFlight(id) != 1) return;
+      if (std::optional<Taken> next = host.core->Next(id, Now(), true)) {
+        Push(now_ + Latency(), Ev::kRequest, t.u, t.d, next->index, false, next->claim);
       }
       return;
     }
@@ -448,57 +443,49 @@ void Sim::Handle(const Event& e) {
       Pump(e.a, e.b);
       return;
     }
-    case Ev::kBusy: {  // e.b's slots and backlog were full: ask the others
+    case Ev::kBusy: {  // e.b's slots were full: ask the others
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
       const double retry = f_.busy_retry_ms / 1000;
-      host.sched->Busy(e.b, e.chunk,
-                       Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
-                                   std::chrono::duration<double>(retry)));
+      host.core->OnBusy(host.core_of.at(e.b), e.chunk,
+                        Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
+                                    std::chrono::duration<double>(retry)));
       PumpAll(e.a);
       Push(now_ + retry * 1.001, Ev::kWake, e.a, e.b, 0);
       return;
     }
-    case Ev::kRetry: {  // ask the tracker again: others may have room now
-      Host& host = hosts_[e.a];
-      host.retry_pending = false;
-      if (host.failed || host.done >= 0) return;
-      Connect(e.a);
+    case Ev::kAskRelays: {
+      hosts_[e.a].ask_pending = false;
+      AskRelays(e.a);
+      PumpAll(e.a);
       return;
     }
     case Ev::kHave: {  // e.a tells those fetching from it that it has e.chunk (one event)
-      for (PeerId w : hosts_[e.a].watchers) {
+      for (PeerId w : std::vector<PeerId>(hosts_[e.a].watchers)) {
         Host& host = hosts_[w];
         if (host.failed || host.done >= 0) continue;
-        host.sched->NeighbourHas(e.a, e.chunk);
-        Pump(w, e.a);  // a HAVE only ever takes work from the origin, never adds some
+        host.core->OnHave(host.core_of.at(e.a), e.chunk);
+        Pump(w, e.a);
       }
       return;
     }
     case Ev::kFail: {
       Host& host = hosts_[e.a];
       host.failed = true;
-      host.failed_at = now_;
       host.queue.clear();
       host.held.clear();
       std::vector<uint32_t> cut = host.ups;
       cut.insert(cut.end(), host.downs.begin(), host.downs.end());
       for (uint32_t id : cut) {
         const PeerId sender = transfers_[id].u;
-        EndTransfer(id);
+        EndTransfer(id, false);
         if (sender != e.a) StartUpload(sender);
       }
       for (PeerId w : host.watchers) Push(now_ + f_.detect_ms / 1000, Ev::kGone, w, e.a, 0);
       return;
     }
     case Ev::kGone: {
-      Host& host = hosts_[e.a];
-      if (host.failed || !host.joined) return;
-      host.sched->RemoveNeighbour(e.b);
-      host.neighbours.erase(std::remove(host.neighbours.begin(), host.neighbours.end(), e.b),
-                            host.neighbours.end());
-      if (host.done >= 0) return;
-      Connect(e.a);
+      Failed(e.a, e.b);
       return;
     }
   }

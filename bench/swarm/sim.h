@@ -1,37 +1,33 @@
-// The fleet simulator behind swarm_sim: a discrete-event simulation of a fleet
-// pulling one model at once, every fetcher running the real SwarmScheduler
-// (src/kinds/weights/proto/swarm_scheduler.h).
+// The fleet simulator behind swarm_sim: a discrete-event model of a network in
+// which every fetcher runs the shipped FetcherCore (its neighbours, requests,
+// claims and their ages, the tracker cadence, failures; proto/fetcher_core.h)
+// and the origin runs the shipped ServerCore (the relays it remembers, its
+// claims on chunks sent, the tracker's sample; proto/server_core.h), with the
+// defaults of FetchPolicy and SwarmPolicy unless a flag overrides one.
 //
-// Model: one origin (a seed) and N fetchers. Each host has an uplink and a
-// downlink (bits per second) and a one-way latency with jitter. A host sends up
-// to --up-slots chunks at once (one per connection, its queue first come first
-// served; a request from a host it is sending to waits for that send to end, as
-// the real server's own-slot wait, and beyond the slots a host is answered
-// "busy", except a host that had nothing arriving when it asked and was turned
-// away moments ago: it waits in line for the next free slot, ahead of the next
-// request of the host whose send ended (--fair-slots, the real server's rule);
-// a transfer's rate is min(the sender's uplink / its transfers, the receiver's
-// downlink / its transfers), recomputed whenever a transfer starts or ends at
-// either end: flows sharing links fairly, without TCP's slow start. Neighbours
-// are handed out by the origin (a tracker): random relays that have joined, up
-// to --degree, that the host fetches from (as the real fetcher: a server serves
-// whoever asks, within its upload slots), asked for while the set has room
-// (first after --first-ask-ms, the wait doubling to --state-ms, as the real
-// fetcher's state requests), and replaced when one fails, with --symmetric
-// false (a host told "claimed" for a chunk no neighbour has takes the holder as
-// a neighbour, in place of the one offering least); by default neighbours link
-// both ways and only hosts with room, asking again after 1 s, a full host
-// taking in a host with fewer than half its neighbours in place of its least
-// useful one (--make-room). A host tells those fetching from it each chunk it
-// verifies (a HAVE message, the real watch answer); it asks a neighbour for
-// chunks as its scheduler decides, --pipeline at a time and --max-requests in
-// all. The origin defers a chunk it sent within the last --claim-chunks chunk
-// times ("ask the relays"), as the real data plane's claims do. Failed hosts
-// vanish; their neighbours notice after --detect-ms and get a replacement.
+// What is modelled here, not run from the daemon's code: the network and the
+// upload slots. One origin (a seed) and N fetchers, each relaying what it
+// verified. Each host has an uplink and a downlink (bits per second) and a
+// one-way latency with jitter. A host sends up to --up-slots chunks at once
+// (one per connection, its queue first come first served; a request from a
+// host it is sending to waits for that send to end, as the real server's
+// own-slot wait, and beyond the slots a host is answered "busy", except a host
+// that had nothing arriving when it asked and was turned away moments ago: it
+// waits in line for the next free slot, ahead of the next request of the host
+// whose send ended: the real server's rule); a transfer's rate is min(the
+// sender's uplink / its transfers, the receiver's downlink / its transfers),
+// recomputed whenever a transfer starts or ends at either end: flows sharing
+// links fairly, without TCP's slow start. A host that connects to a neighbour
+// learns its state, then each chunk it verifies (the watch answers). The
+// origin's claims are taken when a send starts and dated when it ends; a host
+// announces itself to the origin when it joins and whenever it asks it for
+// relays (a state request), and each request it sends there keeps it alive.
+// Failed hosts vanish; those fetching from them notice after --detect-ms.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <queue>
 #include <random>
@@ -40,38 +36,23 @@
 #include <vector>
 
 #include "kinds/weights/manifest.h"
-#include "kinds/weights/proto/swarm_scheduler.h"
+#include "kinds/weights/proto/fetcher_core.h"
+#include "kinds/weights/proto/server_core.h"
 
 namespace swarm_sim {
 
 using seedd::PeerId;
-using seedd::SwarmScheduler;
 
 struct Flags {
   int hosts = 100;
   double model_gib = 1;
   double chunk_mib = 0;  // 0: as the daemon's default (seedd::AutoChunkBytes)
   double link_gbit = 10;
-  // Defaults are the real daemon's: 16 neighbours (the origin and 15 relays), 4
-  // upload slots, "busy" beyond them, a busy answer retried after 50 ms, one
-  // request at a time to a relay and to the origin (a relaying fetcher's).
-  int degree = 15;
-  // Neighbours link both ways, and only hosts with room (the default: the
-  // figures of docs/benchmarks.md); false: a host picks the relays it fetches
-  // from, as the real fetcher does, asking the tracker on the real cadence.
-  bool symmetric = true;
-  // With symmetric links, a host with fewer than half its neighbours (a late
-  // joiner, when every other set is full) is taken in by a full host in place of
-  // that host's least useful neighbour, if that one has more than half.
-  bool make_room = true;
-  int max_watchers = 0;      // hosts a host serves as their neighbour (0: no bound)
-  double first_ask_ms = 50;  // the tracker asked again first after this (FetchOptions)
-  double state_ms = 500;     // then the wait doubles up to this (FetchOptions::state_interval)
-  int origin_degree = -1;    // fetchers the origin serves directly (-1: all); the others use relays
-  int pipeline = 1;          // requests in flight per relay neighbour (FetchOptions::peer_pipeline)
-  int seed_pipeline = 1;     // requests in flight to the origin per fetcher
-  int max_requests = 4;      // requests in flight per fetcher in all (FetchOptions::swarm_requests)
-  int catch_up = 2;          // requests beyond --max-requests for a host behind its neighbours
+  // The shipped policies; flags override single fields.
+  seedd::FetchPolicy fetch;
+  seedd::SwarmPolicy swarm;
+  // The network model and the upload slots (modelled, see above): 4 upload
+  // slots, "busy" beyond them, retried after 50 ms (WeightServerOptions).
   int up_slots = 4;
   int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
   int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
@@ -91,8 +72,6 @@ struct Flags {
   // Once half a chunk has arrived, the next request to its sender goes out (the
   // real fetcher's requests sent ahead).
   bool ahead = true;
-  std::string origin_claim = "holder";  // or "window"
-  double claim_chunks = 8;              // the origin's claim on a chunk it sent, in its chunk times
   double detect_ms = 1000;
   uint64_t seed = 1;
   double give_up_bounds = 50;  // the simulation ends (failing) after this many bounds
@@ -103,42 +82,51 @@ enum class Ev : uint8_t {
   kRequest,
   kUploadDone,
   kArrive,
-  kDeferred,
+  kClaimed,
   kWake,
   kBusy,
-  kRetry,
+  kAskRelays,
   kHave,
-  kHalf,
   kFail,
-  kGone
+  kGone,
+  kHalf,
 };
 
 struct Event {
   double t;
   uint64_t seq;
   Ev type;
-  PeerId a, b;  // meaning by type
+  PeerId a, b;  // hosts; meaning by type
   uint32_t chunk;
   bool waiting;  // kRequest: sent by a host with nothing arriving
+  bool claim;    // kRequest: asked with a claim ("SDRN")
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
+// A request queued at a sender: who asked, which chunk, with a claim or not.
+struct Queued {
+  PeerId from;
+  uint32_t chunk;
+  bool claim;
+};
+
 struct Host {
-  std::unique_ptr<SwarmScheduler> sched;
-  std::vector<PeerId> neighbours;               // relays it fetches from (and the origin, 0)
-  std::vector<PeerId> watchers;                 // hosts fetching from it: told what it newly has
-  std::unique_ptr<seedd::TrackerCadence> asks;  // the real fetcher's (--symmetric false)
-  bool retry_pending = false;
-  std::deque<std::pair<PeerId, uint32_t>> queue;  // requests to serve: (requester, chunk)
-  // Requests from a requester this host is sending to: each waits for that send
-  // to end, then takes its slot (the real server's own-slot wait).
-  std::vector<std::pair<PeerId, uint32_t>> held;
+  std::unique_ptr<seedd::FetcherCore> core;
+  std::string name;                  // as the origin and the cores know it
+  std::vector<PeerId> host_of;       // by core id
+  std::map<PeerId, PeerId> core_of;  // by host
+  std::vector<PeerId> neighbours;    // hosts it fetches from (the origin, 0, too)
+  std::vector<PeerId> watchers;      // hosts fetching from it: told what it newly has
+  bool ask_pending = false;
+  std::deque<Queued> queue;  // requests to serve
+  // Requests from a host this host is sending to: each waits for that send to
+  // end, then takes its slot (the real server's own-slot wait).
+  std::vector<Queued> held;
   std::vector<std::pair<PeerId, double>> turned_away;  // answered "busy", and when
   std::vector<uint32_t> ups, downs;                    // transfers in progress
   double up = 0, down = 0;                             // bytes per second
   double join = 0, done = -1;
   bool joined = false, failed = false, late = false;
-  double failed_at = 0;
   bool wake_pending = false;
   double idle = 0, idle_since = 0;  // the downlink's time with nothing arriving
 };
@@ -156,46 +144,34 @@ class Sim {
  private:
   bool Chance(double p);
   double Latency();
-  void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting = false);
+  void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting = false,
+            bool claim = false);
   seedd::SchedulerClock::time_point Now() const;
+  static double Seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
 
-  // Links h with up to `want` random relays that have joined, both ways.
-  void FindNeighbours(PeerId h);
-
-  // h fetches from p / no longer does.
-  void Link(PeerId h, PeerId p);
-  void Unlink(PeerId h, PeerId p);
-  // h and p no longer fetch from each other; transfers between them end.
-  void DropLink(PeerId h, PeerId p);
-  // The origin deferred chunk c to h, and no neighbour of h has it: h takes the
-  // fetcher the origin sent it to as a neighbour (the tracker lists the relays
-  // holding what the seed sent first), in place of the neighbour offering least.
-  void Follow(PeerId h, uint32_t c);
-
-  // A host with fewer than half its neighbours asks the tracker again in a second.
-  void RetryIfAlone(PeerId h);
-
-  // Neighbours for h from the tracker, then its requests.
-  void Connect(PeerId h);
+  // Host h learns of host p (the origin is a seed); the neighbours its core
+  // picks are connected.
+  void Learn(PeerId h, PeerId p);
+  void FillNeighbours(PeerId h);
+  // Host h's connections to neighbours its core retired end.
+  void Prune(PeerId h);
+  static PeerId HostOf(const std::string& name);
+  // h asks the origin for relays (a state request) when its core wants them,
+  // and again when the core's cadence says.
+  void AskRelays(PeerId h);
+  // h's neighbour p failed or was dropped: h's core is told, transfers end.
+  void Failed(PeerId h, PeerId p);
   void PumpAll(PeerId h);
-  // h asks p for what its scheduler picks.
+  // h asks p for what its core picks.
   void Pump(PeerId h, PeerId p);
-
-  // Whether the origin answers "ask the relays" for chunk c: while it is being
-  // sent, then for `claim` seconds ("window"), or as long as the fetcher it went
-  // to is not known to have failed ("holder").
-  bool Claimed(uint32_t c, double claim) const;
-
   int SlotsOf(PeerId h) const;
-
   void StartUpload(PeerId u);
-
   // Recomputes the rates of the transfers at host h and when each will end.
   void Reflow(PeerId h);
-
   // Ends transfer `id` (done or cut): off both hosts, the others sped up.
-  void EndTransfer(uint32_t id);
-
+  void EndTransfer(uint32_t id, bool complete);
   void Handle(const Event& e);
 
   const Flags f_;
@@ -204,9 +180,11 @@ class Sim {
   uint32_t chunks_ = 0;
   double bound_ = 0;
   std::vector<Host> hosts_;
+  std::unique_ptr<seedd::ServerCore> origin_;
   struct Transfer {
     PeerId u, d;
     uint32_t chunk;
+    bool claim;
     double remaining, rate, last;
     uint32_t version;
     bool live;
@@ -218,12 +196,8 @@ class Sim {
   uint64_t seq_ = 0;
   double origin_last_ = 0;  // when the origin finished its last chunk
   double now_ = 0;
-  std::vector<double> sent_at_;  // per chunk: when the origin last sent it; -1 never
-  std::vector<PeerId> holder_;   // per chunk: the fetcher the origin sent it to
-
   uint64_t origin_chunks_ = 0;
-
-  int origin_fetchers_ = 0;
+  uint64_t forced_ = 0;  // chunks asked of the origin plainly after a claim
 };
 
 }  // namespace swarm_sim

@@ -1,5 +1,5 @@
-// swarm_sim: a fleet pulling one model at once, simulated with the real
-// scheduler (sim.h describes the model).
+// swarm_sim: a fleet pulling one model at once, simulated with the shipped
+// swarm cores (sim.h describes the model).
 //
 // Output, last line:
 //   swarm_sim: hosts=N p50=X p99=Y max=Z bound=B origin=O
@@ -16,7 +16,9 @@ using swarm_sim::Sim;
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"swarm_sim: a fleet pulling one model at once, simulated with the real scheduler"};
+  CLI::App app{
+      "swarm_sim: a fleet pulling one model at once; every host runs the shipped FetcherCore, "
+      "the origin the shipped ServerCore, over a modelled network"};
   app.add_option("--hosts", f.hosts, "fetchers (besides the origin)")->capture_default_str();
   app.add_option("--model-gib", f.model_gib, "model size in GiB")->capture_default_str();
   app.add_option("--chunk-mib", f.chunk_mib,
@@ -24,48 +26,48 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--link-gbit", f.link_gbit, "every host's uplink and downlink, Gbit/s")
       ->capture_default_str();
-  app.add_option("--degree", f.degree, "relay neighbours per host")->capture_default_str();
-  app.add_option("--symmetric", f.symmetric,
-                 "neighbours link both ways and only hosts with room (else a host picks the "
-                 "relays it fetches from, as the real fetcher)")
+  // Overrides of the shipped policies (defaults: FetchPolicy, SwarmPolicy).
+  app.add_option("--max-neighbours", f.fetch.max_neighbours,
+                 "FetchPolicy::max_neighbours: neighbours per fetcher, the origin included")
       ->capture_default_str();
-  app.add_option("--max-watchers", f.max_watchers,
-                 "hosts one host serves as their neighbour; beyond, it is not handed out (0: "
-                 "no bound)")
+  app.add_option("--peer-pipeline", f.fetch.peer_pipeline,
+                 "FetchPolicy::peer_pipeline: requests in flight per relay neighbour")
       ->capture_default_str();
-  app.add_option("--first-ask-ms", f.first_ask_ms,
-                 "a host with room for neighbours asks the tracker again after this, the wait "
-                 "doubling up to --state-ms")
+  app.add_option("--swarm-requests", f.fetch.swarm_requests,
+                 "FetchPolicy::swarm_requests: requests in flight to relays in all")
       ->capture_default_str();
-  app.add_option("--state-ms", f.state_ms, "the longest wait between asks of the tracker")
+  app.add_option("--catch-up", f.fetch.swarm_catch_up,
+                 "FetchPolicy::swarm_catch_up: requests beyond those for a host behind")
       ->capture_default_str();
-  app.add_option("--origin-degree", f.origin_degree,
-                 "fetchers the origin serves directly (the first to join; -1: all)")
+  app.add_option("--connections-per-source", f.fetch.connections_per_source,
+                 "FetchPolicy::connections_per_source: connections to the origin")
       ->capture_default_str();
-  app.add_option("--pipeline", f.pipeline, "requests in flight per neighbour")
+  app.add_option("--claim-floor-rate", f.fetch.claim_floor_rate,
+                 "FetchPolicy::claim_floor_rate: bytes/s below which a claim is passed over")
       ->capture_default_str();
-  app.add_option("--seed-pipeline", f.seed_pipeline, "requests in flight to the origin per fetcher")
+  app.add_option("--max-peers-listed", f.swarm.max_peers_listed,
+                 "SwarmPolicy::max_peers_listed: relays in the origin's answer to a state request")
       ->capture_default_str();
-  app.add_option("--max-requests", f.max_requests,
-                 "requests in flight per fetcher in all (0: no bound)")
+  app.add_option("--max-relays", f.swarm.max_relays,
+                 "SwarmPolicy::max_relays: relays the origin remembers")
       ->capture_default_str();
-  app.add_option("--catch-up", f.catch_up,
-                 "requests beyond --max-requests while a host has fewer chunks than its "
-                 "neighbours on average")
-      ->capture_default_str();
+  // The network and the upload slots (modelled).
   app.add_option("--up-slots", f.up_slots, "chunks a host sends at once")->capture_default_str();
   app.add_option("--origin-slots", f.origin_slots, "the origin's upload slots (0: --up-slots)")
       ->capture_default_str();
   app.add_option("--origin-busy", f.origin_busy,
-                 "the origin answers busy beyond its slots (else it queues requests)")
+                 "the origin answers busy beyond its slots (else its requests queue)")
       ->capture_default_str();
   app.add_option("--ahead", f.ahead,
-                 "once half a chunk has arrived, the next request to its sender goes out")
+                 "the next request to a sender leaves once half a chunk has arrived")
       ->capture_default_str();
   app.add_option("--busy-retry-ms", f.busy_retry_ms, "when a busy neighbour is asked again")
       ->capture_default_str();
   app.add_option("--backlog", f.backlog,
-                 "requests a relay queues beyond its slots before answering busy (-1: no limit)")
+                 "requests a relay queues beyond its slots (-1: no limit); more are busy")
+      ->capture_default_str();
+  app.add_option("--fair-slots", f.fair_slots,
+                 "a host with nothing arriving, turned away moments ago, waits in line")
       ->capture_default_str();
   app.add_option("--latency-ms", f.latency_ms, "one-way latency")->capture_default_str();
   app.add_option("--jitter", f.jitter, "latency varies by +- this fraction")->capture_default_str();
@@ -73,26 +75,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fail-fraction", f.fail_fraction, "hosts that fail mid-transfer")
       ->capture_default_str();
-  app.add_option("--make-room", f.make_room,
-                 "symmetric links: a full host takes in a host with few neighbours in place of "
-                 "its least useful one")
-      ->capture_default_str();
-  app.add_option("--fair-slots", f.fair_slots,
-                 "a host turned away busy that asks again waits in line for the next slot")
-      ->capture_default_str();
   app.add_option("--late-fraction", f.late_fraction, "hosts that join later, within the bound")
       ->capture_default_str();
   app.add_option("--slow-fraction", f.slow_fraction, "hosts with slower links")
       ->capture_default_str();
   app.add_option("--slow-factor", f.slow_factor, "how much slower")->capture_default_str();
-  app.add_option("--origin-claim", f.origin_claim,
-                 "holder: the origin sends a chunk again only once the fetcher it went to "
-                 "has failed; window: once --claim-chunks chunk times have passed")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"holder", "window"}));
-  app.add_option("--claim-chunks", f.claim_chunks,
-                 "the origin defers a chunk it sent within this many chunk times")
-      ->capture_default_str();
   app.add_option("--detect-ms", f.detect_ms, "time to notice a failed neighbour")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "random seed")->capture_default_str();

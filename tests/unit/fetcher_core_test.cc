@@ -103,6 +103,68 @@ TEST(FetcherCore, BeforeAnyRelayIsNamedAClaimIsWaitedFor) {
   EXPECT_EQ(core.OnClaimed(seed, 0, kT0), NotThereVerdict::kDeferred);
 }
 
+TEST(FetcherCore, TheHolderOfAClaimNoNeighbourOffersIsFollowedInPlaceOfTheLeastUsefulRelay) {
+  FetchPolicy p;
+  p.max_neighbours = 3;  // the seed and two relays
+  FetcherCore core = Core(4, 1 << 20, p);
+  core.SetSelf("me:1");
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  const PeerId b = *core.AddSource("b:1", false);
+  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  core.OnState(a, {true, true, false, false});  // a offers chunks 0 and 1
+  core.OnState(b, {false, false, false, false});
+  // The seed sent chunk 3 to "holder:1", which no neighbour is.
+  EXPECT_EQ(core.OnClaimed(seed, 3, kT0, "holder:1"), NotThereVerdict::kDeferred);
+  EXPECT_FALSE(core.Active(b));  // offers least: retired, not dropped
+  EXPECT_FALSE(core.Dropped(b));
+  EXPECT_TRUE(core.Active(a));
+  std::vector<NewNeighbour> started = core.FillNeighbours();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(core.Name(started[0].id), "holder:1");
+  EXPECT_EQ(core.follows(), 1u);
+  // A retired relay is not picked again at random...
+  core.OnFailed(started[0].id);
+  std::vector<NewNeighbour> refill = core.FillNeighbours();
+  EXPECT_TRUE(refill.empty());
+  // ...but is followed when it holds a claim.
+  core.OnClaimed(seed, 2, kT0, "b:1");
+  refill = core.FillNeighbours();
+  ASSERT_EQ(refill.size(), 1u);
+  EXPECT_EQ(refill[0].id, b);
+}
+
+TEST(FetcherCore, AHolderAboutToBeFollowedIsWaitedForNotTakenForNoRelayLeft) {
+  FetcherCore core = Core(1, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  // The first relay this fetcher hears of is the claim's holder: followed, so
+  // the claim is waited for (the "no relay left" rule is for holders that are
+  // gone, not for one about to be a neighbour).
+  EXPECT_EQ(core.OnClaimed(seed, 0, kT0, "holder:1"), NotThereVerdict::kDeferred);
+  ASSERT_EQ(core.FillNeighbours().size(), 1u);
+}
+
+TEST(FetcherCore, AClaimHolderIsNotFollowedWhenANeighbourOffersTheChunkOrItIsThisHost) {
+  FetchPolicy p;
+  p.max_neighbours = 2;
+  FetcherCore core = Core(2, 1 << 20, p);
+  core.SetSelf("me:1");
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  core.FillNeighbours();
+  core.OnState(a, {true, false});
+  ASSERT_TRUE(core.Next(a, kT0));
+  core.OnArrived(a, 0);  // a is proven
+  core.OnState(a, {true, true});
+  core.OnClaimed(seed, 1, kT0, "holder:1");  // a offers chunk 1
+  core.OnClaimed(seed, 1, kT0, "me:1");
+  EXPECT_TRUE(core.Active(a));
+  EXPECT_TRUE(core.FillNeighbours().empty());
+  EXPECT_EQ(core.follows(), 0u);
+}
+
 TEST(FetcherCore, ARelayThatAnswersNotHereOrClaimedIsDropped) {
   for (bool claimed : {false, true}) {
     FetcherCore core = Core(1, 1 << 20);

@@ -23,8 +23,9 @@ SwarmPolicy Policy(size_t max_relays = 1024) {
 
 TEST(ServerCore, AChunkSentToALiveRelayIsClaimedForOthersUntilItsTtlLapses) {
   ServerCore core(4, Policy());
-  const int a = core.Announce("a:1", "s1", kT0);
-  const int b = core.Announce("b:1", "s1", kT0);
+  ASSERT_TRUE(core.Announce("a:1", "s1", kT0));
+  ASSERT_TRUE(core.Announce("b:1", "s1", kT0));
+  const std::string a = "a:1", b = "b:1";
   ASSERT_TRUE(core.Claim(a, 2, kT0).send);
   // While it is being sent: claimed, "sending".
   ClaimAnswer answer = core.Claim(b, 2, kT0);
@@ -35,17 +36,34 @@ TEST(ServerCore, AChunkSentToALiveRelayIsClaimedForOthersUntilItsTtlLapses) {
   EXPECT_FALSE(answer.send);
   EXPECT_EQ(answer.aux, 60u);  // ms since it was sent
   // A fetcher that does not relay (-1) is told so too.
-  EXPECT_FALSE(core.Claim(-1, 2, kT0 + milliseconds(100)).send);
-  // The holder is not heard from for relay_ttl: its claim lapses.
+  EXPECT_FALSE(core.Claim("", 2, kT0 + milliseconds(100)).send);
+  // The holder is not heard from for relay_ttl (since its last request): its
+  // claim lapses.
   const auto ttl = SwarmPolicy{}.relay_ttl;
   EXPECT_FALSE(core.Claim(b, 2, kT0 + ttl - microseconds(1)).send);
   EXPECT_TRUE(core.Claim(b, 2, kT0 + ttl).send);
 }
 
+TEST(ServerCore, ARequestKeepsItsRelayAliveAndItsClaimsStanding) {
+  ServerCore core(2, Policy());
+  ASSERT_TRUE(core.Announce("a:1", "s1", kT0));
+  ASSERT_TRUE(core.Announce("b:1", "s1", kT0));
+  ASSERT_TRUE(core.Claim("a:1", 0, kT0).send);
+  core.EndSend("a:1", 0, true, kT0);
+  const auto ttl = SwarmPolicy{}.relay_ttl;
+  // a asks for chunk 1 late in its ttl: heard from then.
+  ASSERT_TRUE(core.Claim("a:1", 1, kT0 + ttl - milliseconds(1)).send);
+  EXPECT_FALSE(core.Claim("b:1", 0, kT0 + ttl + milliseconds(1)).send);
+  // A relay never announced takes no claim.
+  ASSERT_TRUE(core.Claim("stranger:1", 0, kT0 + 2 * ttl).send);
+  EXPECT_TRUE(core.Claim("b:1", 0, kT0 + 2 * ttl).send);
+}
+
 TEST(ServerCore, ASendThatDidNotCompleteLeavesTheChunkUnclaimed) {
   ServerCore core(2, Policy());
-  const int a = core.Announce("a:1", "s1", kT0);
-  const int b = core.Announce("b:1", "s1", kT0);
+  ASSERT_TRUE(core.Announce("a:1", "s1", kT0));
+  ASSERT_TRUE(core.Announce("b:1", "s1", kT0));
+  const std::string a = "a:1", b = "b:1";
   ASSERT_TRUE(core.Claim(a, 0, kT0).send);
   core.EndSend(a, 0, false, kT0);
   EXPECT_TRUE(core.Claim(b, 0, kT0).send);
@@ -55,24 +73,25 @@ TEST(ServerCore, ASendThatDidNotCompleteLeavesTheChunkUnclaimed) {
 
 TEST(ServerCore, ARelayThatStartsANewSessionLosesItsClaims) {
   ServerCore core(2, Policy());
-  const int a = core.Announce("a:1", "s1", kT0);
-  const int b = core.Announce("b:1", "s1", kT0);
+  ASSERT_TRUE(core.Announce("a:1", "s1", kT0));
+  ASSERT_TRUE(core.Announce("b:1", "s1", kT0));
+  const std::string a = "a:1", b = "b:1";
   ASSERT_TRUE(core.Claim(a, 1, kT0).send);
   core.EndSend(a, 1, true, kT0);
   EXPECT_FALSE(core.Claim(b, 1, kT0).send);
-  EXPECT_EQ(core.Announce("a:1", "s2", kT0), a);  // restarted with an empty cache
+  EXPECT_TRUE(core.Announce("a:1", "s2", kT0));  // restarted with an empty cache
   EXPECT_TRUE(core.Claim(b, 1, kT0).send);
 }
 
 TEST(ServerCore, AtMostMaxRelaysAreRememberedAndTheSilentAreForgottenForNewcomers) {
   ServerCore core(1, Policy(2));
-  EXPECT_GE(core.Announce("a:1", "s", kT0), 0);
-  EXPECT_GE(core.Announce("b:1", "s", kT0), 0);
-  EXPECT_EQ(core.Announce("c:1", "s", kT0 + milliseconds(1)), -1);
+  EXPECT_TRUE(core.Announce("a:1", "s", kT0));
+  EXPECT_TRUE(core.Announce("b:1", "s", kT0));
+  EXPECT_FALSE(core.Announce("c:1", "s", kT0 + milliseconds(1)));
   // a keeps announcing; b falls silent for relay_ttl and makes room.
   const auto ttl = SwarmPolicy{}.relay_ttl;
-  EXPECT_GE(core.Announce("a:1", "s", kT0 + ttl), 0);
-  EXPECT_GE(core.Announce("c:1", "s", kT0 + ttl), 0);
+  EXPECT_TRUE(core.Announce("a:1", "s", kT0 + ttl));
+  EXPECT_TRUE(core.Announce("c:1", "s", kT0 + ttl));
   EXPECT_EQ(core.relays(), 2u);
   std::mt19937_64 rng(1);
   std::vector<std::string> peers = core.Peers("", 10, rng, kT0 + ttl);
@@ -82,9 +101,11 @@ TEST(ServerCore, AtMostMaxRelaysAreRememberedAndTheSilentAreForgottenForNewcomer
 
 TEST(ServerCore, TheSampleListsLiveRelaysButTheAskerHalfOfThemThoseHoldingTheMost) {
   ServerCore core(40, Policy());
-  std::vector<int> ids;
-  for (int i = 0; i < 10; ++i)
-    ids.push_back(core.Announce("r" + std::to_string(i) + ":1", "s", kT0));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 10; ++i) {
+    ids.push_back("r" + std::to_string(i) + ":1");
+    ASSERT_TRUE(core.Announce(ids.back(), "s", kT0));
+  }
   // r7 holds 20 chunks sent from here, r3 10, the rest none.
   for (uint32_t c = 0; c < 20; ++c) core.Claim(ids[7], c, kT0);
   for (uint32_t c = 20; c < 30; ++c) core.Claim(ids[3], c, kT0);

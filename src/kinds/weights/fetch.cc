@@ -34,7 +34,9 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       options_(o),
       stats_(s),
       session_(RandomHexOrDie(8)),
-      core_(ChunkLengths(m), o, !o.relay.empty(), std::random_device{}()) {}
+      core_(ChunkLengths(m), o, !o.relay.empty(), std::random_device{}()) {
+  core_.SetSelf(o.relay);
+}
 
 void Fetch::Prepare(const std::vector<uint32_t>& resumed) {
   MutexLock lock(mu_);  // before any thread starts: for the analysis
@@ -130,7 +132,7 @@ bool Fetch::Finished() {
 
 bool Fetch::Dropped(const Source* source) {
   MutexLock lock(mu_);
-  return core_.Dropped(source->id);
+  return !core_.Active(source->id);
 }
 
 int Fetch::Depth(const Source& s) {
@@ -140,6 +142,18 @@ int Fetch::Depth(const Source& s) {
 }
 
 void Fetch::FillNeighboursLocked() {
+  // Sources the core named itself (a claim's holder, to follow).
+  while (sources_.size() < core_.sources()) {
+    const PeerId id = static_cast<PeerId>(sources_.size());
+    auto source = std::make_unique<Source>();
+    source->name = core_.Name(id);
+    Result<HostPort> addr = ParseHostPort(source->name);
+    if (addr.ok()) source->addr = std::move(*addr);
+    source->seed = core_.IsSeed(id);
+    source->id = id;
+    if (!source->seed) stats_->peers.push_back(source->name);
+    sources_.push_back(std::move(source));
+  }
   for (const NewNeighbour& n : core_.FillNeighbours()) {
     Source* s = sources_[n.id].get();
     depth_[n.id] = n.depth;
@@ -187,7 +201,7 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
   MutexLock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
   for (;;) {
-    if (FinishedLocked() || core_.Dropped(source->id)) return std::nullopt;
+    if (FinishedLocked() || !core_.Active(source->id)) return std::nullopt;
     if (std::optional<Taken> t = core_.Next(source->id, std::chrono::steady_clock::now(), ahead)) {
       ++stats_->requests;
       stats_->requests_ahead += ahead;
@@ -199,14 +213,18 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
   }
 }
 
-void Fetch::NotThere(uint32_t index, Source* source, uint32_t status) {
+void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, const std::string& holder) {
   MutexLock lock(mu_);
   changed_.notify_all();
   const auto now = std::chrono::steady_clock::now();
   if (status == kChunkClaimed && source->seed) ++stats_->answered_claimed;
   const bool dropped_before = core_.Dropped(source->id);
-  const NotThereVerdict v = status == kChunkNotHere ? core_.OnNotThere(source->id, index, now)
-                                                    : core_.OnClaimed(source->id, index, now);
+  const NotThereVerdict v = status == kChunkNotHere
+                                ? core_.OnNotThere(source->id, index, now)
+                                : core_.OnClaimed(source->id, index, now, holder);
+  // A holder followed: its connections start (and those of the neighbour it
+  // replaces end).
+  FillNeighboursLocked();
   switch (v) {
     case NotThereVerdict::kDeferred:
       return;

@@ -57,6 +57,7 @@ struct DataConn {
   UniqueFd fd;
   std::unique_ptr<Conn> conn;
   bool wait_in_line = false;  // the server takes "SDRW" and "SDNW"
+  bool claim_holder = false;  // a "claimed" answer names the relay holding the claim
   bool valid() const { return fd.valid(); }
 };
 
@@ -79,6 +80,7 @@ class Fetch {
   // fetch.cc: bookkeeping.
   bool FinishedLocked() const REQUIRES(mu_) { return core_.Finished(); }
   bool Finished();
+  // Dropped, or retired from the neighbours: its connections end.
   bool Dropped(const Source* source);
   void AddSourceLocked(const HostPort& addr, bool seed) REQUIRES(mu_);
   // The seeds `given`, a name that resolves to several addresses as one seed
@@ -104,8 +106,9 @@ class Fetch {
   // The next request for `source`; with `wait` (nothing in flight on the
   // caller's connection) waits a little for one. `ahead`: see SwarmScheduler::Next.
   std::optional<Taken> Take(Source* source, bool wait, bool ahead = false);
-  // `source` answered "not here" or "claimed" for `index`.
-  void NotThere(uint32_t index, Source* source, uint32_t status);
+  // `source` answered "not here" or "claimed" for `index`; a claim may name the
+  // relay `holder` it went to.
+  void NotThere(uint32_t index, Source* source, uint32_t status, const std::string& holder = "");
   // `source` answered that its upload slots are taken: the chunk is asked
   // elsewhere, and `source` for nothing before `retry` from now.
   void Busy(uint32_t index, const Source* source, std::chrono::milliseconds retry);

@@ -61,7 +61,7 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
       Logger().debug("weight_data: {}: {}; trying again in {} ms", source->name,
                      fd.status().message(), retry.count());
       changed_.wait_for(lock, retry, [&]() REQUIRES(mu_) {
-        return FinishedLocked() || core_.Dropped(source->id);
+        return FinishedLocked() || !core_.Active(source->id);
       });
       return false;
     }
@@ -71,7 +71,7 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
                   kLocalShortageWait.count());
     MutexLock lock(mu_);
     changed_.wait_for(lock, kLocalShortageWait, [&]() REQUIRES(mu_) {
-      return FinishedLocked() || core_.Dropped(source->id);
+      return FinishedLocked() || !core_.Active(source->id);
     });
     return false;
   }
@@ -196,7 +196,7 @@ Result<DataConn> Fetch::Open(Source* source, std::chrono::milliseconds* retry) {
         continue;
       }
       changed_.wait_until(lock, free_at);
-      if (FinishedLocked() || core_.Dropped(source->id))
+      if (FinishedLocked() || !core_.Active(source->id))
         return Status::Unavailable("the fetch is over");
     }
     opened.push_back(std::chrono::steady_clock::now());
@@ -236,7 +236,8 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
   Json request = {{"kind", kWeightDataKind},
                   {"root_digest", m_.root_digest},
                   {"auth", kDataAuthScheme},
-                  {"nonce", RandomHexOrDie(kDataNonceHexBytes / 2)}};
+                  {"nonce", RandomHexOrDie(kDataNonceHexBytes / 2)},
+                  {"claim_holder", true}};
   if (!options_.relay.empty()) {
     request["relay"] = options_.relay;
     request["session"] = session_;
@@ -291,7 +292,9 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
   }
   auto line = response->find("wait_in_line");
   const bool wait_in_line = line != response->end() && *line == true;
-  return DataConn{std::move(*fd), std::move(conn), wait_in_line};
+  auto named = response->find("claim_holder");
+  const bool claim_holder = named != response->end() && *named == true;
+  return DataConn{std::move(*fd), std::move(conn), wait_in_line, claim_holder};
 }
 
 Status Fetch::AnswerChallenge(Conn& conn, const Json& request, const Json& challenge,
@@ -370,9 +373,18 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       return Status::DataLoss("malformed chunk response");
     }
     if (h.status == kChunkNotHere || h.status == kChunkClaimed) {
-      if (h.length != 0) return Status::DataLoss("malformed chunk response");
+      // A claim may name its holder (when the server said it would).
+      std::string holder;
+      if (h.length != 0) {
+        if (h.status != kChunkClaimed || !data.claim_holder || h.length > kMaxRelayNameBytes) {
+          return Status::DataLoss("malformed chunk response");
+        }
+        holder.resize(h.length);
+        SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(holder.data(), holder.size(), deadline));
+        if (!ParseHostPort(holder).ok()) holder.clear();  // not followed
+      }
       inflight->pop_front();
-      NotThere(index, source, h.status);
+      NotThere(index, source, h.status, holder);
       if (Dropped(source)) return Status::DataLoss("source dropped");
       continue;
     }

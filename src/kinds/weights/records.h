@@ -22,6 +22,10 @@ enum ChunkStatus : uint32_t {
   kChunkBusy = 4,  // every upload slot is taken: ask elsewhere, here not before aux ms
 };
 
+// A relay's HOST:PORT, as announced (the "relay" of a data request) and as a
+// "claimed" answer names the claim's holder: at most this long.
+inline constexpr size_t kMaxRelayNameBytes = 300;
+
 inline constexpr std::string_view kSendMagic = "SDRQ";   // send the chunk
 inline constexpr std::string_view kClaimMagic = "SDRN";  // send it unless a relay got it
 // The same two from a fetcher with no chunk arriving from anyone: turned away

@@ -27,7 +27,6 @@
 namespace seedd {
 namespace {
 
-constexpr size_t kMaxRelayText = 300;
 constexpr size_t kMaxOpenFilesPerConnection = 16;
 
 constexpr uint64_t kHeaderBytes = std::tuple_size_v<HeaderRecord>;
@@ -202,7 +201,7 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
   if (model == nullptr) return error("no model with that root_digest");
   std::string relay;
   if (auto r = request.find("relay"); r != request.end()) {
-    if (!r->is_string() || r->get<std::string>().size() > kMaxRelayText ||
+    if (!r->is_string() || r->get<std::string>().size() > kMaxRelayNameBytes ||
         !ParseHostPort(r->get<std::string>()).ok()) {
       return error("invalid relay (expected HOST:PORT)");
     }
@@ -215,14 +214,17 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
     }
     session = r->get<std::string>();
   }
+  // "claim_holder": a "claimed" answer names the relay holding the claim.
+  auto named = request.find("claim_holder");
+  const bool name_holder = named != request.end() && named->is_boolean() && named->get<bool>();
   const size_t chunk_count = model->manifest.chunks.size();
-  const int peer = relay.empty() ? -1 : Announce(root, relay, session, chunk_count);
+  const bool peer = !relay.empty() && Announce(root, relay, session, chunk_count);
   // "wait_in_line": this server takes "SDRW" and "SDNW" (older ones close the
   // connection on them).
-  std::string ok =
-      EncodeJsonFrame(Json{{"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}});
+  std::string ok = EncodeJsonFrame(Json{
+      {"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}, {"claim_holder", true}});
   if (!conn.SendAllBy(ok.data(), ok.size(), options_.send.For(ok.size()))) return;
-  ServeRequests(conn, root, std::move(model), peer, relay, session);
+  ServeRequests(conn, root, std::move(model), peer, relay, session, name_holder);
 }
 
 void WeightServer::WarnChanged(const ServedModel& model, const std::string& file,
@@ -238,8 +240,9 @@ void WeightServer::WarnChanged(const ServedModel& model, const std::string& file
 }
 
 void WeightServer::ServeRequests(Conn& conn, const std::string& root,
-                                 std::shared_ptr<const ServedModel> model, int peer,
-                                 const std::string& relay, const std::string& session) {
+                                 std::shared_ptr<const ServedModel> model, bool peer,
+                                 const std::string& relay, const std::string& session,
+                                 bool name_holder) {
   const size_t chunk_count = model->manifest.chunks.size();
   auto send_header = [&](std::string_view magic, uint32_t index, uint32_t status, uint32_t aux,
                          uint64_t length, std::chrono::steady_clock::time_point deadline) {
@@ -248,7 +251,8 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
   };
   auto deadline_for = [&](uint64_t n) { return options_.send.For(n); };
   std::map<std::string, UniqueFd, std::less<>> files;
-  std::string address;  // the peer's, once it asks for a slot
+  std::string address;                                        // the peer's, once it asks for a slot
+  const std::string claimant = peer ? relay : std::string();  // who takes claims
   RequestRecord req;
   size_t have = 0;
   for (;;) {
@@ -273,7 +277,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     }
     const auto& chunks = model->manifest.chunks;
     if (state || watch) {
-      if (peer >= 0) Announce(root, relay, session, chunk_count);
+      if (peer) Announce(root, relay, session, chunk_count);
       if (!ServeState(conn, *model, watch, index, relay)) return;
       continue;
     }
@@ -295,7 +299,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
         if (server != nullptr) server->ReleaseSlot(*relay, holder);
       }
     } slot;
-    if (peer >= 0 && options_.upload_slots > 0) {
+    if (peer && options_.upload_slots > 0) {
       slot.sent = std::make_shared<std::atomic<uint64_t>>(0);
       if (address.empty()) address = PeerAddress(conn.fd());
       if (!TakeSlot(relay, address, waiting, conn.fd(), slot.sent, &slot.holder)) {
@@ -307,8 +311,11 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
       slot.relay = &relay;
     }
     uint32_t aux = 0;
-    if (claim && ClaimChunk(root, peer, index, &aux) == kChunkClaimed) {
-      if (!send_header(kChunkMagic, index, kChunkClaimed, aux, 0, small)) return;
+    std::string holder;
+    if (claim &&
+        ClaimChunk(root, claimant, index, &aux, name_holder ? &holder : nullptr) == kChunkClaimed) {
+      if (!send_header(kChunkMagic, index, kChunkClaimed, aux, holder.size(), small)) return;
+      if (!holder.empty() && !conn.SendAllBy(holder.data(), holder.size(), small)) return;
       continue;
     }
     const ManifestChunk& c = chunks[index];
@@ -326,7 +333,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
           Logger().warn("weight_data: cannot serve {} of model {}: {}", c.file,
                         model->manifest.model, opened.status().message());
         }
-        EndSend(root, peer, index, false);
+        EndSend(root, claimant, index, false);
         if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
         continue;
       }
@@ -348,13 +355,13 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
       }
       if (!why.empty()) {
         WarnChanged(*model, c.file, why);
-        EndSend(root, peer, index, false);
+        EndSend(root, claimant, index, false);
         if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
         continue;
       }
     }
     if (IsHole(file, c.offset, c.length)) {
-      EndSend(root, peer, index, true);
+      EndSend(root, claimant, index, true);
       if (!send_header(kChunkMagic, index, kChunkHole, 0, 0, small)) return;
       continue;
     }
@@ -375,7 +382,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     } else {
       sent = sent && conn.SendFileBy(file, static_cast<off_t>(c.offset), c.length, deadline, count);
     }
-    EndSend(root, peer, index, sent);
+    EndSend(root, claimant, index, sent);
     if (!sent) return;
   }
 }

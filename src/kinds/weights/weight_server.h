@@ -133,13 +133,16 @@ class WeightServer {
 
  private:
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
-  int Announce(const std::string& root, const std::string& relay, const std::string& session,
-               size_t chunks);
-  // For "SDRN": 0 and a claim for `peer` (when >= 0), or 2 and the aux value.
-  uint32_t ClaimChunk(const std::string& root, int peer, uint32_t index, uint32_t* aux);
-  void EndSend(const std::string& root, int peer, uint32_t index, bool complete);
+  bool Announce(const std::string& root, const std::string& relay, const std::string& session,
+                size_t chunks);
+  // For "SDRN": 0 and a claim for `relay` (when not empty), or 2 and the aux
+  // value, and the claim's holder in *holder when not null.
+  uint32_t ClaimChunk(const std::string& root, const std::string& relay, uint32_t index,
+                      uint32_t* aux, std::string* holder);
+  void EndSend(const std::string& root, const std::string& relay, uint32_t index, bool complete);
   void ServeRequests(Conn& conn, const std::string& root, std::shared_ptr<const ServedModel> model,
-                     int peer, const std::string& relay, const std::string& session);
+                     bool peer, const std::string& relay, const std::string& session,
+                     bool name_holder);
   // Answers "SDST" (state) or "SDWT" (watch from `cursor`); false when the
   // connection is to close.
   bool ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,

@@ -12,8 +12,8 @@
 
 namespace seedd {
 
-int WeightServer::Announce(const std::string& root, const std::string& relay,
-                           const std::string& session, size_t chunks) {
+bool WeightServer::Announce(const std::string& root, const std::string& relay,
+                            const std::string& session, size_t chunks) {
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end() || it->second.chunks() != chunks) {
@@ -30,22 +30,24 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
   return it->second.Peers(except, limit, rng_, std::chrono::steady_clock::now());
 }
 
-uint32_t WeightServer::ClaimChunk(const std::string& root, int peer, uint32_t index,
-                                  uint32_t* aux) {
+uint32_t WeightServer::ClaimChunk(const std::string& root, const std::string& relay, uint32_t index,
+                                  uint32_t* aux, std::string* holder) {
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end()) return kChunkOk;
-  const ClaimAnswer a = it->second.Claim(peer, index, std::chrono::steady_clock::now());
+  ClaimAnswer a = it->second.Claim(relay, index, std::chrono::steady_clock::now());
   if (a.send) return kChunkOk;
   *aux = a.aux;
+  if (holder != nullptr) *holder = std::move(a.holder);
   return kChunkClaimed;
 }
 
-void WeightServer::EndSend(const std::string& root, int peer, uint32_t index, bool complete) {
+void WeightServer::EndSend(const std::string& root, const std::string& relay, uint32_t index,
+                           bool complete) {
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end()) return;
-  it->second.EndSend(peer, index, complete, std::chrono::steady_clock::now());
+  it->second.EndSend(relay, index, complete, std::chrono::steady_clock::now());
 }
 
 void WeightServer::PreemptSlowHolders(std::chrono::steady_clock::time_point now) {

@@ -35,6 +35,7 @@ FetcherCore::FetcherCore(std::vector<uint64_t> chunk_lengths, const FetchPolicy&
 void FetcherCore::Resumed(uint32_t chunk) { sched_.AlreadyHave(chunk); }
 
 std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed) {
+  if (name == self_) return std::nullopt;
   if (sources_.size() >= kMaxSourcesEver || live_ >= kMaxSources) return std::nullopt;
   if (!ids_.emplace(name, static_cast<PeerId>(sources_.size())).second) return std::nullopt;
   sources_.push_back(SourceState{name, seed});
@@ -52,32 +53,68 @@ int FetcherCore::Depth(const SourceState& s) const {
   return std::max(1, policy_.peer_pipeline);
 }
 
+std::optional<NewNeighbour> FetcherCore::Start(PeerId id) {
+  SourceState& s = sources_[id];
+  const int depth = Depth(s);
+  int connections =
+      std::max(1, s.seed ? policy_.connections_per_source : policy_.connections_per_peer);
+  // A seed sends a relaying fetcher one chunk at a time (one upload slot per
+  // relay): a second connection keeps the next request waiting there, more
+  // only add to the seed's connections, which every fetcher of a fleet holds.
+  if (s.seed && relaying_) connections = std::min(connections, 2);
+  if (!sched_.AddNeighbour(id, s.seed, connections * depth)) return std::nullopt;
+  s.neighbour = true;
+  return NewNeighbour{id, connections, depth};
+}
+
 std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
   std::vector<NewNeighbour> started;
   if (Finished()) return started;
+  for (PeerId id : follow_) {
+    if (sched_.NeighboursWanted() == 0) break;
+    const SourceState& s = sources_[id];
+    if (s.neighbour || s.dropped) continue;
+    if (std::optional<NewNeighbour> n = Start(id)) started.push_back(*n);
+  }
+  follow_.clear();
   for (bool seeds : {true, false}) {
     std::vector<PeerId> candidates;
     for (PeerId id = 0; id < sources_.size(); ++id) {
       const SourceState& s = sources_[id];
-      if (s.seed == seeds && !s.neighbour && !s.dropped) candidates.push_back(id);
+      if (s.seed == seeds && !s.neighbour && !s.dropped && !s.retired) candidates.push_back(id);
     }
     std::shuffle(candidates.begin(), candidates.end(), rng_);
     for (PeerId id : candidates) {
       if (sched_.NeighboursWanted() == 0) return started;
-      SourceState& s = sources_[id];
-      const int depth = Depth(s);
-      int connections =
-          std::max(1, s.seed ? policy_.connections_per_source : policy_.connections_per_peer);
-      // A seed sends a relaying fetcher one chunk at a time (one upload slot per
-      // relay): a second connection keeps the next request waiting there, more
-      // only add to the seed's connections, which every fetcher of a fleet holds.
-      if (s.seed && relaying_) connections = std::min(connections, 2);
-      if (!sched_.AddNeighbour(id, s.seed, connections * depth)) continue;
-      s.neighbour = true;
-      started.push_back(NewNeighbour{id, connections, depth});
+      if (std::optional<NewNeighbour> n = Start(id)) started.push_back(*n);
     }
   }
   return started;
+}
+
+bool FetcherCore::Follow(const std::string& holder, uint32_t chunk) {
+  if (holder.empty() || holder == self_ || sched_.Holders(chunk) > 0) return false;
+  std::optional<PeerId> id;
+  if (auto it = ids_.find(holder); it != ids_.end()) {
+    id = it->second;
+  } else {
+    id = AddSource(holder, false);
+  }
+  if (!id || sources_[*id].dropped) return false;
+  // A neighbour already, or to be one: its HAVEs or its state will say.
+  if (sources_[*id].neighbour) return true;
+  if (std::find(follow_.begin(), follow_.end(), *id) != follow_.end()) return true;
+  if (sched_.NeighboursWanted() == 0) {
+    std::optional<PeerId> least = sched_.LeastUseful();
+    if (!least) return false;
+    sched_.RemoveNeighbour(*least);
+    sources_[*least].neighbour = false;
+    sources_[*least].retired = true;
+  }
+  sources_[*id].retired = false;
+  follow_.push_back(*id);
+  ++follows_;
+  return true;
 }
 
 std::optional<Taken> FetcherCore::Next(PeerId peer, SchedulerClock::time_point now, bool ahead) {
@@ -112,14 +149,15 @@ SchedulerClock::duration FetcherCore::ClaimLimit(uint32_t chunk) const {
       kForceAfter, kForceAfterAtMost);
 }
 
-NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk,
-                                       SchedulerClock::time_point now) {
+NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk, SchedulerClock::time_point now,
+                                       const std::string& holder) {
   if (!sources_[peer].seed) {
     // A relay has no claims to report.
     OnFailed(peer, chunk);
     return NotThereVerdict::kRelayLied;
   }
   if (claimed_since_[chunk] == SchedulerClock::time_point{}) claimed_since_[chunk] = now;
+  const bool following = Follow(holder, chunk);
   // Claimed for longer than the seed could have sent the chunk at the floor rate
   // (a seed whose link many fetchers share is that slow, a holder that stalls
   // slower), yet no neighbour offers it: ask the seed for it anyway. A holder
@@ -130,7 +168,7 @@ NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk,
   // So is one whose holder cannot be reached: relays were named, and none is a
   // neighbour now. (Before any relay is known, a claim may be a relay that has
   // only just started: it is waited for.)
-  const bool no_relay_left = relays_named_ > 0 && sched_.relay_neighbours() == 0;
+  const bool no_relay_left = !following && relays_named_ > 0 && sched_.relay_neighbours() == 0;
   const bool claimed_long = now - claimed_since_[chunk] >= ClaimLimit(chunk);
   if ((no_relay_left || claimed_long) && sched_.Holders(chunk) == 0) {
     force_[chunk] = true;
@@ -163,7 +201,9 @@ bool FetcherCore::BeginWrite(uint32_t chunk) {
   return true;
 }
 
-void FetcherCore::OnArrived(PeerId peer, uint32_t chunk) { sched_.Arrived(peer, chunk); }
+std::vector<Cancel> FetcherCore::OnArrived(PeerId peer, uint32_t chunk) {
+  return sched_.Arrived(peer, chunk);
+}
 
 void FetcherCore::OnState(PeerId peer, const std::vector<bool>& have) {
   sched_.NeighbourState(peer, have);

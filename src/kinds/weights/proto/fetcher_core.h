@@ -61,15 +61,18 @@ class FetcherCore {
   // A chunk verified by an earlier run: never requested.
   void Resumed(uint32_t chunk);
 
+  // This fetcher's own address as a relay: never a source of its own.
+  void SetSelf(const std::string& name) { self_ = name; }
   // A seed or relay named (given, resolved, from the registry, a state, the
-  // announcements). Its id when new; nullopt when known, this fetcher itself
-  // (`self`), or over the bounds (kMaxSources live, kMaxSourcesEver in all).
+  // announcements). Its id when new; nullopt when known, this fetcher itself,
+  // or over the bounds (kMaxSources live, kMaxSourcesEver in all).
   std::optional<PeerId> AddSource(const std::string& name, bool seed);
   // Every seed and the manifest's relays are known: from now on a swarm with
   // nothing left to offer is hopeless (before, a seed down at once is not).
   void SourcesKnown() { sources_known_ = true; }
-  // Candidates made neighbours while the scheduler wants more; the driver
-  // starts their connections.
+  // Candidates made neighbours while the scheduler wants more (a claim holder
+  // to follow first, then seeds, then relays at random); the driver starts
+  // their connections.
   std::vector<NewNeighbour> FillNeighbours();
 
   // The next request for neighbour `peer` (nullopt: nothing now). `ahead`:
@@ -77,7 +80,15 @@ class FetcherCore {
   std::optional<Taken> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
   // Answers.
   NotThereVerdict OnNotThere(PeerId peer, uint32_t chunk, SchedulerClock::time_point now);
-  NotThereVerdict OnClaimed(PeerId peer, uint32_t chunk, SchedulerClock::time_point now);
+  // `holder`: the relay the seed sent the chunk to, when it says (may be
+  // empty). A holder of a chunk no neighbour offers is followed: it becomes a
+  // neighbour at the next FillNeighbours, in place of the relay neighbour that
+  // offers least when the set is full (that one is retired, not blamed: it may
+  // be followed again). Without this, a relay nobody fetches from (one that
+  // joined last, when every neighbour set was full) holds what the seed sent it
+  // alone, and the whole fleet waits for its claims to age.
+  NotThereVerdict OnClaimed(PeerId peer, uint32_t chunk, SchedulerClock::time_point now,
+                            const std::string& holder = "");
   void OnBusy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until);
   // A request that ended without an answer, without blame.
   void OnReturned(PeerId peer, uint32_t chunk);
@@ -87,9 +98,9 @@ class FetcherCore {
   // A copy of `chunk` may be written: none is being written, it is not verified.
   bool BeginWrite(uint32_t chunk);
   void EndWrite(uint32_t chunk) { writing_[chunk] = false; }
-  // `chunk` from `peer` verified and committed; copies still on the wire elsewhere
-  // are drained by the driver.
-  void OnArrived(PeerId peer, uint32_t chunk);
+  // `chunk` from `peer` verified and committed: the requests for it still out
+  // elsewhere (endgame copies), which the driver may cancel or drain.
+  std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk);
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
   void OnHave(PeerId peer, uint32_t chunk) { sched_.NeighbourHas(peer, chunk); }
@@ -106,9 +117,18 @@ class FetcherCore {
   bool Complete() const { return sched_.Complete(); }
   bool Finished() const { return sched_.Complete() || stopped_; }
   bool Dropped(PeerId peer) const { return sources_[peer].dropped; }
+  // A neighbour now: neither dropped nor retired. A driver's connections to a
+  // source end once it is not.
+  bool Active(PeerId peer) const { return sources_[peer].neighbour && !sources_[peer].dropped; }
+  // Neighbours retired to follow a claim holder, so far.
+  uint64_t follows() const { return follows_; }
   bool IsSeed(PeerId peer) const { return sources_[peer].seed; }
   bool StateKnown(PeerId peer) const { return sources_[peer].state_known; }
   const std::string& Name(PeerId peer) const { return sources_[peer].name; }
+  std::optional<PeerId> IdOf(const std::string& name) const {
+    auto it = ids_.find(name);
+    return it == ids_.end() ? std::nullopt : std::optional<PeerId>(it->second);
+  }
   size_t sources() const { return sources_.size(); }
   size_t NeighboursWanted() const { return sched_.NeighboursWanted(); }
   const SwarmScheduler& scheduler() const { return sched_; }
@@ -122,9 +142,13 @@ class FetcherCore {
     bool neighbour = false;
     bool dropped = false;
     bool state_known = false;  // what it has is from its state, not assumed
+    bool retired = false;  // left the neighbours for a claim holder; picked again only if followed
   };
   // Requests in flight on one data connection to `s`.
   int Depth(const SourceState& s) const;
+  std::optional<NewNeighbour> Start(PeerId id);
+  // True when `holder` is a neighbour or is to be one.
+  bool Follow(const std::string& holder, uint32_t chunk);
 
   const std::vector<uint64_t> lengths_;
   const FetchPolicy policy_;
@@ -138,6 +162,9 @@ class FetcherCore {
   std::vector<SchedulerClock::time_point> claimed_since_;  // by chunk; zero: not claimed
   std::vector<bool> force_;                                // ask the seed plainly ("SDRQ")
   std::vector<bool> writing_;                              // a copy is being written
+  std::string self_;
+  std::vector<PeerId> follow_;  // claim holders to make neighbours first
+  uint64_t follows_ = 0;
   bool sources_known_ = false;
   bool stopped_ = false;
   bool hopeless_ = false;

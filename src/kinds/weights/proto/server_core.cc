@@ -4,12 +4,12 @@
 
 namespace seedd {
 
-int ServerCore::Announce(const std::string& relay, const std::string& session,
-                         ServeClock::time_point now) {
+bool ServerCore::Announce(const std::string& relay, const std::string& session,
+                          ServeClock::time_point now) {
   auto it = ids_.find(relay);
   if (it == ids_.end()) {
     if (addrs_.size() >= policy_.max_relays) Expire(now);
-    if (addrs_.size() >= policy_.max_relays) return -1;
+    if (addrs_.size() >= policy_.max_relays) return false;
     it = ids_.emplace(relay, static_cast<int>(addrs_.size())).first;
     addrs_.push_back(relay);
     seen_.emplace_back();
@@ -25,7 +25,7 @@ int ServerCore::Announce(const std::string& relay, const std::string& session,
     }
   }
   seen_[id] = now;
-  return id;
+  return true;
 }
 
 void ServerCore::Expire(ServeClock::time_point now) {
@@ -53,21 +53,27 @@ void ServerCore::Expire(ServeClock::time_point now) {
   held_at_ = {};
 }
 
-ClaimAnswer ServerCore::Claim(int peer, uint32_t index, ServeClock::time_point now) {
-  if (index >= claims_.size()) return ClaimAnswer{true};
+ClaimAnswer ServerCore::Claim(const std::string& relay, uint32_t index,
+                              ServeClock::time_point now) {
+  const int peer = relay.empty() ? -1 : IdOf(relay);
+  if (peer >= 0) seen_[peer] = now;
+  if (index >= claims_.size()) return ClaimAnswer{true, 0, {}};
   ClaimState& claim = claims_[index];
   if (claim.holder >= 0 && claim.holder != peer && Live(claim.holder, now)) {
     // A live relay has it (or is getting it): the asker should fetch it there.
-    if (claim.sending) return ClaimAnswer{false, 0xffffffff};
+    if (claim.sending) return ClaimAnswer{false, 0xffffffff, addrs_[claim.holder]};
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - claim.sent_at).count();
-    return ClaimAnswer{false, static_cast<uint32_t>(std::clamp<int64_t>(ms, 0, 0xfffffffe))};
+    return ClaimAnswer{false, static_cast<uint32_t>(std::clamp<int64_t>(ms, 0, 0xfffffffe)),
+                       addrs_[claim.holder]};
   }
   if (peer >= 0) claim = ClaimState{peer, true, {}};
-  return ClaimAnswer{true};
+  return ClaimAnswer{true, 0, {}};
 }
 
-void ServerCore::EndSend(int peer, uint32_t index, bool complete, ServeClock::time_point now) {
+void ServerCore::EndSend(const std::string& relay, uint32_t index, bool complete,
+                         ServeClock::time_point now) {
+  const int peer = relay.empty() ? -1 : IdOf(relay);
   if (peer < 0 || index >= claims_.size()) return;
   ClaimState& claim = claims_[index];
   if (claim.holder != peer || !claim.sending) return;

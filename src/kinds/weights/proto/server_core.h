@@ -38,23 +38,25 @@ struct ClaimAnswer {
   // With !send: 0xffffffff while the chunk is being sent, else milliseconds
   // since it was.
   uint32_t aux = 0;
+  std::string holder;  // with !send: the relay holding the claim
 };
 
 class ServerCore {
  public:
   ServerCore(size_t chunks, const SwarmPolicy& policy) : policy_(policy), claims_(chunks) {}
 
-  // `relay` (HOST:PORT, this fetch `session`) is fetching: its id, or -1 when
-  // max_relays live ones are known. A new session of a known relay (a restart
-  // with an empty cache) loses the claims it held.
-  int Announce(const std::string& relay, const std::string& session, ServeClock::time_point now);
-  // Whether chunk `index` is sent to `peer` (-1: a fetcher that does not
-  // relay, never claimed for): a live relay other than `peer` holds its claim
-  // => "claimed". Otherwise `peer` (when >= 0) takes the claim.
-  ClaimAnswer Claim(int peer, uint32_t index, ServeClock::time_point now);
-  // The send of `index` to `peer` ended: complete (the claim stays, dated now)
+  // `relay` (HOST:PORT, this fetch `session`) is fetching: false when it is
+  // not remembered (max_relays live ones are known). A new session of a known
+  // relay (a restart with an empty cache) loses the claims it held.
+  bool Announce(const std::string& relay, const std::string& session, ServeClock::time_point now);
+  // Whether chunk `index` is sent to `relay` (empty, or not remembered: a
+  // fetcher that takes no claims): a live relay other than `relay` holds its
+  // claim => "claimed". Otherwise a remembered `relay` takes the claim. A
+  // request is a sign of life: the relay counts as heard from now.
+  ClaimAnswer Claim(const std::string& relay, uint32_t index, ServeClock::time_point now);
+  // The send of `index` to `relay` ended: complete (the claim stays, dated now)
   // or not (anyone may ask for it again).
-  void EndSend(int peer, uint32_t index, bool complete, ServeClock::time_point now);
+  void EndSend(const std::string& relay, uint32_t index, bool complete, ServeClock::time_point now);
   // Live relays but `except`, at most `limit`: half of them (rounded up) those
   // holding the most chunks this server sent (they complement any asker, counted
   // at most once a second), the rest at random.
@@ -71,6 +73,10 @@ class ServerCore {
   };
   // Forgets the relays not heard from for relay_ttl (ids are renumbered).
   void Expire(ServeClock::time_point now);
+  int IdOf(const std::string& relay) const {
+    auto it = ids_.find(relay);
+    return it == ids_.end() ? -1 : it->second;
+  }
   bool Live(int id, ServeClock::time_point now) const {
     return now - seen_[id] < policy_.relay_ttl;
   }
