@@ -255,7 +255,8 @@ void Sim::StartUpload(PeerId u) {
       if (q.claim) {
         seedd::ClaimAnswer a = origin_->Claim(down.name, q.chunk, Now());
         if (!a.send) {  // "claimed", naming the holder
-          Push(now_ + Latency(), Ev::kClaimed, q.from, HostOf(a.holder), q.chunk);
+          Push(now_ + Latency(), Ev::kClaimed, q.from, f_.follow_holders ? HostOf(a.holder) : 0,
+               q.chunk);
           continue;
         }
       }

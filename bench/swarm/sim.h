@@ -73,6 +73,9 @@ struct Flags {
   // real fetcher's requests sent ahead).
   bool ahead = true;
   double detect_ms = 1000;
+  // The origin names a claim's holder and fetchers follow it (a data request's
+  // "claim_holder"); false: as a server or fetcher before that.
+  bool follow_holders = true;
   uint64_t seed = 1;
   double give_up_bounds = 50;  // the simulation ends (failing) after this many bounds
 };

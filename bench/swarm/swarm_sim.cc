@@ -82,6 +82,10 @@ int main(int argc, char** argv) {
   app.add_option("--slow-factor", f.slow_factor, "how much slower")->capture_default_str();
   app.add_option("--detect-ms", f.detect_ms, "time to notice a failed neighbour")
       ->capture_default_str();
+  app.add_option("--follow-holders", f.follow_holders,
+                 "a claimed answer names its holder, which the fetcher follows (false: as "
+                 "before claim_holder)")
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "random seed")->capture_default_str();
   app.add_option("--give-up", f.give_up_bounds,
                  "end the simulation, failing, after this many bounds of simulated time")

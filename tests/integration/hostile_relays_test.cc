@@ -604,6 +604,48 @@ TEST_F(StallingPeersTest, ASeedIsHeldToTheSeedDeadlineNotTheRelays) {
   EXPECT_TRUE(stats.sources_dropped.empty());
 }
 
+TEST_F(StallingPeersTest, AClaimedAnswerNamesTheRelayHoldingTheClaimWhenAsked) {
+  WeightServerOptions options;
+  options.send.grace = std::chrono::seconds(60);
+  options.relay_min_rate = 0;
+  HostPort origin;
+  Manifest m;
+  std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
+  uint32_t big = 0;
+  while (m.chunks[big].file != "big.bin") ++big;
+  // Relay 10.99.0.7 takes the claim on an 8 MiB chunk and does not read it.
+  UniqueFd holder = Stall(origin, m, "SDRN", big, "10.99.0.7:7420");
+  ASSERT_TRUE(testing::WaitUntil([&] { return server->connections() == 1; }));
+  for (bool ask : {true, false}) {
+    UniqueFd fd = ConnectNarrow(origin);
+    Json hello = {{"kind", "weight_data"},
+                  {"root_digest", m.root_digest},
+                  {"token", kToken},
+                  {"relay", "10.99.0.8:7420"},
+                  {"session", "asker"}};
+    if (ask) hello["claim_holder"] = true;
+    testing::SendAll(fd.get(), EncodeJsonFrame(hello));
+    Json ok = testing::ReadResponse(fd.get());
+    ASSERT_EQ(ok["status"], "ok");
+    EXPECT_EQ(ok["claim_holder"], true);  // the server can
+    const RequestRecord req = EncodeRequest(kClaimMagic, big);
+    testing::SendAll(fd.get(), std::string(req.data(), req.size()));
+    HeaderRecord record;
+    ASSERT_TRUE(RecvExactly(fd.get(), record.data(), record.size()));
+    const Header h = DecodeHeader(record);
+    EXPECT_EQ(h.status, kChunkClaimed);
+    EXPECT_EQ(h.aux, 0xffffffffu);  // still being sent
+    if (!ask) {
+      EXPECT_EQ(h.length, 0u);  // an older fetcher reads no more
+      continue;
+    }
+    ASSERT_EQ(h.length, std::string("10.99.0.7:7420").size());
+    std::string name(h.length, '\0');
+    ASSERT_TRUE(RecvExactly(fd.get(), name.data(), name.size()));
+    EXPECT_EQ(name, "10.99.0.7:7420");
+  }
+}
+
 TEST_F(StallingPeersTest, AClaimHeldByARelayNobodyCanReachIsAskedForAtOnce) {
   WeightServerOptions options;
   options.send.grace = std::chrono::seconds(60);
