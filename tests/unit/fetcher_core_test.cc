@@ -146,6 +146,21 @@ TEST(FetcherCore, AHolderAboutToBeFollowedIsWaitedForNotTakenForNoRelayLeft) {
   ASSERT_EQ(core.FillNeighbours().size(), 1u);
 }
 
+TEST(FetcherCore, AClaimWhoseHolderWasDroppedHereIsAskedPlainlyAtOnce) {
+  FetcherCore core = Core(2, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  const PeerId dead = *core.AddSource("dead:1", false);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  ASSERT_TRUE(core.OnFailed(dead));  // connection refused: dropped
+  EXPECT_TRUE(core.Active(a));       // a relay neighbour remains
+  EXPECT_EQ(core.OnClaimed(seed, 1, kT0, "dead:1"), NotThereVerdict::kForcedNoRelay);
+  std::optional<Taken> t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->claim);
+}
+
 TEST(FetcherCore, AClaimHolderIsNotFollowedWhenANeighbourOffersTheChunkOrItIsThisHost) {
   FetchPolicy p;
   p.max_neighbours = 2;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 namespace seedd {
@@ -118,6 +119,28 @@ TEST(ServerCore, TheSampleListsLiveRelaysButTheAskerHalfOfThemThoseHoldingTheMos
     EXPECT_EQ(std::count(peers.begin(), peers.end(), "r0:1"), 0);
     EXPECT_EQ(std::set<std::string>(peers.begin(), peers.end()).size(), 4u);
   }
+}
+
+TEST(ServerCore, TheRestOfTheSampleIsTheRelaysHandedOutLeast) {
+  ServerCore core(4, Policy());
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(core.Announce("r" + std::to_string(i) + ":1", "s", kT0));
+  // r0 and r1 hold claims: the top half of every sample of 4.
+  ASSERT_TRUE(core.Claim("r0:1", 0, kT0).send);
+  ASSERT_TRUE(core.Claim("r0:1", 1, kT0).send);
+  ASSERT_TRUE(core.Claim("r1:1", 2, kT0).send);
+  std::mt19937_64 rng(9);
+  std::map<std::string, int> rest;
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::string> peers = core.Peers("", 4, rng, kT0);
+    ASSERT_EQ(peers.size(), 4u);
+    EXPECT_EQ(peers[0], "r0:1");
+    EXPECT_EQ(peers[1], "r1:1");
+    ++rest[peers[2]];
+    ++rest[peers[3]];
+  }
+  // Five samples hand out each of the other ten exactly once.
+  EXPECT_EQ(rest.size(), 10u);
+  for (const auto& [name, n] : rest) EXPECT_EQ(n, 1) << name;
 }
 
 }  // namespace

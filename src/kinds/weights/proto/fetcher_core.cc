@@ -92,21 +92,22 @@ std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
   return started;
 }
 
-bool FetcherCore::Follow(const std::string& holder, uint32_t chunk) {
-  if (holder.empty() || holder == self_ || sched_.Holders(chunk) > 0) return false;
+FetcherCore::Following FetcherCore::Follow(const std::string& holder, uint32_t chunk) {
+  if (holder.empty() || holder == self_ || sched_.Holders(chunk) > 0) return Following::kNo;
   std::optional<PeerId> id;
   if (auto it = ids_.find(holder); it != ids_.end()) {
     id = it->second;
   } else {
     id = AddSource(holder, false);
   }
-  if (!id || sources_[*id].dropped) return false;
+  if (!id) return Following::kNo;
+  if (sources_[*id].dropped) return Following::kHolderDropped;
   // A neighbour already, or to be one: its HAVEs or its state will say.
-  if (sources_[*id].neighbour) return true;
-  if (std::find(follow_.begin(), follow_.end(), *id) != follow_.end()) return true;
+  if (sources_[*id].neighbour) return Following::kYes;
+  if (std::find(follow_.begin(), follow_.end(), *id) != follow_.end()) return Following::kYes;
   if (sched_.NeighboursWanted() == 0) {
     std::optional<PeerId> least = sched_.LeastUseful();
-    if (!least) return false;
+    if (!least) return Following::kNo;
     sched_.RemoveNeighbour(*least);
     sources_[*least].neighbour = false;
     sources_[*least].retired = true;
@@ -114,7 +115,7 @@ bool FetcherCore::Follow(const std::string& holder, uint32_t chunk) {
   sources_[*id].retired = false;
   follow_.push_back(*id);
   ++follows_;
-  return true;
+  return Following::kYes;
 }
 
 std::optional<Taken> FetcherCore::Next(PeerId peer, SchedulerClock::time_point now, bool ahead) {
@@ -157,7 +158,7 @@ NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk, SchedulerClo
     return NotThereVerdict::kRelayLied;
   }
   if (claimed_since_[chunk] == SchedulerClock::time_point{}) claimed_since_[chunk] = now;
-  const bool following = Follow(holder, chunk);
+  const Following following = Follow(holder, chunk);
   // Claimed for longer than the seed could have sent the chunk at the floor rate
   // (a seed whose link many fetchers share is that slow, a holder that stalls
   // slower), yet no neighbour offers it: ask the seed for it anyway. A holder
@@ -168,7 +169,11 @@ NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk, SchedulerClo
   // So is one whose holder cannot be reached: relays were named, and none is a
   // neighbour now. (Before any relay is known, a claim may be a relay that has
   // only just started: it is waited for.)
-  const bool no_relay_left = !following && relays_named_ > 0 && sched_.relay_neighbours() == 0;
+  // So is one whose holder this fetcher dropped (it failed here): the claim
+  // waits for nobody this fetcher can reach.
+  const bool no_relay_left =
+      following == Following::kHolderDropped ||
+      (following == Following::kNo && relays_named_ > 0 && sched_.relay_neighbours() == 0);
   const bool claimed_long = now - claimed_since_[chunk] >= ClaimLimit(chunk);
   if ((no_relay_left || claimed_long) && sched_.Holders(chunk) == 0) {
     force_[chunk] = true;

@@ -45,7 +45,8 @@ struct NewNeighbour {
 enum class NotThereVerdict {
   kDeferred,       // asked again later (a claim, or a seed still fetching)
   kForcedOld,      // claimed for long: the seed is asked plainly now
-  kForcedNoRelay,  // relays were named and none is a neighbour: asked plainly
+  kForcedNoRelay,  // relays were named and none is a neighbour, or the claim's
+                   // holder was dropped here: asked plainly
   kRelayLied,      // a relay answered for a chunk it offered: dropped
   kSeedBroken,     // a seed that offered the chunk does not serve it: dropped
 };
@@ -147,8 +148,9 @@ class FetcherCore {
   // Requests in flight on one data connection to `s`.
   int Depth(const SourceState& s) const;
   std::optional<NewNeighbour> Start(PeerId id);
-  // True when `holder` is a neighbour or is to be one.
-  bool Follow(const std::string& holder, uint32_t chunk);
+  // Whether `holder` is a neighbour or is to be one, or was dropped here.
+  enum class Following { kNo, kYes, kHolderDropped };
+  Following Follow(const std::string& holder, uint32_t chunk);
 
   const std::vector<uint64_t> lengths_;
   const FetchPolicy policy_;

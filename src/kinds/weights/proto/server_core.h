@@ -59,7 +59,7 @@ class ServerCore {
   void EndSend(const std::string& relay, uint32_t index, bool complete, ServeClock::time_point now);
   // Live relays but `except`, at most `limit`: half of them (rounded up) those
   // holding the most chunks this server sent (they complement any asker, counted
-  // at most once a second), the rest at random.
+  // at most once a second), the rest those handed out least so far.
   std::vector<std::string> Peers(const std::string& except, size_t limit, std::mt19937_64& rng,
                                  ServeClock::time_point now);
   size_t chunks() const { return claims_.size(); }
@@ -89,6 +89,7 @@ class ServerCore {
   std::vector<ClaimState> claims_;            // by chunk
   std::vector<uint32_t> held_;                // by id: claims held, as of held_at_
   ServeClock::time_point held_at_{};
+  std::vector<uint64_t> listed_;  // by id: times handed out by Peers
 };
 
 }  // namespace seedd
