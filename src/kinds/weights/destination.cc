@@ -12,10 +12,22 @@
 #include "common/errno_status.h"
 #include "common/file_util.h"
 #include "common/unique_fd.h"
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/file_digests.h"
 #include "seedd/logging.h"
 
 namespace seedd {
+
+std::filesystem::path NormalizeDestination(const std::filesystem::path& into) {
+  std::filesystem::path p = into.lexically_normal();
+  if (p.has_parent_path() && p.filename().empty()) p = p.parent_path();  // "dest/"
+  return p;
+}
+
+std::filesystem::path StagingDir(const std::filesystem::path& into_given) {
+  const std::filesystem::path into = NormalizeDestination(into_given);
+  const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
+  return parent / ("." + into.filename().string() + ".seedd-staging");
+}
 
 namespace {
 

@@ -27,6 +27,12 @@ struct DestinationPlan {
   std::filesystem::path staging;  // where Staging works
 };
 
+// `into` without "." and ".." components or a trailing '/'.
+std::filesystem::path NormalizeDestination(const std::filesystem::path& into);
+
+// Where FetchModel stages a new `into`: a hidden directory beside it.
+std::filesystem::path StagingDir(const std::filesystem::path& into);
+
 // Decides how `manifest` reaches `into` (see Placement). A directory holding
 // other files is AlreadyExists unless `replace`; a file is AlreadyExists always.
 // Entries named .seedd-* (a pull's staging) do not count as files held.

@@ -7,18 +7,6 @@
 
 namespace seedd {
 
-std::filesystem::path NormalizeDestination(const std::filesystem::path& into) {
-  std::filesystem::path p = into.lexically_normal();
-  if (p.has_parent_path() && p.filename().empty()) p = p.parent_path();  // "dest/"
-  return p;
-}
-
-std::filesystem::path StagingDir(const std::filesystem::path& into_given) {
-  const std::filesystem::path into = NormalizeDestination(into_given);
-  const auto parent = into.has_parent_path() ? into.parent_path() : std::filesystem::path(".");
-  return parent / ("." + into.filename().string() + ".seedd-staging");
-}
-
 Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources,
                   const std::filesystem::path& into_given, const FetchOptions& options,
                   FetchStats* stats) {

@@ -86,12 +86,6 @@ struct FetchOptions : FetchPolicy {
   bool replace = false;
 };
 
-// `into` without "." and ".." components or a trailing '/'.
-std::filesystem::path NormalizeDestination(const std::filesystem::path& into);
-
-// Where FetchModel stages a new `into`: a hidden directory beside it.
-std::filesystem::path StagingDir(const std::filesystem::path& into);
-
 // Fetches the files of `manifest` into `into` from the seeds `sources` and from
 // the relays listed in the manifest or learnt from the sources' states,
 // preferring relays that have a chunk over the seeds: staged with a journal of
