@@ -24,9 +24,12 @@ using ServeClock = std::chrono::steady_clock;
 // simulator default-constructs it).
 struct SwarmPolicy {
   // The relays a swarm (one root digest) remembers: each until it has not been
-  // heard from for relay_ttl, at most max_relays at once (more are not listed).
+  // heard from for relay_ttl, at most max_relays at once (more are not listed
+  // and take no claims, so what they are sent leaves the origin again:
+  // simulated, 10,000 hosts x 1 GiB sent 9.5x the model from the origin with
+  // 1,024, 1.0x with 16,384). About 0.4 KiB each at most.
   std::chrono::milliseconds relay_ttl{10000};
-  size_t max_relays = 1024;
+  size_t max_relays = 16384;
   // Relays listed in one state response (a sample of those remembered): a
   // fetcher keeps a bounded set of neighbours, so it needs only a few names.
   size_t max_peers_listed = 32;
