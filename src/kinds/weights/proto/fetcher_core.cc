@@ -69,7 +69,8 @@ std::optional<NewNeighbour> FetcherCore::Start(PeerId id) {
 
 std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
   std::vector<NewNeighbour> started;
-  if (Finished()) return started;
+  // Called on every claimed answer: nothing to scan while the set is full.
+  if (Finished() || sched_.NeighboursWanted() == 0) return started;
   for (PeerId id : follow_) {
     if (sched_.NeighboursWanted() == 0) break;
     const SourceState& s = sources_[id];
