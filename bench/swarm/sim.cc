@@ -7,7 +7,6 @@
 
 namespace swarm_sim {
 
-using seedd::Cancel;
 using seedd::NewNeighbour;
 using seedd::NotThereVerdict;
 using seedd::Taken;
@@ -30,6 +29,11 @@ Sim::Sim(const Flags& f) : f_(f), rng_(f.seed) {
   bound_ = chunks_ * chunk_bytes_ / link;
   origin_ = std::make_unique<seedd::ServerCore>(chunks_, f.swarm);
   hosts_.resize(static_cast<size_t>(f.hosts) + 1);
+  for (PeerId h = 0; h < hosts_.size(); ++h) {
+    seedd::SwarmPolicy slots = f.swarm;
+    if (h == 0 && f.origin_slots > 0) slots.upload_slots = f.origin_slots;
+    hosts_[h].slots = std::make_unique<seedd::UploadSlots>(slots);
+  }
   hosts_[0].up = hosts_[0].down = link * f.origin_link_factor;
   hosts_[0].joined = true;
   hosts_[0].name = "origin:1";
@@ -156,13 +160,17 @@ void Sim::Prune(PeerId h) {
                           host.neighbours.end());
     auto& w = hosts_[p].watchers;
     w.erase(std::remove(w.begin(), w.end(), h), w.end());
-    auto& q = hosts_[p].queue;
-    q.erase(std::remove_if(q.begin(), q.end(), [h](const Queued& r) { return r.from == h; }),
-            q.end());
-    auto& held = hosts_[p].held;
-    held.erase(
-        std::remove_if(held.begin(), held.end(), [h](const Queued& r) { return r.from == h; }),
-        held.end());
+    Host& other = hosts_[p];
+    std::vector<seedd::UploadSlots::Id> granted;
+    for (auto w = other.waiting.begin(); w != other.waiting.end();) {
+      if (w->second.from == h) {
+        other.slots->GiveUp(w->first, Now(), &granted);
+        w = other.waiting.erase(w);
+      } else {
+        ++w;
+      }
+    }
+    Granted(p, granted);
   }
 }
 
@@ -240,46 +248,85 @@ void Sim::Pump(PeerId h, PeerId p) {
   }
 }
 
-int Sim::SlotsOf(PeerId h) const {
-  return h == 0 && f_.origin_slots > 0 ? f_.origin_slots : f_.up_slots;
+void Sim::Ask(PeerId u, const Queued& q, bool waiting) {
+  Host& up = hosts_[u];
+  const std::string& name = hosts_[q.from].name;
+  const seedd::UploadSlots::Answer a =
+      up.slots->Ask(name, name, waiting, Now(), [&](seedd::UploadSlots::Id id) -> uint64_t {
+        auto it = up.sending.find(id);
+        if (it == up.sending.end()) return 0;
+        const Transfer& t = transfers_[it->second];
+        return static_cast<uint64_t>(
+            std::max(0.0, t.size - std::max(0.0, t.remaining - t.rate * (now_ - t.last))));
+      });
+  for (const seedd::UploadSlots::Preempted& p : a.preempt) {
+    auto it = up.sending.find(p.id);
+    if (it != up.sending.end()) EndTransfer(it->second, false);  // its connection closed
+  }
+  switch (a.verdict) {
+    case seedd::UploadSlots::Verdict::kSend:
+      Send(u, a.id, q);
+      return;
+    case seedd::UploadSlots::Verdict::kBusy:
+      Push(now_ + Latency(), Ev::kBusy, q.from, u, q.chunk);
+      return;
+    case seedd::UploadSlots::Verdict::kWait:
+      up.waiting.emplace(a.id, q);
+      Push(now_ + Seconds(f_.swarm.own_slot_wait), Ev::kSlotWaitEnds, u, 0,
+           static_cast<uint32_t>(a.id));
+      return;
+  }
 }
 
-void Sim::StartUpload(PeerId u) {
+void Sim::Granted(PeerId u, const std::vector<seedd::UploadSlots::Id>& ids) {
   Host& up = hosts_[u];
-  while (static_cast<int>(up.ups.size()) < SlotsOf(u) && !up.queue.empty()) {
-    const Queued q = up.queue.front();
-    up.queue.pop_front();
-    Host& down = hosts_[q.from];
-    if (down.failed || down.core->scheduler().Has(q.chunk)) continue;
-    if (u == 0) {
-      if (q.claim) {
-        seedd::ClaimAnswer a = origin_->Claim(down.name, q.chunk, Now());
-        if (!a.send) {  // "claimed", naming the holder
-          Push(now_ + Latency(), Ev::kClaimed, q.from, f_.follow_holders ? HostOf(a.holder) : 0,
-               q.chunk);
-          continue;
-        }
-      }
-      ++origin_chunks_;
-    }
-    uint32_t id;
-    if (free_.empty()) {
-      id = static_cast<uint32_t>(transfers_.size());
-      transfers_.emplace_back();
-    } else {
-      id = free_.back();
-      free_.pop_back();
-    }
-    Transfer& t = transfers_[id];
-    t = Transfer{u, q.from, q.chunk,       q.claim, chunk_bytes_,
-                 0, now_,   t.version + 1, true,    t.serial + 1};
-    up.ups.push_back(id);
-    if (down.downs.empty()) down.idle += now_ - down.idle_since;
-    down.downs.push_back(id);
-    Reflow(u);
-    Reflow(q.from);
-    if (f_.ahead) Push(now_ + Latency() + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
+  for (seedd::UploadSlots::Id id : ids) {
+    auto it = up.waiting.find(id);
+    if (it == up.waiting.end()) continue;
+    const Queued q = it->second;
+    up.waiting.erase(it);
+    Send(u, id, q);
   }
+}
+
+void Sim::Send(PeerId u, seedd::UploadSlots::Id slot, const Queued& q) {
+  Host& up = hosts_[u];
+  if (up.failed) return;
+  Host& down = hosts_[q.from];
+  if (down.failed || down.core->scheduler().Has(q.chunk)) {
+    Granted(u, up.slots->Release(slot, Now()));
+    return;
+  }
+  if (u == 0) {
+    if (q.claim) {
+      seedd::ClaimAnswer a = origin_->Claim(down.name, q.chunk, Now());
+      if (!a.send) {  // "claimed", naming the holder
+        Push(now_ + Latency(), Ev::kClaimed, q.from, f_.follow_holders ? HostOf(a.holder) : 0,
+             q.chunk);
+        Granted(u, up.slots->Release(slot, Now()));
+        return;
+      }
+    }
+    ++origin_chunks_;
+  }
+  uint32_t id;
+  if (free_.empty()) {
+    id = static_cast<uint32_t>(transfers_.size());
+    transfers_.emplace_back();
+  } else {
+    id = free_.back();
+    free_.pop_back();
+  }
+  Transfer& t = transfers_[id];
+  t = Transfer{u, q.from, q.chunk,       q.claim, chunk_bytes_, chunk_bytes_,
+               0, now_,   t.version + 1, true,    t.serial + 1, slot};
+  up.ups.push_back(id);
+  up.sending[slot] = id;
+  if (down.downs.empty()) down.idle += now_ - down.idle_since;
+  down.downs.push_back(id);
+  Reflow(u);
+  Reflow(q.from);
+  if (f_.ahead) Push(now_ + Latency() + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
 }
 
 void Sim::Reflow(PeerId h) {
@@ -312,8 +359,12 @@ void Sim::EndTransfer(uint32_t id, bool complete) {
     if (it != hosts_[t.d].core_of.end()) hosts_[t.d].core->OnReturned(it->second, t.chunk);
   }
   free_.push_back(id);
-  Reflow(t.u);
+  const PeerId u = t.u;
+  const seedd::UploadSlots::Id slot = t.slot;
+  Reflow(u);
   Reflow(t.d);
+  hosts_[u].sending.erase(slot);
+  Granted(u, hosts_[u].slots->Release(slot, Now()));
 }
 
 void Sim::Handle(const Event& e) {
@@ -335,34 +386,7 @@ void Sim::Handle(const Event& e) {
     case Ev::kRequest: {
       Host& up = hosts_[e.a];
       if (up.failed) return;  // noticed by kGone
-      const Queued q{e.b, e.chunk, e.claim};
-      for (uint32_t id : up.ups) {
-        if (transfers_[id].d == e.b) {
-          up.held.push_back(q);
-          return;
-        }
-      }
-      const int backlog = e.a == 0 ? (f_.origin_busy ? 0 : -1) : f_.backlog;
-      if (backlog >= 0 && static_cast<int>(up.ups.size()) >= SlotsOf(e.a) &&
-          static_cast<int>(up.queue.size()) >= backlog) {
-        // A host with nothing arriving waits in line for the next free slot
-        // (as many as there are slots).
-        const double window = 2 * f_.busy_retry_ms / 1000;
-        auto& away = up.turned_away;
-        away.erase(std::remove_if(away.begin(), away.end(),
-                                  [&](const auto& a) { return now_ - a.second > window; }),
-                   away.end());
-        auto was =
-            std::find_if(away.begin(), away.end(), [&](const auto& a) { return a.first == e.b; });
-        if (!f_.fair_slots || !e.waiting || was == away.end()) {
-          if (f_.fair_slots) away.push_back({e.b, now_});
-          Push(now_ + Latency(), Ev::kBusy, e.b, e.a, e.chunk);
-          return;
-        }
-        away.erase(was);
-      }
-      up.queue.push_back(q);
-      StartUpload(e.a);
+      Ask(e.a, Queued{e.b, e.chunk, e.claim}, e.waiting);
       return;
     }
     case Ev::kUploadDone: {
@@ -371,23 +395,8 @@ void Sim::Handle(const Event& e) {
       const PeerId u = t.u, d = t.d;
       const uint32_t c = t.chunk;
       EndTransfer(e.a, true);
-      {
-        Host& sender = hosts_[u];
-        auto own = std::find_if(sender.held.begin(), sender.held.end(),
-                                [d](const Queued& r) { return r.from == d; });
-        if (own != sender.held.end()) {
-          // Behind those waiting in line (--fair-slots), else first.
-          if (f_.fair_slots) {
-            sender.queue.push_back(*own);
-          } else {
-            sender.queue.push_front(*own);
-          }
-          sender.held.erase(own);
-        }
-      }
       if (u == 0) origin_last_ = now_;
       Push(now_ + Latency(), Ev::kArrive, d, u, c);
-      StartUpload(u);
       return;
     }
     case Ev::kArrive: {
@@ -395,14 +404,7 @@ void Sim::Handle(const Event& e) {
       if (host.failed || host.done >= 0) return;
       auto from = host.core_of.find(e.b);
       if (from == host.core_of.end()) return;
-      for (const Cancel& c : host.core->OnArrived(from->second, e.chunk)) {
-        const PeerId p = host.host_of[c.peer];
-        auto& q = hosts_[p].queue;
-        q.erase(
-            std::remove_if(q.begin(), q.end(),
-                           [&](const Queued& r) { return r.from == e.a && r.chunk == c.chunk; }),
-            q.end());
-      }
+      host.core->OnArrived(from->second, e.chunk);         // endgame copies are drained
       Push(now_ + Latency(), Ev::kHave, e.a, 0, e.chunk);  // to every watcher
       if (host.core->Complete()) {
         host.done = now_;
@@ -447,7 +449,7 @@ void Sim::Handle(const Event& e) {
     case Ev::kBusy: {  // e.b's slots were full: ask the others
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
-      const double retry = f_.busy_retry_ms / 1000;
+      const double retry = Seconds(f_.swarm.busy_retry);
       host.core->OnBusy(host.core_of.at(e.b), e.chunk,
                         Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(
                                     std::chrono::duration<double>(retry)));
@@ -473,20 +475,30 @@ void Sim::Handle(const Event& e) {
     case Ev::kFail: {
       Host& host = hosts_[e.a];
       host.failed = true;
-      host.queue.clear();
-      host.held.clear();
+      host.waiting.clear();
       std::vector<uint32_t> cut = host.ups;
       cut.insert(cut.end(), host.downs.begin(), host.downs.end());
-      for (uint32_t id : cut) {
-        const PeerId sender = transfers_[id].u;
-        EndTransfer(id, false);
-        if (sender != e.a) StartUpload(sender);
-      }
+      for (uint32_t id : cut) EndTransfer(id, false);
       for (PeerId w : host.watchers) Push(now_ + f_.detect_ms / 1000, Ev::kGone, w, e.a, 0);
       return;
     }
     case Ev::kGone: {
       Failed(e.a, e.b);
+      return;
+    }
+    case Ev::kSlotWaitEnds: {  // at host e.a, for request e.chunk
+      Host& up = hosts_[e.a];
+      auto it = up.waiting.find(e.chunk);
+      if (up.failed || it == up.waiting.end()) return;  // granted, or gone
+      const Queued q = it->second;
+      up.waiting.erase(it);
+      std::vector<seedd::UploadSlots::Id> granted;
+      if (up.slots->GiveUp(e.chunk, Now(), &granted)) {
+        Send(e.a, e.chunk, q);
+      } else {
+        Push(now_ + Latency(), Ev::kBusy, q.from, e.a, q.chunk);
+      }
+      Granted(e.a, granted);
       return;
     }
   }

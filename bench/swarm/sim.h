@@ -5,24 +5,24 @@
 // claims on chunks sent, the tracker's sample; proto/server_core.h), with the
 // defaults of FetchPolicy and SwarmPolicy unless a flag overrides one.
 //
-// What is modelled here, not run from the daemon's code: the network and the
-// upload slots. One origin (a seed) and N fetchers, each relaying what it
-// verified. Each host has an uplink and a downlink (bits per second) and a
-// one-way latency with jitter. A host sends up to --up-slots chunks at once
-// (one per connection, its queue first come first served; a request from a
-// host it is sending to waits for that send to end, as the real server's
-// own-slot wait, and beyond the slots a host is answered "busy", except a host
-// that had nothing arriving when it asked and was turned away moments ago: it
-// waits in line for the next free slot, ahead of the next request of the host
-// whose send ended: the real server's rule); a transfer's rate is min(the
-// sender's uplink / its transfers, the receiver's downlink / its transfers),
-// recomputed whenever a transfer starts or ends at either end: flows sharing
-// links fairly, without TCP's slow start. A host that connects to a neighbour
-// learns its state, then each chunk it verifies (the watch answers). The
-// origin's claims are taken when a send starts and dated when it ends; a host
-// announces itself to the origin when it joins and whenever it asks it for
-// relays (a state request), and each request it sends there keeps it alive.
-// Failed hosts vanish; those fetching from them notice after --detect-ms.
+// Every host's upload slots run the shipped UploadSlots (proto/upload_slots.h):
+// which request is sent now, waits for the relay's own send or in line, or is
+// answered "busy", and which slow holder is cut off.
+//
+// What is modelled here, not run from the daemon's code: the network. One
+// origin (a seed) and N fetchers, each relaying what it verified. Each host has
+// an uplink and a downlink (bits per second) and a one-way latency with jitter.
+// A transfer's rate is min(the sender's uplink / its transfers, the receiver's
+// downlink / its transfers), recomputed whenever a transfer starts or ends at
+// either end: flows sharing links fairly, without TCP's slow start. A host that
+// connects to a neighbour learns its state, then each chunk it verifies (the
+// watch answers). The origin's claims are taken when a send starts and dated
+// when it ends; a host announces itself to the origin when it joins and
+// whenever it asks it for relays (a state request), and each request it sends
+// there keeps it alive. A request granted a slot for a chunk its fetcher has
+// verified meanwhile (an endgame copy) is not sent: the real server sends it
+// and the fetcher drains it. Failed hosts vanish; those fetching from them
+// notice after --detect-ms.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,7 @@
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/proto/fetcher_core.h"
 #include "kinds/weights/proto/server_core.h"
+#include "kinds/weights/proto/upload_slots.h"
 
 namespace swarm_sim {
 
@@ -51,17 +52,8 @@ struct Flags {
   // The shipped policies; flags override single fields.
   seedd::FetchPolicy fetch;
   seedd::SwarmPolicy swarm;
-  // The network model and the upload slots (modelled, see above): 4 upload
-  // slots, "busy" beyond them, retried after 50 ms (WeightServerOptions).
-  int up_slots = 4;
-  int origin_slots = 0;  // the origin's upload slots; 0: --up-slots
-  int backlog = 0;       // requests a relay queues beyond its slots; more are "busy"; -1: no limit
-  bool origin_busy = true;  // the origin answers "busy" beyond its slots instead of queueing
-  double busy_retry_ms = 50;
-  // A request from a host with nothing arriving, turned away "busy" within two
-  // retry times, waits in line for the next free slot, ahead of the next request
-  // of the host whose send just ended.
-  bool fair_slots = true;
+  int origin_slots = 0;  // the origin's upload slots; 0: SwarmPolicy::upload_slots
+  // The network model (see above).
   double latency_ms = 0.5;
   double jitter = 0.2;
   double origin_link_factor = 1;  // the origin's link relative to a host's
@@ -93,6 +85,7 @@ enum class Ev : uint8_t {
   kFail,
   kGone,
   kHalf,
+  kSlotWaitEnds,  // a request's own_slot_wait passed
 };
 
 struct Event {
@@ -121,11 +114,9 @@ struct Host {
   std::vector<PeerId> neighbours;    // hosts it fetches from (the origin, 0, too)
   std::vector<PeerId> watchers;      // hosts fetching from it: told what it newly has
   bool ask_pending = false;
-  std::deque<Queued> queue;  // requests to serve
-  // Requests from a host this host is sending to: each waits for that send to
-  // end, then takes its slot (the real server's own-slot wait).
-  std::vector<Queued> held;
-  std::vector<std::pair<PeerId, double>> turned_away;  // answered "busy", and when
+  std::unique_ptr<seedd::UploadSlots> slots;
+  std::map<seedd::UploadSlots::Id, Queued> waiting;    // requests waiting for a slot
+  std::map<seedd::UploadSlots::Id, uint32_t> sending;  // slot -> transfer
   std::vector<uint32_t> ups, downs;                    // transfers in progress
   double up = 0, down = 0;                             // bytes per second
   double join = 0, done = -1;
@@ -169,8 +160,12 @@ class Sim {
   void PumpAll(PeerId h);
   // h asks p for what its core picks.
   void Pump(PeerId h, PeerId p);
-  int SlotsOf(PeerId h) const;
-  void StartUpload(PeerId u);
+  // Host u's upload slots are asked for q (a request that arrived).
+  void Ask(PeerId u, const Queued& q, bool waiting);
+  // Host u holds slot `slot` for q: the send starts (or is answered "claimed").
+  void Send(PeerId u, seedd::UploadSlots::Id slot, const Queued& q);
+  // Requests at u granted a slot by a release.
+  void Granted(PeerId u, const std::vector<seedd::UploadSlots::Id>& ids);
   // Recomputes the rates of the transfers at host h and when each will end.
   void Reflow(PeerId h);
   // Ends transfer `id` (done or cut): off both hosts, the others sped up.
@@ -188,10 +183,11 @@ class Sim {
     PeerId u, d;
     uint32_t chunk;
     bool claim;
-    double remaining, rate, last;
+    double size, remaining, rate, last;
     uint32_t version;
     bool live;
     uint32_t serial;
+    seedd::UploadSlots::Id slot;
   };
   std::vector<Transfer> transfers_;
   std::vector<uint32_t> free_;

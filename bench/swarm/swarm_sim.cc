@@ -51,23 +51,14 @@ int main(int argc, char** argv) {
   app.add_option("--max-relays", f.swarm.max_relays,
                  "SwarmPolicy::max_relays: relays the origin remembers")
       ->capture_default_str();
-  // The network and the upload slots (modelled).
-  app.add_option("--up-slots", f.up_slots, "chunks a host sends at once")->capture_default_str();
+  app.add_option("--up-slots", f.swarm.upload_slots,
+                 "SwarmPolicy::upload_slots: chunks a host sends to relays at once")
+      ->capture_default_str();
   app.add_option("--origin-slots", f.origin_slots, "the origin's upload slots (0: --up-slots)")
       ->capture_default_str();
-  app.add_option("--origin-busy", f.origin_busy,
-                 "the origin answers busy beyond its slots (else its requests queue)")
-      ->capture_default_str();
+  // The network (modelled).
   app.add_option("--ahead", f.ahead,
                  "the next request to a sender leaves once half a chunk has arrived")
-      ->capture_default_str();
-  app.add_option("--busy-retry-ms", f.busy_retry_ms, "when a busy neighbour is asked again")
-      ->capture_default_str();
-  app.add_option("--backlog", f.backlog,
-                 "requests a relay queues beyond its slots (-1: no limit); more are busy")
-      ->capture_default_str();
-  app.add_option("--fair-slots", f.fair_slots,
-                 "a host with nothing arriving, turned away moments ago, waits in line")
       ->capture_default_str();
   app.add_option("--latency-ms", f.latency_ms, "one-way latency")->capture_default_str();
   app.add_option("--jitter", f.jitter, "latency varies by +- this fraction")->capture_default_str();

@@ -128,7 +128,8 @@ Result<uint64_t> ParseRate(std::string_view text, std::string_view flag) {
 WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
     : options_(options),
       relay_limiter_(LimiterFor(options.relay_upload_rate)),
-      rng_(std::random_device{}()) {
+      rng_(std::random_device{}()),
+      slots_(options_) {
   for (auto& m : models) Publish(std::move(m));
 }
 
@@ -289,14 +290,13 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     // An upload slot, held until this chunk is sent.
     struct Slot {
       WeightServer* server = nullptr;  // set once taken
-      const std::string* relay = nullptr;
       uint64_t holder = 0;
       std::shared_ptr<std::atomic<uint64_t>> sent;  // bytes of this chunk sent so far
       Slot() = default;
       Slot(const Slot&) = delete;
       Slot& operator=(const Slot&) = delete;
       ~Slot() {
-        if (server != nullptr) server->ReleaseSlot(*relay, holder);
+        if (server != nullptr) server->ReleaseSlot(holder);
       }
     } slot;
     if (peer && options_.upload_slots > 0) {
@@ -308,7 +308,6 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
         continue;
       }
       slot.server = this;
-      slot.relay = &relay;
     }
     uint32_t aux = 0;
     std::string holder;

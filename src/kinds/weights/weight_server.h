@@ -26,6 +26,7 @@
 #include "kinds/weights/manifest.h"
 #include "kinds/weights/model_index.h"
 #include "kinds/weights/proto/server_core.h"
+#include "kinds/weights/proto/upload_slots.h"
 #include "kinds/weights/records.h"
 #include "seedd/status.h"
 #include "transport/tls.h"
@@ -70,31 +71,6 @@ struct WeightServerOptions : SwarmPolicy {
   // slowly because its link is shared by many transfers is served; one that
   // reads nothing holds a stream thread until the deadline.
   TransferDeadline send{std::chrono::milliseconds(10000), 16 * 1024};
-  // Chunks sent at once to fetchers that relay (a swarm); more are answered
-  // "busy", and so is a relay that is being sent a chunk already (one that stops
-  // reading holds one slot, not all). A chunk sent at a quarter of the uplink
-  // reaches its fetcher, which passes it on, four times sooner than one sent at a
-  // sixteenth (8 targets x 1 GiB at 500 Mbit/s: 1.07x one target's time with 4
-  // slots, 1.15x with 2). 0: no limit. Fetchers that do not relay are not
-  // limited.
-  int upload_slots = 4;
-  std::chrono::milliseconds busy_retry{50};
-  // How long a relay's request waits for the relay's own send to end before it
-  // is answered "busy".
-  std::chrono::milliseconds own_slot_wait{2000};
-  // A relay holding an upload slot must take its chunk at least this fast once
-  // it has held the slot for preempt_after: a slower one (one that stops
-  // reading, or a name announced only to hold a slot) loses the slot, its
-  // connection closed, to a relay turned away meanwhile.
-  uint64_t relay_min_rate = 256 * 1024;
-  std::chrono::milliseconds preempt_after{2000};
-  // Relay names are claimed by peers; their addresses are not. When every slot
-  // is taken and a relay from an address holding none asks, the address holding
-  // the most (two or more) loses its newest slot held for preempt_after: one
-  // address cannot keep the slots from the others under invented names, however
-  // fast it reads. A fleet behind one address (NAT, one test host) keeps
-  // them all while no other address asks.
-  bool fair_addresses = true;
   // Bytes per second this server sends of a model that this host is itself still
   // pulling (0: no limit). Set a little below the host's uplink: a full uplink
   // queues the host's own chunk requests and TCP acknowledgements behind its
@@ -123,7 +99,10 @@ class WeightServer {
   // Chunk bytes sent so far, over every connection.
   uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
   // Chunk requests that waited in line for an upload slot and got one.
-  uint64_t waited_in_line() const { return waited_in_line_.load(std::memory_order_relaxed); }
+  uint64_t waited_in_line() const {
+    MutexLock lock(slots_mu_);
+    return slots_.waited_in_line();
+  }
   // Data connections being served now.
   int connections() const { return connections_.load(std::memory_order_relaxed); }
   // Manifests serialized so far (once per model version published).
@@ -147,29 +126,13 @@ class WeightServer {
   // connection is to close.
   bool ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
                   const std::string& relay);
-  // An upload slot for a chunk to `relay`: false when every slot is taken, or
-  // `relay` holds one still after own_slot_wait (a relay that stops reading
-  // holds one slot, not all). A `waiting` relay (nothing arrives at it) that was
-  // turned away within two busy_retry waits in line, up to own_slot_wait, for the
-  // next slot, ahead of the next request of a relay whose send just ended:
-  // otherwise those holding slots keep them with requests sent ahead, and a
-  // newcomer is turned away for as long as they fetch (simulated, 1,000 hosts
-  // with 10% joining late: late joiners p99 1.43x the bound, 1.24x in line).
-  // At most upload_slots wait in line.
-  // The slot is held by the connection `fd`, whose progress `sent` counts (for
-  // preemption: relay_min_rate); *holder names it for ReleaseSlot.
-  // `address` is the peer's (IPv6 by /64), for fair_addresses.
+  // An upload slot for a chunk to `relay` from `address`, by the rules of
+  // UploadSlots (proto/upload_slots.h), waiting here when they say wait: false
+  // for "busy". The slot is held by the connection `fd`, whose progress `sent`
+  // counts (a slow holder may be cut off); *holder names it for ReleaseSlot.
   bool TakeSlot(const std::string& relay, const std::string& address, bool waiting, int fd,
                 std::shared_ptr<std::atomic<uint64_t>> sent, uint64_t* holder);
-  void ReleaseSlot(const std::string& relay, uint64_t holder);
-  // Closes the connection of each slot holder slower than relay_min_rate after
-  // preempt_after (its send then fails and frees the slot). REQUIRES: slots_mu_.
-  void PreemptSlowHolders(std::chrono::steady_clock::time_point now) REQUIRES(slots_mu_);
-  // With fair_addresses: for a relay from `address`, which holds no slot, closes
-  // the newest slot held for preempt_after by the address holding the most, if
-  // it holds two or more. REQUIRES: slots_mu_.
-  void PreemptForAddress(const std::string& address, std::chrono::steady_clock::time_point now)
-      REQUIRES(slots_mu_);
+  void ReleaseSlot(uint64_t holder);
   // Logs once per model file that changed since it was indexed.
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
@@ -184,27 +147,17 @@ class WeightServer {
   std::set<std::string> warned_ GUARDED_BY(mu_);
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
-  std::atomic<uint64_t> waited_in_line_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
-  Mutex slots_mu_;
+  mutable Mutex slots_mu_;
   std::condition_variable slot_freed_;
-  int relay_sends_ GUARDED_BY(slots_mu_) = 0;                 // chunks being sent to relays
-  std::map<std::string, int> sending_ GUARDED_BY(slots_mu_);  // by relay, those it holds
-  // Relays answered "busy" recently, and when.
-  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> turned_away_
-      GUARDED_BY(slots_mu_);
-  std::deque<uint64_t> line_ GUARDED_BY(slots_mu_);  // tickets of the waiting, first first
-  uint64_t next_ticket_ GUARDED_BY(slots_mu_) = 0;
-  struct SlotHolder {
-    std::string relay;
-    std::string address;
+  UploadSlots slots_ GUARDED_BY(slots_mu_);
+  // By slot request (UploadSlots::Id): the connection to close if it is cut
+  // off, and the bytes of its chunk sent so far.
+  struct SlotIo {
     int fd;
-    std::chrono::steady_clock::time_point since;
     std::shared_ptr<std::atomic<uint64_t>> sent;
-    bool preempted = false;
   };
-  std::map<uint64_t, SlotHolder> holders_ GUARDED_BY(slots_mu_);
-  uint64_t next_holder_ GUARDED_BY(slots_mu_) = 0;
+  std::map<UploadSlots::Id, SlotIo> slot_io_ GUARDED_BY(slots_mu_);
 };
 
 }  // namespace seedd

@@ -20,8 +20,8 @@ namespace seedd {
 
 using ServeClock = std::chrono::steady_clock;
 
-// The server's swarm policy as numbers (WeightServerOptions extends it; the
-// simulator default-constructs it).
+// The server's swarm policy as numbers, the upload slots' included (WeightServerOptions extends it;
+// the simulator default-constructs it).
 struct SwarmPolicy {
   // The relays a swarm (one root digest) remembers: each until it has not been
   // heard from for relay_ttl, at most max_relays at once (more are not listed
@@ -33,6 +33,37 @@ struct SwarmPolicy {
   // Relays listed in one state response (a sample of those remembered): a
   // fetcher keeps a bounded set of neighbours, so it needs only a few names.
   size_t max_peers_listed = 32;
+
+  // The upload slots (upload_slots.h): chunks sent at once to fetchers that relay (a swarm); more
+  // are answered "busy", and so is a relay that is being sent a chunk already (one that stops
+  // reading holds one slot, not all). A chunk sent at a quarter of the uplink
+  // reaches its fetcher, which passes it on, four times sooner than one sent at a
+  // sixteenth (8 targets x 1 GiB at 500 Mbit/s: 1.07x one target's time with 4
+  // slots, 1.15x with 2). 0: no limit. Fetchers that do not relay are not
+  // limited.
+  int upload_slots = 4;
+  std::chrono::milliseconds busy_retry{50};
+  // How long a relay's request waits for the relay's own send to end before it
+  // is answered "busy".
+  std::chrono::milliseconds own_slot_wait{2000};
+  // Requests that wait in line for a slot (upload_slots.h), per slot: each
+  // holds a connection's thread here. Simulated, 1,000 hosts x 1 GiB, seeds
+  // 1-3: p99 1.61-1.68x the bound with 1 per slot, 1.56-1.60x with 4, 1.52-1.58x
+  // with no limit.
+  int line_per_slot = 4;
+  // A relay holding an upload slot must take its chunk at least this fast once
+  // it has held the slot for preempt_after: a slower one (one that stops
+  // reading, or a name announced only to hold a slot) loses the slot, its
+  // connection closed, to a relay turned away meanwhile.
+  uint64_t relay_min_rate = 256 * 1024;
+  std::chrono::milliseconds preempt_after{2000};
+  // Relay names are claimed by peers; their addresses are not. When every slot
+  // is taken and a relay from an address holding none asks, the address holding
+  // the most (two or more) loses its newest slot held for preempt_after: one
+  // address cannot keep the slots from the others under invented names, however
+  // fast it reads. A fleet behind one address (NAT, one test host) keeps
+  // them all while no other address asks.
+  bool fair_addresses = true;
 };
 
 // The answer to a chunk request that takes a claim ("SDRN").
