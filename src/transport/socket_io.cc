@@ -55,6 +55,18 @@ bool ArmRecvTimeout(int fd, std::chrono::steady_clock::time_point deadline) {
 }
 
 bool SendAllBy(int fd, const char* p, size_t n, std::chrono::steady_clock::time_point deadline) {
+  // What fits in the socket's buffer now goes without arming the timeout (a
+  // setsockopt per call, most of the calls for small records).
+  for (;;) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    if (w > 0) {
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    break;
+  }
   while (n > 0) {
     if (!ArmSendTimeout(fd, deadline)) return false;
     ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
@@ -67,6 +79,19 @@ bool SendAllBy(int fd, const char* p, size_t n, std::chrono::steady_clock::time_
 }
 
 Status RecvAllBy(int fd, char* p, size_t n, std::chrono::steady_clock::time_point deadline) {
+  // What has arrived is taken without arming the timeout (a setsockopt per
+  // call, most of the calls for small records).
+  for (;;) {
+    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoStatus("recv", errno);
+    if (r == 0 && n > 0) return Status::Unavailable("the source closed the data connection");
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    break;
+  }
   while (n > 0) {
     if (!ArmRecvTimeout(fd, deadline)) {
       return Status::DeadlineExceeded("the source sent too slowly (" + std::to_string(n) +

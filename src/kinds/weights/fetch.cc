@@ -66,14 +66,9 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
   FillNeighboursLocked();
   // This thread watches for a stop request and for a swarm that cannot help.
   while (!FinishedLocked()) {
-    if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
-      cancelled_ = true;
-      core_.Stop();
-      EndLocked();
-      break;
-    }
+    if (CancelIfAskedLocked()) break;
     CheckHopeLocked();
-    changed_.wait_for(lock, kCancelPoll);
+    ended_.wait_for(lock, kCancelPoll);
     if (options_.announced && core_.NeighboursWanted() > 0) {
       lock.Unlock();
       std::vector<HostPort> relays;
@@ -161,6 +156,15 @@ void Fetch::FillNeighboursLocked() {
     for (int c = 0; c < n.connections; ++c) workers_.emplace_back([this, s] { Work(s); });
   }
   changed_.notify_all();
+  ended_.notify_all();
+}
+
+bool Fetch::CancelIfAskedLocked() {
+  if (options_.cancel == nullptr || !options_.cancel->load(std::memory_order_relaxed)) return false;
+  cancelled_ = true;
+  core_.Stop();
+  EndLocked();
+  return true;
 }
 
 void Fetch::CheckHopeLocked() {
@@ -170,6 +174,7 @@ void Fetch::CheckHopeLocked() {
 void Fetch::EndLocked() {
   for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
   changed_.notify_all();
+  ended_.notify_all();
 }
 
 Status Fetch::LocalFailure(Status st) {
@@ -183,6 +188,7 @@ Status Fetch::LocalFailure(Status st) {
 bool Fetch::Fail(Source* source, std::optional<uint32_t> chunk) {
   MutexLock lock(mu_);
   changed_.notify_all();
+  ended_.notify_all();
   return FailLocked(source, chunk);
 }
 
@@ -194,6 +200,7 @@ bool Fetch::FailLocked(Source* source, std::optional<uint32_t> chunk) {
   FillNeighboursLocked();
   CheckHopeLocked();
   changed_.notify_all();
+  ended_.notify_all();
   return true;
 }
 
@@ -213,9 +220,29 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
   }
 }
 
+void Fetch::TakeSome(Source* source, bool wait, const std::function<bool()>& room,
+                     std::deque<Taken>* inflight) {
+  MutexLock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
+  for (;;) {
+    if (FinishedLocked() || !core_.Active(source->id)) return;
+    const auto now = std::chrono::steady_clock::now();
+    bool took = false;
+    while (room()) {
+      std::optional<Taken> t = core_.Next(source->id, now);
+      if (!t) break;
+      ++stats_->requests;
+      inflight->push_back(*t);
+      took = true;
+    }
+    if (took || !wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) return;
+  }
+}
+
 void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, const std::string& holder) {
   MutexLock lock(mu_);
   changed_.notify_all();
+  ended_.notify_all();
   const auto now = std::chrono::steady_clock::now();
   if (status == kChunkClaimed && source->seed) ++stats_->answered_claimed;
   const bool dropped_before = core_.Dropped(source->id);
@@ -280,11 +307,13 @@ void Fetch::EndWrite(uint32_t index) {
   core_.EndWrite(index);
 }
 
-Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
+Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t received) {
   const ManifestChunk& c = m_.chunks[index];
   Status journaled = staging_.Commit(index);
   MutexLock lock(mu_);
   changed_.notify_all();
+  stats_->bytes_received += received;
+  if (!source->seed) stats_->bytes_from_peers += received;
   if (!journaled.ok()) {
     core_.OnReturned(source->id, index);
     return journaled;
@@ -302,6 +331,7 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source) {
   if (options_.verified) options_.verified->Set(index);
   if (core_.Complete()) EndLocked();
   if (options_.progress) options_.progress(verified_bytes_);
+  CancelIfAskedLocked();  // seen at once, not at the fetch thread's next look
   return Status::Ok();
 }
 
@@ -311,6 +341,7 @@ void Fetch::Reject(uint32_t index, Source* source) {
   ++stats_->chunks_rejected;
   FailLocked(source, index);
   changed_.notify_all();
+  ended_.notify_all();
 }
 
 void Fetch::Count(uint64_t n, const Source* source) {

@@ -93,6 +93,8 @@ class Fetch {
   void FillNeighboursLocked() REQUIRES(mu_);
   // Gives up when no neighbour or candidate can supply a missing chunk.
   void CheckHopeLocked() REQUIRES(mu_);
+  // A stop was asked (options_.cancel): the fetch ends. True when it was.
+  bool CancelIfAskedLocked() REQUIRES(mu_);
   // The fetch is over: connections blocked on a slow source are woken at once.
   void EndLocked() REQUIRES(mu_);
   // A local error (a full disk, say): no source is to blame; the fetch ends with
@@ -106,6 +108,10 @@ class Fetch {
   // The next request for `source`; with `wait` (nothing in flight on the
   // caller's connection) waits a little for one. `ahead`: see SwarmScheduler::Next.
   std::optional<Taken> Take(Source* source, bool wait, bool ahead = false);
+  // Requests for `source` appended to *inflight while `room()` allows, in one
+  // pass under the lock; with `wait`, as Take.
+  void TakeSome(Source* source, bool wait, const std::function<bool()>& room,
+                std::deque<Taken>* inflight);
   // `source` answered "not here" or "claimed" for `index`; a claim may name the
   // relay `holder` it went to.
   void NotThere(uint32_t index, Source* source, uint32_t status, const std::string& holder = "");
@@ -119,7 +125,9 @@ class Fetch {
   // written and it is not verified yet. Pair with EndWrite.
   bool BeginWrite(uint32_t index);
   void EndWrite(uint32_t index);
-  Status Record(uint32_t index, bool hole, const Source* source);
+  // Chunk `index` verified and written (`received` bytes of it came from
+  // `source`, counted as Count does): journaled, and the core told.
+  Status Record(uint32_t index, bool hole, const Source* source, uint64_t received = 0);
   void Reject(uint32_t index, Source* source);
   void Count(uint64_t n, const Source* source);
   // A state response: the bitmap, then relay names one per line.
@@ -180,7 +188,13 @@ class Fetch {
   FetchStats* stats_;
   const std::string session_;  // this fetch, to the sources it relays for
   Mutex mu_;
-  std::condition_variable changed_;  // a chunk, a source or the outcome changed
+  // Idle connections wait on changed_ for work (a chunk verified, an answer, a
+  // neighbour's news); the fetch's own thread, watches and connections being
+  // opened wait on ended_ (the fetch ended, a source was dropped, retired or
+  // added). A chunk verified wakes only the first: one notify per chunk woke
+  // every thread of the fetch, each to take the lock in turn.
+  std::condition_variable changed_;
+  std::condition_variable ended_;
   FetcherCore core_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Source>> sources_ GUARDED_BY(mu_);  // by PeerId
   std::map<PeerId, int> depth_ GUARDED_BY(mu_);                   // of each neighbour started

@@ -60,7 +60,7 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
     if (now - source->full_since < options_.capacity_patience) {
       Logger().debug("weight_data: {}: {}; trying again in {} ms", source->name,
                      fd.status().message(), retry.count());
-      changed_.wait_for(lock, retry, [&]() REQUIRES(mu_) {
+      ended_.wait_for(lock, retry, [&]() REQUIRES(mu_) {
         return FinishedLocked() || !core_.Active(source->id);
       });
       return false;
@@ -70,9 +70,8 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
     Logger().warn("weight_data: {}: {}; trying again in {} s", source->name, fd.status().message(),
                   kLocalShortageWait.count());
     MutexLock lock(mu_);
-    changed_.wait_for(lock, kLocalShortageWait, [&]() REQUIRES(mu_) {
-      return FinishedLocked() || !core_.Active(source->id);
-    });
+    ended_.wait_for(lock, kLocalShortageWait,
+                    [&]() REQUIRES(mu_) { return FinishedLocked() || !core_.Active(source->id); });
     return false;
   }
   Logger().warn("weight_data: {}: {}", source->name, fd.status().message());
@@ -120,7 +119,7 @@ void Fetch::Watch(Source* source) {
     } else {
       const auto wait = std::min<std::chrono::steady_clock::duration>(RelayWait(), kKeepAlive);
       MutexLock lock(mu_);
-      changed_.wait_for(lock, wait, [&]() REQUIRES(mu_) { return FinishedLocked(); });
+      ended_.wait_for(lock, wait, [&]() REQUIRES(mu_) { return FinishedLocked(); });
       continue;
     }
     last_used = std::chrono::steady_clock::now();
@@ -195,7 +194,7 @@ Result<DataConn> Fetch::Open(Source* source, std::chrono::milliseconds* retry) {
         opened.pop_front();
         continue;
       }
-      changed_.wait_until(lock, free_at);
+      ended_.wait_until(lock, free_at);
       if (FinishedLocked() || !core_.Active(source->id))
         return Status::Unavailable("the fetch is over");
     }
@@ -339,14 +338,20 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     for (const Taken& t : *inflight) bytes += m_.chunks[t.index].length;
     return bytes < options_.pipeline_bytes;
   };
+  // Refilled once a quarter of the depth is free (or any of the first
+  // `pipeline`): with small chunks, a request sent per chunk answered cost a
+  // send here, a receive at the source and a lock each.
+  auto refill = [&] {
+    const int n = static_cast<int>(inflight->size());
+    return n < options_.pipeline || depth - n >= std::max(1, depth / 4);
+  };
   std::string requests;  // sent together: one send for a pipeline's worth
   for (;;) {
     requests.clear();
-    while (room()) {
-      std::optional<Taken> next = Take(source, inflight->empty());
-      if (!next) break;
-      const RequestRecord req = RequestFor(data, *next);
-      inflight->push_back(*next);
+    const size_t before = inflight->size();
+    if (refill()) TakeSome(source, inflight->empty(), room, inflight);
+    for (size_t i = before; i < inflight->size(); ++i) {
+      const RequestRecord req = RequestFor(data, (*inflight)[i]);
       requests.append(req.data(), req.size());
     }
     if (!requests.empty() && !conn.SendAllBy(requests.data(), requests.size(),
@@ -460,8 +465,8 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       Returned(index, source);
       return local ? LocalFailure(got) : got;
     }
-    Count(c.length, source);
     if (!verified) {
+      Count(c.length, source);
       EndWrite(index);
       Logger().warn(
           "weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again", index,
@@ -470,7 +475,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
       continue;
     }
-    Status stored = Record(index, false, source);
+    Status stored = Record(index, false, source, c.length);
     EndWrite(index);
     if (!stored.ok()) {
       Returned(index, source);

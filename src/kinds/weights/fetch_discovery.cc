@@ -96,6 +96,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
   }
   FillNeighboursLocked();
   changed_.notify_all();
+  ended_.notify_all();
 }
 
 void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -79,8 +80,20 @@ std::string Staging::JournalHeader(const std::string& root_digest) {
   return h + root_digest;
 }
 
+namespace {
+
+size_t DirsToKeepOpen() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return kMaxOpenDirs;
+  }
+  return std::clamp<size_t>(static_cast<size_t>(limit.rlim_cur / 8), kMinOpenDirs, kMaxOpenDirs);
+}
+
+}  // namespace
+
 Staging::Staging(const Manifest& manifest, std::filesystem::path dir)
-    : m_(manifest), dir_(std::move(dir)) {}
+    : m_(manifest), dir_(std::move(dir)), max_dirs_(DirsToKeepOpen()) {}
 
 Result<std::vector<uint32_t>> Staging::ReadJournal(bool* fresh) {
   *fresh = true;
@@ -242,8 +255,11 @@ Result<int> Staging::Directory(const std::string& rel) {
   if (name.empty() || name == "." || name == "..") {
     return Status::InvalidArgument(rel + " is not a plain relative path");
   }
-  if (::mkdirat(*parent, name.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoStatus("mkdir " + (dir_ / rel).string(), errno);
+  if (made_.count(rel) == 0) {
+    if (::mkdirat(*parent, name.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus("mkdir " + (dir_ / rel).string(), errno);
+    }
+    made_.insert(rel);
   }
   UniqueFd fd(::openat(*parent, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) {
@@ -255,7 +271,7 @@ Result<int> Staging::Directory(const std::string& rel) {
   // Bounded: forgetting them all is cheap, they are opened again as needed. The
   // parent's descriptor stays valid until this call returns (no caller holds one
   // across another).
-  if (dirs_.size() >= kMaxOpenDirs) dirs_.clear();
+  if (dirs_.size() >= max_dirs_) dirs_.clear();
   return dirs_.emplace(rel, std::move(fd)).first->second.get();
 }
 

@@ -44,7 +44,9 @@
 namespace seedd {
 
 inline constexpr size_t kMaxOpenFiles = 64;
-inline constexpr size_t kMaxOpenDirs = 32;
+// Directories kept open: an eighth of the descriptor limit, within these.
+inline constexpr size_t kMinOpenDirs = 16;
+inline constexpr size_t kMaxOpenDirs = 128;
 // Syncs touching more files than this sync the whole file system once
 // (syncfs) instead of each file: a model of many small files.
 inline constexpr size_t kSyncEachFileUpTo = 8;
@@ -111,7 +113,7 @@ class Staging {
 
   // The directory below dir_ holding manifest path `path` (made when missing,
   // each component opened without following a link), and the file's name in it.
-  // Directories are opened once and kept (at most kMaxOpenDirs at once): a model
+  // Directories are opened once and kept (at most max_dirs_ at once): a model
   // of many small files costs one open per file, not one per path component.
   Result<int> ParentOf(const std::string& path, std::string* name) REQUIRES(files_mu_);
   Result<int> Directory(const std::string& rel) REQUIRES(files_mu_);
@@ -123,7 +125,11 @@ class Staging {
   UniqueFd dir_fd_;
   Mutex files_mu_;
   std::map<std::string, UniqueFd, std::less<>> dirs_ GUARDED_BY(files_mu_);  // by relative path
-  std::set<std::string, std::less<>> created_ GUARDED_BY(files_mu_);         // files made and sized
+  const size_t max_dirs_;
+  // Directories made (or found) below the staging directory: made once, however
+  // often dirs_ forgets their descriptors.
+  std::set<std::string> made_ GUARDED_BY(files_mu_);
+  std::set<std::string, std::less<>> created_ GUARDED_BY(files_mu_);  // files made and sized
   std::map<std::string, uint64_t, std::less<>> sizes_;  // by manifest path; set by Open
   std::list<std::string> lru_ GUARDED_BY(files_mu_);    // most recent first
   struct OpenFile {
