@@ -16,7 +16,10 @@
 # qdiscs' drops;
 # RELAY_UPLOAD_RATE (default: 90% of RATE, as an operator of shaped hosts sets
 # it; 0: no limit) is each target's --relay-upload-rate;
-# LOG_LEVEL sets the daemons' log level. Needs root (ip netns, tc).
+# LOG_LEVEL sets the daemons' log level. Also reported: the CPU seconds the
+# daemons (the targets and the origin) spent per GiB the targets received, for
+# one target and for TARGETS, and their ratio (the cost of relaying).
+# Needs root (ip netns, tc).
 # Usage: bench/fanout.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
@@ -126,6 +129,15 @@ start_in() {
 }
 ready() { grep -q "serving on" "$work/$1.out" 2> /dev/null; }
 tx_bytes() { ip netns exec "$(ns 0)" cat /sys/class/net/eth0/statistics/tx_bytes; }
+# cpu_ticks PID...: the user and system CPU time of these processes, in clock ticks.
+cpu_ticks() {
+  local t=0 p f
+  for p in "$@"; do
+    f="$(cut -d')' -f2- "/proc/$p/stat" 2> /dev/null)" || continue
+    t=$((t + $(echo "$f" | awk '{ print $12 + $13 }')))
+  done
+  echo "$t"
+}
 # RATE in bytes per second (tc's units: kbit, mbit, gbit).
 rate_bytes() {
   echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
@@ -140,11 +152,13 @@ rx_targets() {
     awk '{ t += $1 } END { print t }'
 }
 
-# run N LABEL: N targets pull at once; prints "seconds origin_bytes".
+# run N LABEL: N targets pull at once; prints "seconds origin_bytes cpu_seconds"
+# (the CPU of the targets and the origin until the last target is ready).
 run() {
   local n="$1" label="$2" first=${#pids[@]}
-  local tx0 start end
+  local tx0 start end cpu0
   tx0="$(tx_bytes)"
+  cpu0="$(cpu_ticks "$origin_pid")"
   start="$(date +%s.%N)"
   for i in $(seq 1 "$n"); do
     start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench \
@@ -181,6 +195,7 @@ run() {
     sleep 0.2
   done
   end="$(stat -c %.9Y "$work/$label"-*.out | sort -n | tail -1)"
+  local cpu=$(($(cpu_ticks "$origin_pid" "${pids[@]:$first}") - cpu0))
   if [ -n "${TRACE:-}" ]; then
     kill "$tracer" "$port_tracer" "$queue_tracer"
     for i in 0 1 2; do
@@ -243,7 +258,7 @@ PY
   pids=("${pids[@]:0:$first}")
   for i in $(seq 1 "$n"); do rm -rf "${shm:?}/$label-$i"; done
   [ -z "${KEEP_LOGS:-}" ] || cp "$work/$label"-*.err "$work/$label".ports /tmp/ 2> /dev/null || true
-  python3 -c "print('%.3f %d' % ($end - $start, $sent))"
+  python3 -c "print('%.3f %d %.2f' % ($end - $start, $sent, $cpu / $(getconf CLK_TCK)))"
 }
 
 results=()
@@ -255,8 +270,10 @@ for chunk in ${CHUNKS:-auto}; do
   for r in $(seq 1 "$reps"); do
     one="$(run 1 "one$chunk-$r")"
     many="$(run "$targets" "many$chunk-$r")"
-    echo "fanout: chunks $chunk, rep $r: 1 target ${one% *} s; $targets targets ${many% *} s," \
-      "origin sent ${many#* } bytes"
+    read -r one_s _ one_cpu <<< "$one"
+    read -r many_s many_sent many_cpu <<< "$many"
+    echo "fanout: chunks $chunk, rep $r: 1 target $one_s s; $targets targets $many_s s," \
+      "origin sent $many_sent bytes; CPU $one_cpu s and $many_cpu s"
     results+=("$chunk $one $many")
   done
   kill "$origin_pid"
@@ -269,8 +286,8 @@ n, rate, link, model = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sy
 relay_rate = sys.argv[5]
 by_chunk = collections.defaultdict(list)
 for r in sys.argv[6:]:
-    chunk, t1, b1, tn, bn = r.split()
-    by_chunk[chunk].append((float(t1), int(b1), float(tn), int(bn)))
+    chunk, t1, b1, c1, tn, bn, cn = r.split()
+    by_chunk[chunk].append((float(t1), int(b1), float(tn), int(bn), float(c1), float(cn)))
 print()
 print("weights fan-out (%.0f MiB model, %d targets, every link %s; iperf3 between two hosts "
       "%.0f Mbit/s)" % (model / 1048576, n, rate, link))
@@ -283,6 +300,11 @@ for chunk, rows in by_chunk.items():
     label = chunk if chunk == "auto" else chunk + " MiB"
     print("  %8s  %7.2f s  %8.2f s   %6.2fx           %.2fx the model"
           % (label, t1, tn, tn / t1, bn / model))
+    gib = model / 1073741824
+    c1 = statistics.median(r[4] for r in rows) / gib
+    cn = statistics.median(r[5] for r in rows) / (n * gib)
+    print("  %8s  CPU per GiB received (daemons, origin included): 1 target %.2f s, %d targets "
+          "%.2f s, %.2fx (<= 2x)" % ("", c1, n, cn, cn / c1))
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
