@@ -15,7 +15,9 @@
 namespace seedd {
 namespace {
 
-constexpr auto kIdleWait = std::chrono::milliseconds(200);   // changes notify; deferrals expire
+// An idle connection looks for work again at least this often: changes wake it,
+// deferrals ("busy" for 50 ms, claims) only expire.
+constexpr auto kIdleWait = std::chrono::milliseconds(50);
 constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
 constexpr auto kRegistryInterval = std::chrono::seconds(1);  // while neighbours are wanted
 
@@ -155,7 +157,7 @@ void Fetch::FillNeighboursLocked() {
     workers_.emplace_back([this, s] { Watch(s); });
     for (int c = 0; c < n.connections; ++c) workers_.emplace_back([this, s] { Work(s); });
   }
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
 }
 
@@ -167,13 +169,17 @@ bool Fetch::CancelIfAskedLocked() {
   return true;
 }
 
+void Fetch::WakeWorkersLocked() {
+  for (const auto& s : sources_) s->work.notify_all();
+}
+
 void Fetch::CheckHopeLocked() {
   if (core_.CheckHope()) EndLocked();
 }
 
 void Fetch::EndLocked() {
   for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
 }
 
@@ -187,7 +193,7 @@ Status Fetch::LocalFailure(Status st) {
 
 bool Fetch::Fail(Source* source, std::optional<uint32_t> chunk) {
   MutexLock lock(mu_);
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
   return FailLocked(source, chunk);
 }
@@ -199,7 +205,7 @@ bool Fetch::FailLocked(Source* source, std::optional<uint32_t> chunk) {
   stats_->sources_dropped.push_back(source->name);
   FillNeighboursLocked();
   CheckHopeLocked();
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
   return true;
 }
@@ -214,7 +220,7 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
       stats_->requests_ahead += ahead;
       return t;
     }
-    if (!wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (!wait || source->work.wait_until(lock, deadline) == std::cv_status::timeout) {
       return std::nullopt;
     }
   }
@@ -235,13 +241,13 @@ void Fetch::TakeSome(Source* source, bool wait, const std::function<bool()>& roo
       inflight->push_back(*t);
       took = true;
     }
-    if (took || !wait || changed_.wait_until(lock, deadline) == std::cv_status::timeout) return;
+    if (took || !wait || source->work.wait_until(lock, deadline) == std::cv_status::timeout) return;
   }
 }
 
 void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, const std::string& holder) {
   MutexLock lock(mu_);
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
   const auto now = std::chrono::steady_clock::now();
   if (status == kChunkClaimed && source->seed) ++stats_->answered_claimed;
@@ -281,20 +287,20 @@ void Fetch::Busy(uint32_t index, const Source* source, std::chrono::milliseconds
   MutexLock lock(mu_);
   ++stats_->answered_busy;
   core_.OnBusy(source->id, index, std::chrono::steady_clock::now() + retry);
-  changed_.notify_all();
+  WakeWorkersLocked();
 }
 
 void Fetch::Returned(uint32_t index, const Source* source) {
   MutexLock lock(mu_);
   core_.OnReturned(source->id, index);
-  changed_.notify_all();
+  WakeWorkersLocked();
 }
 
 void Fetch::Returned(std::deque<Taken>* inflight, const Source* source) {
   MutexLock lock(mu_);
   for (const Taken& t : *inflight) core_.OnReturned(source->id, t.index);
   inflight->clear();
-  changed_.notify_all();
+  WakeWorkersLocked();
 }
 
 bool Fetch::BeginWrite(uint32_t index) {
@@ -311,7 +317,14 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   const ManifestChunk& c = m_.chunks[index];
   Status journaled = staging_.Commit(index);
   MutexLock lock(mu_);
-  changed_.notify_all();
+  // The arrival frees a request of `source`; of any source only when the
+  // requests to relays were at their bound.
+  if (!source->seed && options_.swarm_requests > 0 &&
+      core_.scheduler().RelayRequests() >= options_.swarm_requests) {
+    WakeWorkersLocked();
+  } else {
+    source->work.notify_all();
+  }
   stats_->bytes_received += received;
   if (!source->seed) stats_->bytes_from_peers += received;
   if (!journaled.ok()) {
@@ -340,7 +353,7 @@ void Fetch::Reject(uint32_t index, Source* source) {
   MutexLock lock(mu_);
   ++stats_->chunks_rejected;
   FailLocked(source, index);
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
 }
 

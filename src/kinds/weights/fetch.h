@@ -50,6 +50,9 @@ struct Source {
   std::chrono::steady_clock::time_point full_since{};
   // When the last connections to it were opened (at most kMaxOpensPerSecond).
   std::deque<std::chrono::steady_clock::time_point> opened;
+  // Its idle connections wait here for a request to send: woken by what it
+  // newly offers, and by what may free or return work for any source.
+  mutable std::condition_variable work;
 };
 
 // A data connection: its socket and, over TLS, its session.
@@ -93,6 +96,8 @@ class Fetch {
   void FillNeighboursLocked() REQUIRES(mu_);
   // Gives up when no neighbour or candidate can supply a missing chunk.
   void CheckHopeLocked() REQUIRES(mu_);
+  // Every source's idle connections look for work again.
+  void WakeWorkersLocked() REQUIRES(mu_);
   // A stop was asked (options_.cancel): the fetch ends. True when it was.
   bool CancelIfAskedLocked() REQUIRES(mu_);
   // The fetch is over: connections blocked on a slow source are woken at once.
@@ -188,12 +193,13 @@ class Fetch {
   FetchStats* stats_;
   const std::string session_;  // this fetch, to the sources it relays for
   Mutex mu_;
-  // Idle connections wait on changed_ for work (a chunk verified, an answer, a
-  // neighbour's news); the fetch's own thread, watches and connections being
-  // opened wait on ended_ (the fetch ended, a source was dropped, retired or
-  // added). A chunk verified wakes only the first: one notify per chunk woke
-  // every thread of the fetch, each to take the lock in turn.
-  std::condition_variable changed_;
+  // Idle connections wait on their source's `work` (WakeWorkersLocked wakes
+  // them all; a neighbour's news wakes its own); the fetch's own thread,
+  // watches and connections being opened wait on ended_ (the fetch ended, a
+  // source was dropped, retired or added). One notify of every thread per chunk
+  // verified and per chunk a neighbour announced woke tens of threads of each
+  // daemon a hundred times a second in a fleet of relays, each to take the lock
+  // in turn.
   std::condition_variable ended_;
   FetcherCore core_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Source>> sources_ GUARDED_BY(mu_);  // by PeerId

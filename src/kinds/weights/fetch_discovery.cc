@@ -95,7 +95,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
     pos = end + 1;
   }
   FillNeighboursLocked();
-  changed_.notify_all();
+  WakeWorkersLocked();
   ended_.notify_all();
 }
 
@@ -106,7 +106,7 @@ void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool 
   } else {
     for (uint32_t c : chunks) core_.OnHave(source->id, c);
   }
-  changed_.notify_all();
+  source->work.notify_all();  // what it offers changes no other source's work
 }
 
 std::chrono::milliseconds Fetch::RelayWait() {
