@@ -321,6 +321,28 @@ TEST(SwarmScheduler, ABusyNeighbourIsLeftAloneUntilItsTimeAndItsChunkAskedElsewh
   EXPECT_EQ(s.Next(1, kT0 + seconds(1)), c);
 }
 
+// An idle connection waits for events, and for the end of a deferral: the
+// scheduler names that time, which no event announces.
+TEST(SwarmScheduler, TheEndOfADeferralIsTheNeighboursNextChance) {
+  SwarmScheduler s(3, Options());
+  s.AddNeighbour(0, true);
+  AddRelay(s, 1);
+  EXPECT_EQ(s.NextChance(0, kT0), SchedulerClock::time_point::max());
+  // The seed deferred two chunks only it has: its chance is the earlier end.
+  s.Deferred(0, *s.Next(0, kT0), kT0 + seconds(5));
+  s.Deferred(0, *s.Next(0, kT0), kT0 + seconds(3));
+  EXPECT_EQ(s.NextChance(0, kT0), kT0 + seconds(3));
+  EXPECT_EQ(s.NextChance(0, kT0 + seconds(3)), kT0 + seconds(5));
+  EXPECT_EQ(s.NextChance(0, kT0 + seconds(5)), SchedulerClock::time_point::max());
+  // A relay told "busy": the end of its busy time.
+  s.NeighbourHas(1, 2);
+  s.Busy(1, *s.Next(1, kT0), kT0 + std::chrono::milliseconds(50));
+  EXPECT_EQ(s.NextChance(1, kT0), kT0 + std::chrono::milliseconds(50));
+  EXPECT_EQ(s.NextChance(1, kT0 + std::chrono::milliseconds(50)),
+            SchedulerClock::time_point::max());
+  EXPECT_EQ(s.NextChance(7, kT0), SchedulerClock::time_point::max());  // no such neighbour
+}
+
 TEST(SwarmScheduler, ADepartedRelaysChunksAreNoLongerCounted) {
   SwarmScheduler s(2, Options());
   s.AddNeighbour(0, true);

@@ -15,9 +15,9 @@
 namespace seedd {
 namespace {
 
-// An idle connection looks for work again at least this often: changes wake it,
-// deferrals ("busy" for 50 ms, claims) only expire.
-constexpr auto kIdleWait = std::chrono::milliseconds(50);
+// An idle connection looks for work again when a change wakes it, when a
+// deferral of its source ends (FetcherCore::NextChance), and at least this often.
+constexpr auto kIdleWait = std::chrono::milliseconds(200);
 constexpr auto kCancelPoll = std::chrono::milliseconds(50);  // how soon a stop request is seen
 constexpr auto kRegistryInterval = std::chrono::seconds(1);  // while neighbours are wanted
 
@@ -220,7 +220,10 @@ std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
       stats_->requests_ahead += ahead;
       return t;
     }
-    if (!wait || source->work.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (!wait || source->work.wait_until(
+                     lock, std::min(deadline, core_.NextChance(
+                                                  source->id, std::chrono::steady_clock::now()))) ==
+                     std::cv_status::timeout) {
       return std::nullopt;
     }
   }
@@ -241,7 +244,12 @@ void Fetch::TakeSome(Source* source, bool wait, const std::function<bool()>& roo
       inflight->push_back(*t);
       took = true;
     }
-    if (took || !wait || source->work.wait_until(lock, deadline) == std::cv_status::timeout) return;
+    if (took || !wait ||
+        source->work.wait_until(
+            lock,
+            std::min(deadline, core_.NextChance(source->id, std::chrono::steady_clock::now()))) ==
+            std::cv_status::timeout)
+      return;
   }
 }
 

@@ -194,12 +194,12 @@ class Fetch {
   const std::string session_;  // this fetch, to the sources it relays for
   Mutex mu_;
   // Idle connections wait on their source's `work` (WakeWorkersLocked wakes
-  // them all; a neighbour's news wakes its own); the fetch's own thread,
-  // watches and connections being opened wait on ended_ (the fetch ended, a
-  // source was dropped, retired or added). One notify of every thread per chunk
-  // verified and per chunk a neighbour announced woke tens of threads of each
-  // daemon a hundred times a second in a fleet of relays, each to take the lock
-  // in turn.
+  // them all, for a chunk verified, returned or refused; a chunk a neighbour
+  // announced wakes only its own); the fetch's own thread, watches and
+  // connections being opened wait on ended_ (the fetch ended, a source was
+  // dropped, retired or added). One notify of every thread per chunk each
+  // neighbour announced woke tens of threads of each daemon thousands of times
+  // a second in a fleet of relays, each to take the lock in turn.
   std::condition_variable ended_;
   FetcherCore core_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Source>> sources_ GUARDED_BY(mu_);  // by PeerId

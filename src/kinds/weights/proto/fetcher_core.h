@@ -79,6 +79,11 @@ class FetcherCore {
   // The next request for neighbour `peer` (nullopt: nothing now). `ahead`:
   // see SwarmScheduler::Next.
   std::optional<Taken> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
+  // When `peer` may have a request without any other event (a deferral ends):
+  // the driver's idle connection to it looks again then.
+  SchedulerClock::time_point NextChance(PeerId peer, SchedulerClock::time_point now) const {
+    return sched_.NextChance(peer, now);
+  }
   // Answers.
   NotThereVerdict OnNotThere(PeerId peer, uint32_t chunk, SchedulerClock::time_point now);
   // `holder`: the relay the seed sent the chunk to, when it says (may be

@@ -232,6 +232,20 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   return Take(n, *c);
 }
 
+SchedulerClock::time_point SwarmScheduler::NextChance(PeerId peer,
+                                                      SchedulerClock::time_point now) const {
+  const Neighbour* n = Find(peer);
+  auto chance = SchedulerClock::time_point::max();
+  if (n == nullptr) return chance;
+  if (n->not_before > now) chance = n->not_before;
+  if (n->seed) {
+    for (uint32_t c : buckets_[0]) {
+      if (n->have[c] && seed_not_before_[c] > now) chance = std::min(chance, seed_not_before_[c]);
+    }
+  }
+  return chance;
+}
+
 std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   std::vector<Cancel> cancels;
   if (chunk >= state_.size() || state_[chunk] == kDone) {

@@ -97,6 +97,10 @@ class SwarmScheduler {
   // follow it without a round trip: one more than its slots, beyond
   // max_requests (it replaces the one arriving).
   std::optional<uint32_t> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
+  // When a deferral that keeps `peer` from work now ends (its "busy", or for a
+  // seed a chunk only it offers that it said was claimed): Next may answer
+  // then without any other event. time_point::max() when none.
+  SchedulerClock::time_point NextChance(PeerId peer, SchedulerClock::time_point now) const;
   // `chunk` arrived from `peer` and was verified (which proves a relay). Returns
   // the other requests of it to cancel (endgame copies).
   std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk);
