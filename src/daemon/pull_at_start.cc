@@ -1,7 +1,5 @@
 #include "daemon/pull_at_start.h"
 
-#include <thread>
-
 #include "common/backoff.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/local_copy.h"
@@ -90,14 +88,15 @@ Status PullAtStart(const DaemonOptions& options, const std::string& pull, const 
   if (!options.seed.source.has_value()) return Status::InvalidArgument("needs --source");
   std::vector<HostPort> sources = {*options.seed.source};
   sources.insert(sources.end(), options.more_sources.begin(), options.more_sources.end());
-  const auto [name, pin] = SplitPin(pull);
+  const auto [name_text, pin] = SplitPin(pull);
+  const std::string& name = name_text;  // a binding a lambda can capture (clang 14)
   Json ctx = {{"model", name}};
   if (!pin.empty()) ctx["root_digest"] = pin;
   if (!relay.empty()) ctx["relay"] = relay;
-  const auto deadline = std::chrono::steady_clock::now() + options.pull_timeout;
-  Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
+  RetryRounds rounds(std::chrono::steady_clock::now() + options.pull_timeout,
+                     [&] { return cancel.load(); });
   std::string local_problem;
-  for (int round = 1;; ++round) {
+  for (;;) {
     std::string said;
     const AdoptOutcome outcome = AdoptOnce(options, sources, ctx, weight_shards, &said);
     if (outcome == AdoptOutcome::kAdopted) return Status::Ok();
@@ -111,7 +110,7 @@ Status PullAtStart(const DaemonOptions& options, const std::string& pull, const 
     if (outcome == AdoptOutcome::kMiss) {
       return Status::NotFound("no source serves model '" + name + "'");
     }
-    if (round == 1) {
+    if (rounds.round() == 1) {
       Status local = ServeLocalCopy(options, name, pin, server, trust);
       if (local.ok()) return local;
       if (local.code() != StatusCode::kNotFound) local_problem = "; " + local.message();
@@ -120,19 +119,16 @@ Status PullAtStart(const DaemonOptions& options, const std::string& pull, const 
                             : outcome == AdoptOutcome::kNotOk
                                 ? "a source answered with an error (" + said + ")"
                                 : "no source answered";
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
+    const bool waited = rounds.WaitBeforeNext(
+        [&](RetryRounds::Clock::duration wait, RetryRounds::Clock::duration left) {
+          Logger().warn("Model {}: {}; retrying in {:.1f} s (round {}; giving up in {} s)", name,
+                        why, std::chrono::duration<double>(wait).count(), rounds.round() + 1,
+                        std::chrono::duration_cast<std::chrono::seconds>(left).count());
+        });
+    if (!waited) {
       return Status::Unavailable(why + ", and --pull-timeout (" +
                                  std::to_string(options.pull_timeout.count()) + " s) has passed" +
                                  local_problem);
-    }
-    const auto wait = std::min<std::chrono::steady_clock::duration>(backoff.Next(), deadline - now);
-    Logger().warn("Model {}: {}; retrying in {:.1f} s (round {}; giving up in {} s)", name, why,
-                  std::chrono::duration<double>(wait).count(), round + 1,
-                  std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count());
-    for (const auto until = now + wait; std::chrono::steady_clock::now() < until;) {
-      if (cancel.load()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
 }

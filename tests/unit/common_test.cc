@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
+#include "common/backoff.h"
 #include "common/crypto.h"
 #include "common/rate_limiter.h"
 #include "seedd/logging.h"
@@ -192,6 +194,46 @@ TEST(UnitsTest, SizesRatesAndDurationsReadAsPeopleWriteThem) {
   EXPECT_EQ(HumanSeconds(185), "3 min 5 s");
   EXPECT_EQ(HumanSeconds(7440), "2 h 4 min");
   EXPECT_EQ(HumanSeconds(-1), "unknown");
+}
+
+// The rounds of a retried pull: waits growing from 0.5 s (+-20%), none once the
+// deadline has passed, and a stop ends a wait.
+TEST(RetryRounds, WaitsGrowUntilTheDeadlineAndAStopEndsAWait) {
+  using Clock = RetryRounds::Clock;
+  std::atomic<bool> stop{true};  // every wait ends at once: nothing sleeps here
+  RetryRounds rounds(Clock::now() + std::chrono::hours(1), [&] { return stop.load(); });
+  EXPECT_EQ(rounds.round(), 1);
+  std::vector<Clock::duration> waits;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(rounds.WaitBeforeNext([&](Clock::duration wait, Clock::duration left) {
+      waits.push_back(wait);
+      EXPECT_LE(left, std::chrono::hours(1));
+    }));
+  }
+  EXPECT_EQ(rounds.round(), 4);
+  ASSERT_EQ(waits.size(), 3u);
+  EXPECT_GE(waits[0], std::chrono::milliseconds(400));
+  EXPECT_LE(waits[0], std::chrono::milliseconds(600));
+  EXPECT_GE(waits[1], std::chrono::milliseconds(800));
+  EXPECT_LE(waits[1], std::chrono::milliseconds(1200));
+  EXPECT_GE(waits[2], std::chrono::milliseconds(1600));
+  EXPECT_LE(waits[2], std::chrono::milliseconds(2400));
+
+  RetryRounds over(Clock::now() - std::chrono::seconds(1), [] { return false; });
+  bool called = false;
+  EXPECT_FALSE(over.WaitBeforeNext([&](Clock::duration, Clock::duration) { called = true; }));
+  EXPECT_FALSE(called);
+  EXPECT_EQ(over.round(), 1);
+}
+
+// A wait never runs past the deadline.
+TEST(RetryRounds, AWaitIsCutToTheTimeLeft) {
+  using Clock = RetryRounds::Clock;
+  RetryRounds rounds(Clock::now() + std::chrono::milliseconds(100), [] { return false; });
+  Clock::duration waited{};
+  ASSERT_TRUE(rounds.WaitBeforeNext([&](Clock::duration wait, Clock::duration) { waited = wait; }));
+  EXPECT_LE(waited, std::chrono::milliseconds(100));
+  EXPECT_FALSE(rounds.WaitBeforeNext(nullptr));  // the deadline has passed
 }
 
 }  // namespace

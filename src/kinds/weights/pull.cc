@@ -1,7 +1,6 @@
 // PullModel (seedd/weights.h): the manifest from the sources, retried while
 // they are down, then FetchModel.
 #include <algorithm>
-#include <thread>
 
 #include "common/backoff.h"
 #include "kinds/weights/data_plane.h"
@@ -98,9 +97,8 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
   if (!o.root_digest.empty()) SEEDD_RETURN_IF_ERROR(ValidatePin(o.root_digest, "root digest"));
 
   const auto start = Clock::now();
-  const auto deadline = start + o.timeout;
-  Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(30));
-  for (int round = 1;; ++round) {
+  RetryRounds rounds(start + o.timeout, [&] { return Cancelled(o); });
+  for (;;) {
     std::string why;
     bool had_manifest = false;
     ManifestRound asked = AskManifest(sources, o, model);
@@ -157,18 +155,15 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
     } else {
       why = "no source answered (" + asked.why + ")";
     }
-    const auto now = Clock::now();
-    if (now >= deadline) {
+    const bool waited = rounds.WaitBeforeNext([&](Clock::duration wait, Clock::duration left) {
+      if (o.on_retry) {
+        o.on_retry(why, std::chrono::duration_cast<std::chrono::milliseconds>(wait),
+                   rounds.round() + 1, std::chrono::duration_cast<std::chrono::milliseconds>(left));
+      }
+    });
+    if (!waited) {
       const std::string text = why + "; gave up after " + Seconds(o.timeout) + " s";
       return had_manifest ? Status::DeadlineExceeded(text) : Status::Unavailable(text);
-    }
-    const auto wait = std::min<Clock::duration>(backoff.Next(), deadline - now);
-    if (o.on_retry) {
-      o.on_retry(why, std::chrono::duration_cast<std::chrono::milliseconds>(wait), round + 1,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
-    }
-    for (const auto until = now + wait; Clock::now() < until && !Cancelled(o);) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (Cancelled(o))
       return Status::Cancelled("the pull was stopped while waiting for the sources");
