@@ -210,23 +210,15 @@ bool Fetch::FailLocked(Source* source, std::optional<uint32_t> chunk) {
   return true;
 }
 
-std::optional<Taken> Fetch::Take(Source* source, bool wait, bool ahead) {
+std::optional<Taken> Fetch::TakeAhead(Source* source) {
   MutexLock lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + kIdleWait;
-  for (;;) {
-    if (FinishedLocked() || !core_.Active(source->id)) return std::nullopt;
-    if (std::optional<Taken> t = core_.Next(source->id, std::chrono::steady_clock::now(), ahead)) {
-      ++stats_->requests;
-      stats_->requests_ahead += ahead;
-      return t;
-    }
-    if (!wait || source->work.wait_until(
-                     lock, std::min(deadline, core_.NextChance(
-                                                  source->id, std::chrono::steady_clock::now()))) ==
-                     std::cv_status::timeout) {
-      return std::nullopt;
-    }
+  if (FinishedLocked() || !core_.Active(source->id)) return std::nullopt;
+  std::optional<Taken> t = core_.Next(source->id, std::chrono::steady_clock::now(), true);
+  if (t) {
+    ++stats_->requests;
+    ++stats_->requests_ahead;
   }
+  return t;
 }
 
 void Fetch::TakeSome(Source* source, bool wait, const std::function<bool()>& room,

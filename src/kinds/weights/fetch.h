@@ -110,11 +110,13 @@ class Fetch {
   bool FailLocked(Source* source, std::optional<uint32_t> chunk) REQUIRES(mu_);
   // Requests in flight on one data connection to `s` (as the core started it).
   int Depth(const Source& s);
-  // The next request for `source`; with `wait` (nothing in flight on the
-  // caller's connection) waits a little for one. `ahead`: see SwarmScheduler::Next.
-  std::optional<Taken> Take(Source* source, bool wait, bool ahead = false);
+  // A request for `source` sent while a chunk from it is still arriving (see
+  // SwarmScheduler::Next's `ahead`), or none.
+  std::optional<Taken> TakeAhead(Source* source);
   // Requests for `source` appended to *inflight while `room()` allows, in one
-  // pass under the lock; with `wait`, as Take.
+  // pass under the lock; with `wait` (nothing in flight on the caller's
+  // connection), waiting a little for the first: until a change wakes it, its
+  // source's deferral ends (FetcherCore::NextChance) or kIdleWait passes.
   void TakeSome(Source* source, bool wait, const std::function<bool()>& room,
                 std::deque<Taken>* inflight);
   // `source` answered "not here" or "claimed" for `index`; a claim may name the

@@ -441,7 +441,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     bool ahead_unsent = false;
     auto ahead = [&] {
       if (!inflight->empty()) return;
-      std::optional<Taken> next = Take(source, false, true);
+      std::optional<Taken> next = TakeAhead(source);
       if (!next) return;
       const RequestRecord req = RequestFor(data, *next);
       inflight->push_back(*next);
