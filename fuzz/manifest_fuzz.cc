@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "kinds/weights/manifest.h"
+#include "kinds/weights/files/manifest.h"
 #include "seedd/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

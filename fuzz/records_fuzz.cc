@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kinds/weights/records.h"
+#include "kinds/weights/proto/records.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   seedd::HeaderRecord record{};

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "kinds/weights/safetensors.h"
+#include "kinds/weights/files/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 8) return 0;

@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include "kinds/weights/manifest.h"
+#include "kinds/weights/files/manifest.h"
 #include "kinds/weights/proto/fetcher_core.h"
 #include "kinds/weights/proto/server_core.h"
 #include "kinds/weights/proto/upload_slots.h"

@@ -3,9 +3,9 @@
 #include <set>
 
 #include "common/mutex.h"
-#include "kinds/weights/local_copy.h"
-#include "kinds/weights/model_index.h"
-#include "kinds/weights/weight_server.h"
+#include "kinds/weights/files/local_copy.h"
+#include "kinds/weights/files/model_index.h"
+#include "kinds/weights/net/weight_server.h"
 #include "seedd/logging.h"
 #include "seedd/units.h"
 

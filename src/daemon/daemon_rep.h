@@ -13,8 +13,8 @@
 #include "daemon/admin_server.h"
 #include "daemon/compile_cache_plane.h"
 #include "kinds/autotune/flashinfer_cache.h"
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/registry.h"
+#include "kinds/weights/net/registry.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
 
 namespace seedd {

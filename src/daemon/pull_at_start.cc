@@ -1,8 +1,8 @@
 #include "daemon/pull_at_start.h"
 
 #include "common/backoff.h"
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/local_copy.h"
+#include "kinds/weights/files/local_copy.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/logging.h"
 
 namespace seedd {

@@ -1,6 +1,6 @@
 // Pulls into the directories people have: a new one, an existing empty one, one
 // that already holds the version, and, only when asked, one holding other files.
-#include "kinds/weights/destination.h"
+#include "kinds/weights/files/destination.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,8 +8,8 @@
 #include <atomic>
 #include <fstream>
 
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/staging.h"
+#include "kinds/weights/files/staging.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 

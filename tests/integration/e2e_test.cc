@@ -5,7 +5,7 @@
 #include <fstream>
 #include <random>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/json_text.h"
 #include "seedd/seed_transport.h"
 #include "support/process.h"

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/metrics.h"
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/seed_transport.h"
 #include "seedd/tls.h"

@@ -12,8 +12,8 @@
 #include <random>
 #include <thread>
 
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/records.h"
+#include "kinds/weights/proto/records.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/json_text.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -416,7 +416,7 @@ TEST_F(BoundedRequestsTest, RelaysThatOfferEverythingAndSendNothingCannotKeepThe
   }
   uint64_t largest = 0;
   for (const auto& c : m.chunks) largest = std::max(largest, c.length);
-  const auto one_deadline = options.chunk_deadline.For(largest) - Clock::now();
+  const auto one_deadline = options.chunk_deadline.Within(largest);
   FetchStats stats;
   const auto start = Clock::now();
   ASSERT_OK(FetchModel(listed, {origin}, dir_.path() / "dest", options, &stats));

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 
-#include "kinds/weights/local_copy.h"
-#include "kinds/weights/manifest.h"
-#include "kinds/weights/staging.h"
+#include "kinds/weights/files/local_copy.h"
+#include "kinds/weights/files/manifest.h"
+#include "kinds/weights/files/staging.h"
 #include "seedd/weights.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"

@@ -1,7 +1,7 @@
 // The swarm registry against a real redis-server: entries expire, what is read
 // back is checked, a daemon announces what it serves, and a fetcher whose seed
 // is down completes from a relay it found there.
-#include "kinds/weights/registry.h"
+#include "kinds/weights/net/registry.h"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/json_text.h"
 #include "support/servers.h"

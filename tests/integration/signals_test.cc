@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/seed_transport.h"
 #include "seedd/tokens.h"
 #include "support/process.h"

@@ -1,7 +1,7 @@
 // Staging you can crash in: the journal resumes what was verified and nothing
 // else, staging never follows a link, and a failing destination is the
 // destination's fault, not a source's.
-#include "kinds/weights/staging.h"
+#include "kinds/weights/files/staging.h"
 
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 

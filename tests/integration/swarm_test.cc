@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/metrics.h"
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 #include "transport/client.h"

@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/tls.h"
 #include "support/test_util.h"

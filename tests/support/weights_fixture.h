@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
 #include "seedd/seed_transport.h"
 #include "support/test_util.h"

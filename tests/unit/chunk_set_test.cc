@@ -1,6 +1,6 @@
 // The set of verified chunks a fetching daemon relays: its bitmap and its log,
 // which neighbours watch instead of polling.
-#include "kinds/weights/chunk_set.h"
+#include "kinds/weights/files/chunk_set.h"
 
 #include <gtest/gtest.h>
 

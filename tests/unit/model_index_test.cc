@@ -1,5 +1,5 @@
 // Finding models where people keep them: the Hugging Face hub cache.
-#include "kinds/weights/model_index.h"
+#include "kinds/weights/files/model_index.h"
 
 #include <gtest/gtest.h>
 

@@ -7,11 +7,11 @@
 #include <random>
 
 #include "common/crypto.h"
-#include "kinds/weights/manifest.h"
-#include "kinds/weights/model_index.h"
+#include "kinds/weights/files/manifest.h"
+#include "kinds/weights/files/model_index.h"
+#include "kinds/weights/files/safetensors.h"
 #include "kinds/weights/progress_log.h"
-#include "kinds/weights/records.h"
-#include "kinds/weights/safetensors.h"
+#include "kinds/weights/proto/records.h"
 #include "seedd/daemon.h"
 #include "seedd/json_text.h"
 #include "support/test_util.h"

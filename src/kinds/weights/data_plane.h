@@ -29,95 +29,16 @@
 //   has every chunk, and the body the new chunks' indexes (u32 each).
 // Bytes never travel inside JSON; every chunk is verified by the fetcher.
 //
-// The serving side is weight_server.h, the fetching side fetcher.h.
-//
-// Thread safety: WeightServer serves many connections at once and Publish may be
-// called meanwhile; ChunkSet is lock-free; FetchModel is self-contained.
+// The serving side is net/weight_server.h, the fetching side net/fetcher.h; the
+// records' codec is proto/records.h. The weight_shards kind that sends manifests
+// on the control channel is weight_shards_kind.h.
 #pragma once
 
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <filesystem>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
-
-#include "common/mutex.h"
-#include "kinds/weights/fetcher.h"
-#include "kinds/weights/manifest.h"
-#include "kinds/weights/weight_server.h"
-#include "seedd/seed_config.h"
-#include "seedd/seedable.h"
-#include "seedd/status.h"
-#include "seedd/tokens.h"
-#include "transport/tls.h"
+#include <string_view>
 
 namespace seedd {
 
-class SwarmRegistry;
-
 inline constexpr std::string_view kWeightShardsKind = "weight_shards";
 inline constexpr std::string_view kWeightDataKind = "weight_data";
-
-// The pulls of a daemon, running and done, for /status and the
-// seedd_pull_progress_ratio metric. Thread-safe.
-class PullBoard {
- public:
-  struct Entry {
-    std::string model;
-    std::string root_digest;
-    std::string state;  // "pulling", "done" or "failed"
-    uint64_t total_bytes = 0;
-    uint64_t verified_bytes = 0;  // resumed ones included
-    uint64_t resumed_bytes = 0;   // verified by an earlier run
-    size_t seeds = 0;             // sources that sent a verified chunk
-    size_t relays = 0;            // relays that did
-    double seconds = 0;           // since the pull started (to its end, once ended)
-    std::string error;            // why it failed
-  };
-  void Started(const Manifest& m);
-  void Progress(const std::string& model, uint64_t verified, uint64_t resumed, size_t seeds,
-                size_t relays);
-  void Finished(const std::string& model, const Status& status);
-  std::vector<Entry> Snapshot() const;
-
- private:
-  mutable Mutex mu_;
-  struct Running {
-    Entry entry;
-    std::chrono::steady_clock::time_point start;
-  };
-  std::vector<Running> pulls_ GUARDED_BY(mu_);  // the latest pull of each model
-};
-
-// Where the weight_shards kind installs what it adopts, and from where.
-struct WeightInstallOptions {
-  std::filesystem::path cache_dir;  // models land in <cache_dir>/weights/<NAME>/<root digest>
-  std::vector<HostPort> sources;    // the seeds; none: Install refuses (a serving-only daemon)
-  std::string token;
-  std::shared_ptr<const TokenRing> tokens;          // see FetchOptions::tokens
-  std::shared_ptr<const std::atomic<bool>> cancel;  // see FetchOptions::cancel
-  size_t max_neighbours = 16;                       // see FetchOptions::max_neighbours
-  std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
-  bool verify_sha256 = false;                       // see FetchOptions::verify_sha256
-  std::shared_ptr<const TlsContext> tls;            // see FetchOptions::tls
-  std::shared_ptr<PullBoard> board;                 // where pulls report; may be null
-  // Only manifests signed by one of these keys are installed; null: any.
-  std::shared_ptr<const TrustedKeys> trust;
-};
-
-// The weight_shards kind: request {"model": NAME, "fingerprint": HEX (optional),
-// "relay": HOST:PORT (optional)}, payload the model's manifest whose "sources"
-// list the relays of the same root digest. The target validates the manifest;
-// Install (ctx {"model": NAME, "relay": HOST:PORT (optional)}) then fetches the
-// bytes on the data plane from `install.sources` and the relays, serving the
-// chunks verified so far through `server` meanwhile, commits the model under
-// <cache_dir>/weights/NAME/<root digest> (see local_copy.h; a copy there is
-// reused only when unchanged since its pull), switches NAME/current to it
-// atomically and serves it.
-SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
-                                    WeightInstallOptions install = {});
 
 }  // namespace seedd

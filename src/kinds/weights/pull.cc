@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "common/backoff.h"
-#include "kinds/weights/data_plane.h"
 #include "kinds/weights/progress_log.h"
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/seed_transport.h"
 #include "seedd/weights.h"
 #include "transport/client.h"

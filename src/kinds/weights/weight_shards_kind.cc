@@ -1,13 +1,14 @@
 // The weight_shards kind: manifests on the control channel; Install pulls the
 // bytes on the data plane into the cache, keyed by root digest.
+#include "kinds/weights/weight_shards_kind.h"
+
 #include <algorithm>
 
 #include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/local_copy.h"
+#include "kinds/weights/files/local_copy.h"
 #include "kinds/weights/progress_log.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"

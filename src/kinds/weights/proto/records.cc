@@ -1,13 +1,7 @@
-#include "kinds/weights/records.h"
-
-#include <sys/socket.h>
-#include <sys/time.h>
+#include "kinds/weights/proto/records.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-
-#include "common/errno_status.h"
 
 namespace seedd {
 namespace {
@@ -51,10 +45,9 @@ Header DecodeHeader(const HeaderRecord& record) {
                 (uint64_t{GetU32(p + 16)} << 32) | GetU32(p + 20)};
 }
 
-std::chrono::steady_clock::time_point TransferDeadline::For(uint64_t bytes) const {
+std::chrono::milliseconds TransferDeadline::Within(uint64_t bytes) const {
   const uint64_t rate = std::max<uint64_t>(min_rate, 1);
-  return std::chrono::steady_clock::now() + grace +
-         std::chrono::milliseconds(bytes / rate * 1000 + bytes % rate * 1000 / rate);
+  return grace + std::chrono::milliseconds(bytes / rate * 1000 + bytes % rate * 1000 / rate);
 }
 
 }  // namespace seedd

@@ -1,4 +1,4 @@
-#include "kinds/weights/model_index.h"
+#include "kinds/weights/files/model_index.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -204,6 +204,14 @@ Result<Manifest> BuildManifest(const std::string& model, const std::filesystem::
   Result<IndexedModel> index = IndexModel(model, dir, options, stats);
   if (!index.ok()) return index.status();
   return std::move(index->manifest);
+}
+
+ServedModel ServeIndexed(IndexedModel index) {
+  ServedModel served;
+  served.manifest = std::move(index.manifest);
+  served.dir = std::move(index.root);
+  served.files = std::move(index.files);
+  return served;
 }
 
 }  // namespace seedd

@@ -22,46 +22,15 @@
 #include "common/mutex.h"
 #include "common/rate_limiter.h"
 #include "common/unique_fd.h"
-#include "kinds/weights/chunk_set.h"
-#include "kinds/weights/manifest.h"
-#include "kinds/weights/model_index.h"
+#include "kinds/weights/files/manifest.h"
+#include "kinds/weights/files/model_index.h"
+#include "kinds/weights/proto/records.h"
 #include "kinds/weights/proto/server_core.h"
 #include "kinds/weights/proto/upload_slots.h"
-#include "kinds/weights/records.h"
 #include "seedd/status.h"
 #include "transport/tls.h"
 
 namespace seedd {
-
-struct ServedModel {
-  Manifest manifest;
-  std::filesystem::path dir;  // the bytes are read below it, never through a link
-  // The chunks that may be served; null when the model is complete. A daemon
-  // that is fetching a model serves what it has verified so far.
-  std::shared_ptr<const ChunkSet> available;
-  // By manifest path: where the file's bytes are below `dir` and their size and
-  // mtime when indexed. A file whose size or mtime changed since is not served
-  // (its chunks' digests no longer describe it). A file not listed is read at its
-  // manifest path, unchecked (a staging copy still being written).
-  std::map<std::string, IndexedFile, std::less<>> files;
-  // `dir`, opened when published: paths resolve below what was there then, even
-  // if `dir` is renamed (a staging directory committed) or a link on its path is
-  // swapped.
-  std::shared_ptr<const UniqueFd> root;
-  // The manifest as JSON text with an empty "sources", split where the sources
-  // go: serialized once when published, handed out per request. Set by Publish.
-  struct Text {
-    std::string head;  // ... "sources":[
-    std::string tail;  // ] ...
-  };
-  std::shared_ptr<const Text> text;
-  // Fetched from peers (a --pull), not served from a directory of this host's:
-  // what is sent from it is relayed (metrics).
-  bool pulled = false;
-};
-
-// A model as indexed, ready to serve.
-ServedModel ServeIndexed(IndexedModel index);
 
 // The data plane's bounds on its peers, and its swarm policy (SwarmPolicy:
 // the relays remembered, claims, the tracker's sample).
@@ -111,6 +80,10 @@ class WeightServer {
   }
 
  private:
+  // When `bytes` sent from now must have left (options_.send).
+  std::chrono::steady_clock::time_point SendBy(uint64_t bytes) const {
+    return std::chrono::steady_clock::now() + options_.send.Within(bytes);
+  }
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
   bool Announce(const std::string& root, const std::string& relay, const std::string& session,
                 size_t chunks);

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "common/unique_fd.h"
-#include "kinds/weights/local_copy.h"
+#include "kinds/weights/files/local_copy.h"
 #include "seedd/logging.h"
 #include "seedd/weights.h"
 

@@ -38,7 +38,7 @@
 
 #include "common/mutex.h"
 #include "common/unique_fd.h"
-#include "kinds/weights/manifest.h"
+#include "kinds/weights/files/manifest.h"
 #include "seedd/status.h"
 
 namespace seedd {

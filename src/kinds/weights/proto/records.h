@@ -9,9 +9,6 @@
 #include <cstdint>
 #include <string_view>
 
-#include "seedd/status.h"
-#include "transport/socket_io.h"
-
 namespace seedd {
 
 enum ChunkStatus : uint32_t {
@@ -65,7 +62,8 @@ Header DecodeHeader(const HeaderRecord& record);
 struct TransferDeadline {
   std::chrono::milliseconds grace{10000};
   uint64_t min_rate = 256 * 1024;  // bytes per second
-  std::chrono::steady_clock::time_point For(uint64_t bytes) const;
+  // The time `bytes` may take; the driver adds it to its clock's now.
+  std::chrono::milliseconds Within(uint64_t bytes) const;
 };
 
 }  // namespace seedd

@@ -1,4 +1,4 @@
-#include "kinds/weights/destination.h"
+#include "kinds/weights/files/destination.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -12,7 +12,7 @@
 #include "common/errno_status.h"
 #include "common/file_util.h"
 #include "common/unique_fd.h"
-#include "kinds/weights/file_digests.h"
+#include "kinds/weights/files/file_digests.h"
 #include "seedd/logging.h"
 
 namespace seedd {

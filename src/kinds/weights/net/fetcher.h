@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "kinds/weights/chunk_set.h"
-#include "kinds/weights/manifest.h"
+#include "kinds/weights/files/chunk_set.h"
+#include "kinds/weights/files/manifest.h"
 #include "kinds/weights/proto/fetch_policy.h"
-#include "kinds/weights/records.h"
+#include "kinds/weights/proto/records.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
 #include "seedd/tokens.h"

@@ -34,9 +34,9 @@
 
 #include "common/mutex.h"
 #include "common/unique_fd.h"
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/files/staging.h"
+#include "kinds/weights/net/fetcher.h"
 #include "kinds/weights/proto/fetcher_core.h"
-#include "kinds/weights/staging.h"
 
 namespace seedd {
 
@@ -151,7 +151,8 @@ class Fetch {
   void Untrack(int fd);
 
   // fetch_connections.cc: sockets.
-  const TransferDeadline& DeadlineOf(const Source& s) const;
+  // When `bytes` to or from `s` must have moved, from now.
+  std::chrono::steady_clock::time_point DeadlineFor(const Source& s, uint64_t bytes) const;
   // One data connection's loop against `source`; returns when the fetch is over
   // or `source` is dropped.
   void Work(Source* source);

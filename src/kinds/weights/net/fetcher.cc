@@ -1,7 +1,8 @@
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/destination.h"
-#include "kinds/weights/fetch.h"
-#include "kinds/weights/staging.h"
+#include "kinds/weights/net/fetcher.h"
+
+#include "kinds/weights/files/destination.h"
+#include "kinds/weights/files/staging.h"
+#include "kinds/weights/net/fetch.h"
 #include "seedd/logging.h"
 #include "seedd/units.h"
 

@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 
-#include "kinds/weights/manifest.h"
+#include "common/unique_fd.h"
+#include "kinds/weights/files/chunk_set.h"
+#include "kinds/weights/files/manifest.h"
 #include "seedd/status.h"
 
 namespace seedd {
@@ -40,5 +43,36 @@ struct IndexedModel {
 // directory with no files.
 Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem::path& dir,
                                 const BuildOptions& options, BuildStats* stats = nullptr);
+
+// A model version as a WeightServer serves it (net/weight_server.h).
+struct ServedModel {
+  Manifest manifest;
+  std::filesystem::path dir;  // the bytes are read below it, never through a link
+  // The chunks that may be served; null when the model is complete. A daemon
+  // that is fetching a model serves what it has verified so far.
+  std::shared_ptr<const ChunkSet> available;
+  // By manifest path: where the file's bytes are below `dir` and their size and
+  // mtime when indexed. A file whose size or mtime changed since is not served
+  // (its chunks' digests no longer describe it). A file not listed is read at its
+  // manifest path, unchecked (a staging copy still being written).
+  std::map<std::string, IndexedFile, std::less<>> files;
+  // `dir`, opened when published: paths resolve below what was there then, even
+  // if `dir` is renamed (a staging directory committed) or a link on its path is
+  // swapped.
+  std::shared_ptr<const UniqueFd> root;
+  // The manifest as JSON text with an empty "sources", split where the sources
+  // go: serialized once when published, handed out per request. Set by Publish.
+  struct Text {
+    std::string head;  // ... "sources":[
+    std::string tail;  // ] ...
+  };
+  std::shared_ptr<const Text> text;
+  // Fetched from peers (a --pull), not served from a directory of this host's:
+  // what is sent from it is relayed (metrics).
+  bool pulled = false;
+};
+
+// A model as indexed, ready to serve.
+ServedModel ServeIndexed(IndexedModel index);
 
 }  // namespace seedd

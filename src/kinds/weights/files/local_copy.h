@@ -12,7 +12,7 @@
 
 #include <filesystem>
 
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/files/model_index.h"
 #include "seedd/status.h"
 
 namespace seedd {

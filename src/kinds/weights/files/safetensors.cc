@@ -1,4 +1,4 @@
-#include "kinds/weights/safetensors.h"
+#include "kinds/weights/files/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

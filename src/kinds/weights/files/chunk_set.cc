@@ -1,4 +1,4 @@
-#include "kinds/weights/chunk_set.h"
+#include "kinds/weights/files/chunk_set.h"
 
 #include "common/mutex.h"
 

@@ -1,4 +1,4 @@
-#include "kinds/weights/manifest.h"
+#include "kinds/weights/files/manifest.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

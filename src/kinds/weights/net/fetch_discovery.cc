@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "common/mutex.h"
-#include "kinds/weights/fetch.h"
-#include "kinds/weights/registry.h"
+#include "kinds/weights/net/fetch.h"
+#include "kinds/weights/net/registry.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
 

@@ -1,4 +1,4 @@
-#include "kinds/weights/fetch.h"
+#include "kinds/weights/net/fetch.h"
 
 #include <sys/socket.h>
 
@@ -8,7 +8,7 @@
 #include "common/crypto.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "kinds/weights/registry.h"
+#include "kinds/weights/net/registry.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
 

@@ -1,4 +1,4 @@
-#include "kinds/weights/file_digests.h"
+#include "kinds/weights/files/file_digests.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

@@ -1,4 +1,4 @@
-#include "kinds/weights/local_copy.h"
+#include "kinds/weights/files/local_copy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,12 +1,13 @@
-#include "kinds/weights/registry.h"
+#include "kinds/weights/net/registry.h"
 
 #include <algorithm>
 #include <map>
 #include <random>
 
 #include "common/mutex.h"
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/net/weight_server.h"
 #include "seedd/logging.h"
+#include "seedd/seed_config.h"
 #include "stores/redis/redis_client.h"
 
 namespace seedd {

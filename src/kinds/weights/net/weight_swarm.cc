@@ -6,7 +6,7 @@
 #include <random>
 
 #include "common/mutex.h"
-#include "kinds/weights/data_plane.h"
+#include "kinds/weights/net/weight_server.h"
 #include "seedd/logging.h"
 
 namespace seedd {

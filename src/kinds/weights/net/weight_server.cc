@@ -1,3 +1,5 @@
+#include "kinds/weights/net/weight_server.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -17,10 +19,10 @@
 #include "common/mutex.h"
 #include "common/rate_limiter.h"
 #include "common/unique_fd.h"
-#include "kinds/weights/data_plane.h"
-#include "kinds/weights/records.h"
+#include "kinds/weights/proto/records.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
+#include "seedd/seed_config.h"
 #include "transport/address_limits.h"
 #include "wire/frame.h"
 
@@ -197,7 +199,7 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
   std::shared_ptr<const ServedModel> model = root.empty() ? nullptr : FindRoot(root);
   auto error = [this, &conn](const std::string& message) {
     std::string frame = EncodeJsonFrame(Json{{"status", "error"}, {"message", message}});
-    conn.SendAllBy(frame.data(), frame.size(), options_.send.For(frame.size()));
+    conn.SendAllBy(frame.data(), frame.size(), SendBy(frame.size()));
   };
   if (model == nullptr) return error("no model with that root_digest");
   std::string relay;
@@ -224,7 +226,7 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
   // connection on them).
   std::string ok = EncodeJsonFrame(Json{
       {"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}, {"claim_holder", true}});
-  if (!conn.SendAllBy(ok.data(), ok.size(), options_.send.For(ok.size()))) return;
+  if (!conn.SendAllBy(ok.data(), ok.size(), SendBy(ok.size()))) return;
   ServeRequests(conn, root, std::move(model), peer, relay, session, name_holder);
 }
 
@@ -250,7 +252,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     const HeaderRecord h = EncodeHeader(magic, index, status, aux, length);
     return conn.SendAllBy(h.data(), h.size(), deadline);
   };
-  auto deadline_for = [&](uint64_t n) { return options_.send.For(n); };
+  auto deadline_for = [&](uint64_t n) { return SendBy(n); };
   std::map<std::string, UniqueFd, std::less<>> files;
   std::string address;                                        // the peer's, once it asks for a slot
   const std::string claimant = peer ? relay : std::string();  // who takes claims
@@ -414,19 +416,11 @@ bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, 
       body += addr + "\n";
     }
   }
-  const auto deadline = options_.send.For(kHeaderBytes + body.size());
+  const auto deadline = SendBy(kHeaderBytes + body.size());
   const HeaderRecord h = EncodeHeader(watch ? kHaveMagic : kStateMagic, static_cast<uint32_t>(next),
                                       kChunkOk, aux, body.size());
   return conn.SendAllBy(h.data(), h.size(), deadline) &&
          conn.SendAllBy(body.data(), body.size(), deadline);
-}
-
-ServedModel ServeIndexed(IndexedModel index) {
-  ServedModel served;
-  served.manifest = std::move(index.manifest);
-  served.dir = std::move(index.root);
-  served.files = std::move(index.files);
-  return served;
 }
 
 }  // namespace seedd

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "kinds/weights/file_digests.h"
-#include "kinds/weights/safetensors.h"
+#include "kinds/weights/files/file_digests.h"
+#include "kinds/weights/files/safetensors.h"
 #include "seedd/json.h"
 #include "seedd/status.h"
 #include "seedd/weights.h"

@@ -11,7 +11,8 @@
 #include "common/crypto.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "kinds/weights/fetch.h"
+#include "kinds/weights/data_plane.h"
+#include "kinds/weights/net/fetch.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
@@ -37,8 +38,9 @@ constexpr auto kLocalShortageWait = std::chrono::seconds(1);
 
 }  // namespace
 
-const TransferDeadline& Fetch::DeadlineOf(const Source& s) const {
-  return s.seed ? options_.seed_deadline : options_.chunk_deadline;
+std::chrono::steady_clock::time_point Fetch::DeadlineFor(const Source& s, uint64_t bytes) const {
+  const TransferDeadline& d = s.seed ? options_.seed_deadline : options_.chunk_deadline;
+  return std::chrono::steady_clock::now() + d.Within(bytes);
 }
 
 bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
@@ -135,7 +137,7 @@ void Fetch::Watch(Source* source) {
 Status Fetch::AskState(Conn& conn, Source* source) {
   const size_t bitmap = (m_.chunks.size() + 7) / 8;
   // The whole answer within the deadline of its largest size.
-  const auto deadline = DeadlineOf(*source).For(kRecordBytes + bitmap + kMaxPeerListBytes);
+  const auto deadline = DeadlineFor(*source, kRecordBytes + bitmap + kMaxPeerListBytes);
   const RequestRecord req = EncodeRequest(kStateMagic, 0);
   if (!conn.SendAllBy(req.data(), req.size(), deadline)) {
     return Status::Unavailable("cannot send a state request");
@@ -157,7 +159,7 @@ Status Fetch::AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more)
   const size_t chunks = m_.chunks.size();
   // The server answers within kWatchWait, then the largest answer at the floor rate.
   const auto deadline =
-      DeadlineOf(*source).For(kRecordBytes + 4 * chunks) + std::chrono::milliseconds(kWatchWait);
+      DeadlineFor(*source, kRecordBytes + 4 * chunks) + std::chrono::milliseconds(kWatchWait);
   const RequestRecord req = EncodeRequest(kWatchMagic, *cursor);
   if (!conn.SendAllBy(req.data(), req.size(), deadline)) {
     return Status::Unavailable("cannot send a watch request");
@@ -354,8 +356,8 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       const RequestRecord req = RequestFor(data, (*inflight)[i]);
       requests.append(req.data(), req.size());
     }
-    if (!requests.empty() && !conn.SendAllBy(requests.data(), requests.size(),
-                                             DeadlineOf(*source).For(requests.size()))) {
+    if (!requests.empty() &&
+        !conn.SendAllBy(requests.data(), requests.size(), DeadlineFor(*source, requests.size()))) {
       return Status::Unavailable("cannot send a chunk request");
     }
     if (inflight->empty()) {
@@ -370,7 +372,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     // From here the front chunk's whole answer is due by its deadline.
     const uint32_t index = inflight->front().index;
     const ManifestChunk& c = m_.chunks[index];
-    const auto deadline = DeadlineOf(*source).For(kRecordBytes + c.length);
+    const auto deadline = DeadlineFor(*source, kRecordBytes + c.length);
     HeaderRecord record;
     SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(record.data(), record.size(), deadline));
     const Header h = DecodeHeader(record);
@@ -445,7 +447,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       if (!next) return;
       const RequestRecord req = RequestFor(data, *next);
       inflight->push_back(*next);
-      ahead_unsent = !conn.SendAllBy(req.data(), req.size(), DeadlineOf(*source).For(req.size()));
+      ahead_unsent = !conn.SendAllBy(req.data(), req.size(), DeadlineFor(*source, req.size()));
     };
     if (!BeginWrite(index)) {
       // Another copy is landing or landed (an endgame duplicate): read it past.

@@ -1,4 +1,4 @@
-#include "kinds/weights/staging.h"
+#include "kinds/weights/files/staging.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "kinds/weights/manifest.h"
+#include "kinds/weights/files/manifest.h"
 #include "seedd/status.h"
 
 namespace seedd {
