@@ -301,7 +301,8 @@ struct PullResult {
 //   InvalidArgument     a bad source, pin or destination;
 //   NotFound            every source answered that it does not serve the model;
 //   FailedPrecondition  a source answered with an error, offered another version
-//                       than the pin, or sent a bad manifest or one not signed
+//                       than the pin or another model's manifest, or sent a
+//                       bad manifest or one not signed
 //                       by a key of options.trust; `into` holds other
 //                       files (without options.replace);
 //   Unavailable         no source answered before options.timeout;

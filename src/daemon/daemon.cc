@@ -177,6 +177,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   }
   std::shared_ptr<WeightServer> weights;
   SeedablePtr weight_shards;
+  WeightInstallOptions weight_install;
   auto board = std::make_shared<PullBoard>();
   std::shared_ptr<DaemonCompileCachePlane> compile_plane;
   // Compile caches too large to travel inline travel on the weights data plane.
@@ -219,6 +220,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     if (options.seed.source.has_value()) install.sources.push_back(*options.seed.source);
     install.sources.insert(install.sources.end(), options.more_sources.begin(),
                            options.more_sources.end());
+    weight_install = install;
     weight_shards = NewWeightShardsSeedable(weights, std::move(install));
     seedables.push_back(weight_shards);
     options.transport.stream_handlers[std::string(kWeightDataKind)] =
@@ -240,6 +242,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->shared_ = shared;
   rep->weights_ = std::move(weights);
   rep->weight_shards_ = std::move(weight_shards);
+  rep->weight_install_ = std::move(weight_install);
   rep->compile_plane_ = std::move(compile_plane);
   rep->cancel_ = std::move(cancel);
   rep->registry_ = std::move(registry);
@@ -361,14 +364,14 @@ Result<std::optional<HostPort>> Daemon::Start() {
     rep_->announcer_ = std::make_unique<RegistryAnnouncer>(rep_->registry_, rep_->weights_, relay);
   }
   if (rep_->compile_plane_ != nullptr) {
-    rep_->compile_plane_->SetPuller([this, relay](const std::string& model,
-                                                  const std::string& root_digest) {
-      if (!rep_->options_.seed.source.has_value()) {
-        return Status::FailedPrecondition("no --source to pull " + model + " from");
-      }
-      return PullAtStart(rep_->options_, model + "@" + root_digest, relay, *rep_->weight_shards_,
-                         *rep_->weights_, *rep_->cancel_, rep_->trust_.get());
-    });
+    rep_->compile_plane_->SetPuller(
+        [this, relay](const std::string& model, const std::string& root_digest) {
+          if (!rep_->options_.seed.source.has_value()) {
+            return Status::FailedPrecondition("no --source to pull " + model + " from");
+          }
+          return PullAtStart(rep_->options_, model + "@" + root_digest, relay, rep_->weights_,
+                             rep_->weight_install_);
+        });
   }
   // Listening already: a large cache's files are relayed while they are pulled.
   for (const CompileCacheSpec& spec : rep_->options_.compile_caches) {
@@ -405,8 +408,8 @@ Result<std::optional<HostPort>> Daemon::Start() {
       const std::string kind = "weight_shards " + name;
       rep_->RecordWarmup({kind, "running", "", "", 0});
       const auto began = std::chrono::steady_clock::now();
-      Status pulled = PullAtStart(rep_->options_, pull, relay, *rep_->weight_shards_,
-                                  *rep_->weights_, *rep_->cancel_, rep_->trust_.get());
+      Status pulled =
+          PullAtStart(rep_->options_, pull, relay, rep_->weights_, rep_->weight_install_);
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       if (!pulled.ok()) {

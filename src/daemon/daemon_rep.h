@@ -26,6 +26,7 @@ struct Daemon::Rep {
   std::vector<std::shared_ptr<ArtifactStore>> shared_;  // the --store list, in order
   std::shared_ptr<WeightServer> weights_;               // null when no model is served or pulled
   SeedablePtr weight_shards_;                           // null likewise
+  WeightInstallOptions weight_install_;                 // how --pull installs what it pulls
   std::shared_ptr<DaemonCompileCachePlane> compile_plane_;  // null likewise
   std::shared_ptr<std::atomic<bool>> cancel_;
   std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls

@@ -1,16 +1,17 @@
-// The daemon's --pull: model `name` adopted from its sources when it starts,
-// retried while they are down, or the copy pulled before served at once.
+// The daemon's --pull: model `name` pulled from its sources when it starts
+// through the one pull pipeline (kinds/weights/pull.h) into its cache, relayed
+// while it lands, retried while the sources are down, or the copy pulled before
+// served at once.
 #pragma once
 
-#include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
 
 namespace seedd {
-
-class WeightServer;
 
 // A --pull NAME[@ROOT_DIGEST]: the name and the pin (empty: none).
 std::pair<std::string, std::string> SplitPin(const std::string& pull);
@@ -20,10 +21,11 @@ std::pair<std::string, std::string> SplitPin(const std::string& pull);
 // retried with capped exponential backoff and jitter until options.pull_timeout
 // (a pull resumes from its journal each round). A restart whose sources are down
 // serves the copy it pulled before, if unchanged, at once. `relay` is the address
-// this daemon relays on (empty: none). With `trust`, a local copy is served only
-// when its manifest is signed by one of its keys.
+// this daemon relays on (empty: none). With install.trust, a manifest, and a
+// local copy, are taken only when signed by one of its keys; install.cancel
+// stops the pull.
 Status PullAtStart(const DaemonOptions& options, const std::string& pull, const std::string& relay,
-                   Seedable& weight_shards, WeightServer& server, const std::atomic<bool>& cancel,
-                   const TrustedKeys* trust);
+                   const std::shared_ptr<WeightServer>& server,
+                   const WeightInstallOptions& install);
 
 }  // namespace seedd

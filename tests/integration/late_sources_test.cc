@@ -10,6 +10,7 @@
 
 #include "kinds/weights/weight_shards_kind.h"
 #include "seedd/daemon.h"
+#include "seedd/weights.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
 
@@ -65,7 +66,7 @@ TEST_F(LateSourcesTest, ADaemonStartedBeforeItsOriginPullsOnceTheOriginIsUp) {
   std::thread start([&] { started = (*puller)->Start().status(); });
   // The puller retries while nothing listens there...
   ASSERT_TRUE(testing::WaitUntil([&] {
-    return logs.Contains(spdlog::level::warn, "no source answered; retrying in");
+    return logs.Contains(spdlog::level::warn, "no source answered (127.0.0.1:");
   })) << logs.Dump();
   // ...and the origin comes up later.
   std::unique_ptr<Daemon> origin = Origin(origin_addr.port);
@@ -135,8 +136,7 @@ TEST_F(LateSourcesTest, APullFromASourceThatRefusesSaysWhatItSaid) {
   auto puller = Daemon::Create(o);
   ASSERT_OK(puller);
   Status s = (*puller)->Start().status();
-  EXPECT_NE(s.message().find("a source answered with an error (127.0.0.1:"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("a source refused (127.0.0.1:"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("Unauthorized request (check that both daemons read the same token)"),
             std::string::npos)
       << s.message();
@@ -150,9 +150,69 @@ TEST_F(LateSourcesTest, APullGivesUpAtItsTimeoutSayingWhy) {
   ASSERT_OK(puller);
   Status s = (*puller)->Start().status();
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
-  EXPECT_NE(s.message().find("no source answered, and --pull-timeout (1 s) has passed"),
-            std::string::npos)
+  // Which source, what went wrong with it, and which setting ran out.
+  EXPECT_NE(s.message().find("no source answered (127.0.0.1:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Connection refused"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("; gave up after --pull-timeout (1 s)"), std::string::npos)
       << s.message();
+}
+
+// A source whose weight_shards kind answers every model with the manifest of
+// another ("tiny"): a confused or lying origin.
+class WrongModelSeedable final : public Seedable {
+ public:
+  explicit WrongModelSeedable(Json manifest) : manifest_(std::move(manifest)) {}
+  std::string_view kind() const override { return kWeightShardsKind; }
+  Result<Json> RequestParams(const Json& ctx) const override { return ctx; }
+  Result<std::optional<Json>> Resolve(const Json&) const override {
+    return std::optional<Json>(manifest_);
+  }
+  Result<Json> ValidatePayload(const Json& payload) const override { return payload; }
+  Status Install(const Json&, const Json&) override { return Status::Internal("not a target"); }
+
+ private:
+  Json manifest_;
+};
+
+// seedctl pull (the library's PullModel) and the daemon's --pull run one
+// pipeline: both refuse a manifest of another model than the one asked for,
+// in the same words, and write nothing; the person at a terminal is told at
+// once, the daemon retries until its --pull-timeout.
+TEST_F(LateSourcesTest, TheLibraryAndTheDaemonRefuseTheManifestOfAnotherModelAlike) {
+  const HostPort origin = Serve(model_);
+  SeedConfig config;
+  config.listen = HostPort{"127.0.0.1", 0};
+  config.token = kToken;
+  auto liar = SeedTransport::Create(
+      {std::make_shared<WrongModelSeedable>(ManifestFrom(origin).ToJson())}, config);
+  ASSERT_OK(liar);
+  const HostPort addr = **(*liar)->StartListener();
+  const std::string said = addr.ToString() + " sent the manifest of model 'tiny', not 'other'";
+
+  PullOptions pull;
+  pull.sources = {addr.ToString()};
+  pull.token = kToken;
+  pull.timeout = std::chrono::seconds(30);
+  const auto asked = std::chrono::steady_clock::now();
+  Result<PullResult> pulled = PullModel("other", dir_.path() / "into", pull);
+  EXPECT_EQ(pulled.status().code(), StatusCode::kFailedPrecondition) << pulled.status().ToString();
+  EXPECT_NE(pulled.status().message().find(said), std::string::npos) << pulled.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5));  // not retried
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "into"));
+
+  DaemonOptions o = Puller(addr);
+  o.pulls = {"other"};
+  o.pull_timeout = std::chrono::seconds(1);
+  auto daemon = Daemon::Create(o);
+  ASSERT_OK(daemon);
+  Status started = (*daemon)->Start().status();
+  EXPECT_NE(started.message().find("a source refused (" + said + ")"), std::string::npos)
+      << started.ToString();
+  EXPECT_NE(started.message().find("gave up after --pull-timeout (1 s)"), std::string::npos)
+      << started.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "target" / "weights" / "other" / "current"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "target" / "weights" / "tiny"));
+  (*liar)->Close();
 }
 
 }  // namespace

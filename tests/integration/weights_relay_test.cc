@@ -109,7 +109,7 @@ TEST_F(WeightsRelayTest, TheWeightShardsKindInstallsWhatItAdoptsAndServesIt) {
   // refused before anything is written.
   Json manifest = ManifestFrom(origin).ToJson();
   Status other = kind->Install(Json{{"model", "other"}}, manifest);
-  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument) << other.ToString();
+  EXPECT_EQ(other.code(), StatusCode::kFailedPrecondition) << other.ToString();
   EXPECT_NE(other.message().find("not 'other'"), std::string::npos) << other.message();
   for (const char* bad : {"../tiny", "a/b", "", "."}) {
     EXPECT_EQ(kind->Install(Json{{"model", bad}}, manifest).code(), StatusCode::kInvalidArgument)

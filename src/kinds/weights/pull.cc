@@ -1,10 +1,13 @@
-// PullModel (seedd/weights.h): the manifest from the sources, retried while
-// they are down, then FetchModel.
+// The one pull pipeline (pull.h), and PullModel (seedd/weights.h) on it: the
+// manifest from the sources, retried while they are down, then FetchModel.
+#include "kinds/weights/pull.h"
+
 #include <algorithm>
 
 #include "common/backoff.h"
 #include "kinds/weights/progress_log.h"
 #include "kinds/weights/weight_shards_kind.h"
+#include "seedd/logging.h"
 #include "seedd/seed_transport.h"
 #include "seedd/weights.h"
 #include "transport/client.h"
@@ -24,22 +27,26 @@ constexpr std::chrono::milliseconds kManifestFirstByte{10000};
 // What one round of asking the sources for the manifest found.
 struct ManifestRound {
   std::optional<Manifest> manifest;
+  std::string from;        // the source that sent it
   bool all_missed = true;  // every source answered "miss"
-  std::string error;       // the last source's error response (final), if any
-  std::string why;         // why no source answered (retried)
+  std::string refusal;     // the last source's refusal (an error answer, a bad manifest)
+  std::string why;         // why no source answered
 };
 
-ManifestRound AskManifest(const std::vector<HostPort>& sources, const PullOptions& o,
-                          const std::string& model) {
+ManifestRound AskManifest(const PullPlan& plan) {
   ManifestRound round;
   ExchangeOptions exchange;
-  exchange.tls = o.tls;
+  exchange.tls = plan.tls;
   exchange.first_byte_timeout = kManifestFirstByte;
   exchange.max_response_bytes = kMaxResponseBytes;
-  exchange.cancel = o.cancel;
-  for (const auto& source : sources) {
-    if (o.cancel != nullptr && o.cancel->load()) break;
-    const Json request{{"kind", "weight_shards"}, {"model", model}, {"token", o.token}};
+  exchange.cancel = plan.cancel;
+  for (const auto& source : plan.sources) {
+    if (plan.cancel != nullptr && plan.cancel->load()) break;
+    const std::string token = plan.tokens != nullptr ? plan.tokens->Sent() : std::string();
+    Json request{{"kind", std::string(kWeightShardsKind)},
+                 {"model", plan.model},
+                 {"token", token.empty() ? plan.token : token}};
+    if (!plan.relay.empty()) request["relay"] = plan.relay;
     Result<Json> response = ExchangeJson(source, request, exchange);
     if (response.ok() && !response->is_object()) {
       response = Status::DataLoss("sent a response that is not an object");
@@ -54,26 +61,30 @@ ManifestRound AskManifest(const std::vector<HostPort>& sources, const PullOption
     if (status == "miss") continue;
     round.all_missed = false;
     if (status != "ok") {
-      round.error = source.ToString() + " answered: " + ExplainSourceError(*response);
+      round.refusal = source.ToString() + " answered: " + ExplainSourceError(*response);
       continue;
     }
     Result<Manifest> parsed = ParseManifest((*response)["payload"]);
     if (!parsed.ok()) {
-      round.error = source.ToString() + " sent a bad manifest: " + parsed.status().message();
+      round.refusal = source.ToString() + " sent a bad manifest: " + parsed.status().message();
       continue;
     }
-    if (Status signed_by = CheckManifestSigned(*parsed, o.trust.get(), source.ToString());
-        !signed_by.ok()) {
-      round.error = signed_by.message();
+    if (Status offered =
+            CheckOffered(*parsed, plan.model, plan.pin, plan.trust.get(), source.ToString());
+        !offered.ok()) {
+      round.refusal = offered.message();
       continue;
     }
     round.manifest = std::move(*parsed);
+    round.from = source.ToString();
     return round;
   }
   return round;
 }
 
-bool Cancelled(const PullOptions& o) { return o.cancel != nullptr && o.cancel->load(); }
+bool Cancelled(const std::shared_ptr<const std::atomic<bool>>& cancel) {
+  return cancel != nullptr && cancel->load();
+}
 
 std::string Seconds(std::chrono::milliseconds ms) {
   char text[32];
@@ -83,91 +94,138 @@ std::string Seconds(std::chrono::milliseconds ms) {
 
 }  // namespace
 
+Status CheckOffered(const Manifest& m, const std::string& model, const std::string& pin,
+                    const TrustedKeys* trust, const std::string& from) {
+  if (m.model != model) {
+    return Status::FailedPrecondition(from + " sent the manifest of model '" + m.model +
+                                      "', not '" + model + "'");
+  }
+  SEEDD_RETURN_IF_ERROR(CheckManifestSigned(m, trust, from));
+  return CheckPinned(m, pin);
+}
+
+Status RunPull(const PullPlan& plan, const std::function<Status(const Manifest&)>& install) {
+  auto stopped = [&] {
+    return plan.stopped ? plan.stopped()
+                        : Status::Cancelled("the pull was stopped before it began");
+  };
+  RetryRounds rounds(plan.deadline, [&] { return Cancelled(plan.cancel); });
+  std::string fallback_problem;
+  for (;;) {
+    std::string why;
+    bool installing = false;
+    ManifestRound asked = AskManifest(plan);
+    if (asked.manifest.has_value()) {
+      installing = true;
+      Status st;
+      {
+        LogFields fields{{"seed_kind", std::string(kWeightShardsKind)}, {"source", asked.from}};
+        st = install(*asked.manifest);
+      }
+      if (st.ok() || st.code() == StatusCode::kCancelled) return st;
+      // Every source failed mid-pull: they may come back. Anything else is final,
+      // unless the caller keeps trying.
+      if (st.code() != StatusCode::kUnavailable && !plan.retry_refusals) return st;
+      why = st.code() == StatusCode::kUnavailable
+                ? "every source failed before the model was complete"
+                : "the pull failed (" + st.message() + ")";
+    } else if (Cancelled(plan.cancel)) {
+      return stopped();
+    } else if (!asked.refusal.empty()) {
+      if (!plan.retry_refusals) return Status::FailedPrecondition(asked.refusal);
+      why = "a source refused (" + asked.refusal + ")";
+    } else if (asked.all_missed) {
+      return Status::NotFound("no source serves model '" + plan.model + "'");
+    } else {
+      why = "no source answered (" + asked.why + ")";
+    }
+    if (rounds.round() == 1 && plan.after_first_round) {
+      Status fallback = plan.after_first_round();
+      if (fallback.ok()) return fallback;
+      if (fallback.code() != StatusCode::kNotFound) fallback_problem = "; " + fallback.message();
+    }
+    const bool waited = rounds.WaitBeforeNext(
+        [&](RetryRounds::Clock::duration wait, RetryRounds::Clock::duration left) {
+          if (plan.on_retry) {
+            plan.on_retry(why, std::chrono::duration_cast<std::chrono::milliseconds>(wait),
+                          rounds.round() + 1,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(left));
+          }
+        });
+    if (Cancelled(plan.cancel)) return stopped();
+    if (!waited) {
+      const std::string text = why + "; gave up after " + plan.deadline_text + fallback_problem;
+      return installing ? Status::DeadlineExceeded(text) : Status::Unavailable(text);
+    }
+  }
+}
+
 Result<PullResult> PullModel(const std::string& model, const std::filesystem::path& into,
                              const PullOptions& o) {
   if (!IsModelName(model)) return Status::InvalidArgument("invalid model name '" + model + "'");
   if (into.empty()) return Status::InvalidArgument("the destination is empty");
   if (o.sources.empty()) return Status::InvalidArgument("no source to pull from");
-  std::vector<HostPort> sources;
+  PullPlan plan;
   for (const auto& s : o.sources) {
     Result<HostPort> hp = ParseHostPort(s);
     if (!hp.ok()) return Status::InvalidArgument("source '" + s + "': " + hp.status().message());
-    sources.push_back(*hp);
+    plan.sources.push_back(*hp);
   }
   if (!o.root_digest.empty()) SEEDD_RETURN_IF_ERROR(ValidatePin(o.root_digest, "root digest"));
-
   const auto start = Clock::now();
-  RetryRounds rounds(start + o.timeout, [&] { return Cancelled(o); });
-  for (;;) {
-    std::string why;
-    bool had_manifest = false;
-    ManifestRound asked = AskManifest(sources, o, model);
-    if (asked.manifest.has_value()) {
-      had_manifest = true;
-      const Manifest& m = *asked.manifest;
-      SEEDD_RETURN_IF_ERROR(CheckPinned(m, o.root_digest));
-      FetchOptions options;
-      options.token = o.token;
-      options.tls = o.tls;
-      options.connections_per_source = std::max(1, o.connections);
-      options.max_neighbours = o.max_neighbours;
-      options.verify_sha256 = o.verify_sha256;
-      options.replace = o.replace;
-      options.cancel = o.cancel;
-      PullResult result;
-      ProgressLog log(model, m.total_size);
-      options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
-        log.Update(done, result.stats.bytes_resumed, result.stats.used.size());
-        if (o.progress) {
-          o.progress(PullProgress{done, m.total_size, result.stats.bytes_resumed,
-                                  result.stats.used.size()});
-        }
-      };
-      Status st = FetchModel(m, sources, into, options, &result.stats);
-      if (st.ok()) {
-        result.manifest = m;
-        result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        LogFields fields{{"model", model},
-                         {"root_digest", m.root_digest},
-                         {"bytes", m.total_size},
-                         {"seconds", result.seconds},
-                         {"sources", result.stats.used.size()},
-                         {"into", into.string()}};
-        if (result.stats.up_to_date) {
-          Logger().info("Model {} in {} is up to date (root digest {})", model, into.string(),
-                        m.root_digest);
-        } else {
-          Logger().info("Pulled model {} ({}) into {} in {} from {} source(s)", model,
-                        HumanBytes(m.total_size), into.string(), HumanSeconds(result.seconds),
-                        result.stats.used.size());
-        }
-        return result;
+  plan.model = model;
+  plan.pin = o.root_digest;
+  plan.token = o.token;
+  plan.tls = o.tls;
+  plan.cancel = o.cancel;
+  plan.trust = o.trust;
+  plan.deadline = start + o.timeout;
+  plan.deadline_text = Seconds(o.timeout) + " s";
+  plan.on_retry = o.on_retry;
+  plan.stopped = [] {
+    return Status::Cancelled("the pull was stopped while waiting for the sources");
+  };
+  PullResult result;
+  Status pulled = RunPull(plan, [&](const Manifest& m) {
+    FetchOptions options;
+    options.token = o.token;
+    options.tls = o.tls;
+    options.connections_per_source = std::max(1, o.connections);
+    options.max_neighbours = o.max_neighbours;
+    options.verify_sha256 = o.verify_sha256;
+    options.replace = o.replace;
+    options.cancel = o.cancel;
+    result.stats = FetchStats{};
+    ProgressLog log(model, m.total_size);
+    options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
+      log.Update(done, result.stats.bytes_resumed, result.stats.used.size());
+      if (o.progress) {
+        o.progress(
+            PullProgress{done, m.total_size, result.stats.bytes_resumed, result.stats.used.size()});
       }
-      // Every source failed mid-pull: they may come back. Anything else is final.
-      if (st.code() != StatusCode::kUnavailable) return st;
-      why = "every source failed before the model was complete";
-    } else if (Cancelled(o)) {
-      return Status::Cancelled("the pull was stopped before it began");
-    } else if (!asked.error.empty()) {
-      return Status::FailedPrecondition(asked.error);
-    } else if (asked.all_missed) {
-      return Status::NotFound("no source serves model '" + model + "'");
-    } else {
-      why = "no source answered (" + asked.why + ")";
-    }
-    const bool waited = rounds.WaitBeforeNext([&](Clock::duration wait, Clock::duration left) {
-      if (o.on_retry) {
-        o.on_retry(why, std::chrono::duration_cast<std::chrono::milliseconds>(wait),
-                   rounds.round() + 1, std::chrono::duration_cast<std::chrono::milliseconds>(left));
-      }
-    });
-    if (!waited) {
-      const std::string text = why + "; gave up after " + Seconds(o.timeout) + " s";
-      return had_manifest ? Status::DeadlineExceeded(text) : Status::Unavailable(text);
-    }
-    if (Cancelled(o))
-      return Status::Cancelled("the pull was stopped while waiting for the sources");
+    };
+    SEEDD_RETURN_IF_ERROR(FetchModel(m, plan.sources, into, options, &result.stats));
+    result.manifest = m;
+    return Status::Ok();
+  });
+  if (!pulled.ok()) return pulled;
+  const Manifest& m = result.manifest;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  LogFields fields{{"model", model},
+                   {"root_digest", m.root_digest},
+                   {"bytes", m.total_size},
+                   {"seconds", result.seconds},
+                   {"sources", result.stats.used.size()},
+                   {"into", into.string()}};
+  if (result.stats.up_to_date) {
+    Logger().info("Model {} in {} is up to date (root digest {})", model, into.string(),
+                  m.root_digest);
+  } else {
+    Logger().info("Pulled model {} ({}) into {} in {} from {} source(s)", model,
+                  HumanBytes(m.total_size), into.string(), HumanSeconds(result.seconds),
+                  result.stats.used.size());
   }
+  return result;
 }
 
 }  // namespace seedd

@@ -10,6 +10,7 @@
 #include "common/mutex.h"
 #include "kinds/weights/files/local_copy.h"
 #include "kinds/weights/progress_log.h"
+#include "kinds/weights/pull.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 
@@ -70,6 +71,116 @@ std::vector<PullBoard::Entry> PullBoard::Snapshot() const {
 }
 namespace {
 
+// Fetches `manifest` into `dir` from the sources and relays, serving what is
+// verified so far from the staging directory meanwhile.
+Status FetchPulled(const std::shared_ptr<WeightServer>& server, const WeightInstallOptions& install,
+                   const Manifest& manifest, const std::string& relay,
+                   const std::filesystem::path& dir) {
+  FetchOptions fetch;
+  fetch.token = install.token;
+  fetch.tokens = install.tokens;
+  fetch.cancel = install.cancel;
+  fetch.max_neighbours = install.max_neighbours;
+  fetch.registry = install.registry;
+  fetch.verify_sha256 = install.verify_sha256;
+  fetch.tls = install.tls;
+  fetch.relay = relay;
+  fetch.announced = [server, root = manifest.root_digest, self = fetch.relay,
+                     limit = 2 * install.max_neighbours] {
+    return server->Peers(root, self, limit);
+  };
+  fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
+  fetch.staged = [&](const std::filesystem::path& staging) {
+    // Other fetchers may take what is verified already from here.
+    Manifest partial = manifest;
+    partial.sources.clear();
+    ServedModel staged{std::move(partial), staging, fetch.verified, {}, nullptr, nullptr};
+    staged.pulled = true;
+    server->Publish(std::move(staged));
+  };
+  FetchStats stats;
+  ProgressLog log(manifest.model, manifest.total_size);
+  if (install.board != nullptr) install.board->Started(manifest);
+  // Called with the fetch's lock held: stats are stable.
+  fetch.progress = [&](uint64_t verified) {
+    log.Update(verified, stats.bytes_resumed, stats.used.size());
+    if (install.board == nullptr) return;
+    size_t seeds = 0;
+    for (const SourceUse& u : stats.used) seeds += u.seed;
+    install.board->Progress(manifest.model, verified, stats.bytes_resumed, seeds,
+                            stats.used.size() - seeds);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  Status fetched = FetchModel(manifest, install.sources, dir, fetch, &stats);
+  if (install.board != nullptr) install.board->Finished(manifest.model, fetched);
+  SEEDD_RETURN_IF_ERROR(fetched);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  LogFields counts{{"bytes", manifest.total_size},
+                   {"seconds", secs},
+                   {"bytes_from_relays", stats.bytes_from_peers},
+                   {"relays", stats.peers.size()},
+                   {"chunks_resumed", stats.chunks_resumed}};
+  Logger().info(
+      "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks; {} requests, {} "
+      "sent ahead, {} answered busy, {} claimed; {} connections refused by a full source)",
+      manifest.model, HumanBytes(manifest.total_size), HumanSeconds(secs),
+      HumanRate(static_cast<double>(manifest.total_size) / std::max(secs, 1e-9)),
+      HumanBytes(stats.bytes_from_peers), stats.peers.size(), stats.chunks_resumed, stats.requests,
+      stats.requests_ahead, stats.answered_busy, stats.answered_claimed, stats.refused_full);
+  return Status::Ok();
+}
+}  // namespace
+
+Status InstallPulledModel(const std::shared_ptr<WeightServer>& server,
+                          const WeightInstallOptions& install, const Manifest& manifest,
+                          const std::string& relay) {
+  const std::string& name = manifest.model;
+  // A version is named by its root digest, which covers every byte: a new
+  // checkpoint with the same files, sizes and headers gets a directory of its own.
+  LogFields fields{{"model", name}, {"root_digest", manifest.root_digest}};
+  const std::filesystem::path base = install.cache_dir / "weights" / name;
+  const std::filesystem::path dir = base / manifest.root_digest;
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  if (ec) return Status::IoError("create " + base.string() + ": " + ec.message());
+  std::optional<ServedModel> served;
+  if (std::filesystem::exists(dir, ec)) {
+    Result<ServedModel> local = LoadLocalCopy(dir, manifest.root_digest);
+    if (local.ok()) {
+      Logger().info("Model {}: the local copy {} is this version, unchanged; not fetching", name,
+                    dir.string());
+      // Its record may predate the signatures just checked: serve them on.
+      if (!manifest.signatures.empty()) local->manifest.signatures = manifest.signatures;
+      served = std::move(*local);
+    } else {
+      Logger().warn("Model {}: not reusing the local copy {}: {}; fetching it again", name,
+                    dir.string(), local.status().message());
+      DiscardLocalCopy(dir);
+    }
+  }
+  if (!served.has_value()) {
+    SEEDD_RETURN_IF_ERROR(FetchPulled(server, install, manifest, relay, dir));
+    Result<ServedModel> fetched = RecordLocalCopy(dir, manifest);
+    if (!fetched.ok()) return fetched.status();
+    served = std::move(*fetched);
+  }
+  // Switch <name>/current atomically: a new link renamed over the old one.
+  const std::filesystem::path tmp = base / (".current-" + RandomHexOrDie(4));
+  std::filesystem::create_directory_symlink(manifest.root_digest, tmp, ec);
+  if (!ec) std::filesystem::rename(tmp, base / "current", ec);
+  if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
+  SEEDD_RETURN_IF_ERROR(SyncDirectory(base));
+  Logger().info("Serving model {} from {}: {} files, {}, root digest {}", name, dir.string(),
+                served->manifest.files.size(), HumanBytes(served->manifest.total_size),
+                served->manifest.root_digest);
+  served->pulled = true;
+  server->Publish(std::move(*served));
+  return Status::Ok();
+}
+
+namespace {
+
 class WeightShardsSeedable final : public Seedable {
  public:
   WeightShardsSeedable(std::shared_ptr<WeightServer> server, WeightInstallOptions install)
@@ -119,117 +230,18 @@ class WeightShardsSeedable final : public Seedable {
     }
     Result<Manifest> manifest = ParseManifest(payload);
     if (!manifest.ok()) return manifest.status();
-    if (manifest->model != name) {
-      return Status::InvalidArgument("the source sent the manifest of model '" + manifest->model +
-                                     "', not '" + name + "'");
-    }
-    if (auto pin = ctx.find("root_digest"); pin != ctx.end() && pin->is_string()) {
-      SEEDD_RETURN_IF_ERROR(CheckPinned(*manifest, pin->get<std::string>()));
-    }
-    SEEDD_RETURN_IF_ERROR(CheckManifestSigned(*manifest, install_.trust.get(), "the source"));
-    // A version is named by its root digest, which covers every byte: a new
-    // checkpoint with the same files, sizes and headers gets a directory of its own.
-    LogFields fields{{"model", name}, {"root_digest", manifest->root_digest}};
-    const std::filesystem::path base = install_.cache_dir / "weights" / name;
-    const std::filesystem::path dir = base / manifest->root_digest;
-    std::error_code ec;
-    std::filesystem::create_directories(base, ec);
-    if (ec) return Status::IoError("create " + base.string() + ": " + ec.message());
-    std::optional<ServedModel> served;
-    if (std::filesystem::exists(dir, ec)) {
-      Result<ServedModel> local = LoadLocalCopy(dir, manifest->root_digest);
-      if (local.ok()) {
-        Logger().info("Model {}: the local copy {} is this version, unchanged; not fetching", name,
-                      dir.string());
-        // Its record may predate the signatures just checked: serve them on.
-        if (!manifest->signatures.empty()) local->manifest.signatures = manifest->signatures;
-        served = std::move(*local);
-      } else {
-        Logger().warn("Model {}: not reusing the local copy {}: {}; fetching it again", name,
-                      dir.string(), local.status().message());
-        DiscardLocalCopy(dir);
-      }
-    }
-    if (!served.has_value()) {
-      SEEDD_RETURN_IF_ERROR(Fetch(ctx, *manifest, dir));
-      Result<ServedModel> fetched = RecordLocalCopy(dir, *manifest);
-      if (!fetched.ok()) return fetched.status();
-      served = std::move(*fetched);
-    }
-    // Switch <name>/current atomically: a new link renamed over the old one.
-    const std::filesystem::path tmp = base / (".current-" + RandomHexOrDie(4));
-    std::filesystem::create_directory_symlink(manifest->root_digest, tmp, ec);
-    if (!ec) std::filesystem::rename(tmp, base / "current", ec);
-    if (ec) return Status::IoError("switch " + (base / "current").string() + ": " + ec.message());
-    SEEDD_RETURN_IF_ERROR(SyncDirectory(base));
-    Logger().info("Serving model {} from {}: {} files, {}, root digest {}", name, dir.string(),
-                  served->manifest.files.size(), HumanBytes(served->manifest.total_size),
-                  served->manifest.root_digest);
-    served->pulled = true;
-    server_->Publish(std::move(*served));
-    return Status::Ok();
+    const auto pin = ctx.find("root_digest");
+    SEEDD_RETURN_IF_ERROR(
+        CheckOffered(*manifest, name,
+                     pin != ctx.end() && pin->is_string() ? pin->get<std::string>() : std::string(),
+                     install_.trust.get(), "the source"));
+    return InstallPulledModel(server_, install_, *manifest,
+                              ctx.contains("relay") && ctx["relay"].is_string()
+                                  ? ctx["relay"].get<std::string>()
+                                  : std::string());
   }
 
  private:
-  // Fetches `manifest` into `dir` from the sources and relays, serving what is
-  // verified so far from the staging directory meanwhile.
-  Status Fetch(const Json& ctx, const Manifest& manifest, const std::filesystem::path& dir) {
-    FetchOptions fetch;
-    fetch.token = install_.token;
-    fetch.tokens = install_.tokens;
-    fetch.cancel = install_.cancel;
-    fetch.max_neighbours = install_.max_neighbours;
-    fetch.registry = install_.registry;
-    fetch.verify_sha256 = install_.verify_sha256;
-    fetch.tls = install_.tls;
-    if (auto r = ctx.find("relay"); r != ctx.end() && r->is_string()) fetch.relay = *r;
-    fetch.announced = [server = server_, root = manifest.root_digest, self = fetch.relay,
-                       limit = 2 * install_.max_neighbours] {
-      return server->Peers(root, self, limit);
-    };
-    fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
-    fetch.staged = [&](const std::filesystem::path& staging) {
-      // Other fetchers may take what is verified already from here.
-      Manifest partial = manifest;
-      partial.sources.clear();
-      ServedModel staged{std::move(partial), staging, fetch.verified, {}, nullptr, nullptr};
-      staged.pulled = true;
-      server_->Publish(std::move(staged));
-    };
-    FetchStats stats;
-    ProgressLog log(manifest.model, manifest.total_size);
-    if (install_.board != nullptr) install_.board->Started(manifest);
-    // Called with the fetch's lock held: stats are stable.
-    fetch.progress = [&](uint64_t verified) {
-      log.Update(verified, stats.bytes_resumed, stats.used.size());
-      if (install_.board == nullptr) return;
-      size_t seeds = 0;
-      for (const SourceUse& u : stats.used) seeds += u.seed;
-      install_.board->Progress(manifest.model, verified, stats.bytes_resumed, seeds,
-                               stats.used.size() - seeds);
-    };
-    const auto start = std::chrono::steady_clock::now();
-    Status fetched = FetchModel(manifest, install_.sources, dir, fetch, &stats);
-    if (install_.board != nullptr) install_.board->Finished(manifest.model, fetched);
-    SEEDD_RETURN_IF_ERROR(fetched);
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    LogFields counts{{"bytes", manifest.total_size},
-                     {"seconds", secs},
-                     {"bytes_from_relays", stats.bytes_from_peers},
-                     {"relays", stats.peers.size()},
-                     {"chunks_resumed", stats.chunks_resumed}};
-    Logger().info(
-        "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks; {} requests, {} "
-        "sent ahead, {} answered busy, {} claimed; {} connections refused by a full source)",
-        manifest.model, HumanBytes(manifest.total_size), HumanSeconds(secs),
-        HumanRate(static_cast<double>(manifest.total_size) / std::max(secs, 1e-9)),
-        HumanBytes(stats.bytes_from_peers), stats.peers.size(), stats.chunks_resumed,
-        stats.requests, stats.requests_ahead, stats.answered_busy, stats.answered_claimed,
-        stats.refused_full);
-    return Status::Ok();
-  }
-
   // The model a request names, checked (null: not served here).
   Result<std::shared_ptr<const ServedModel>> Lookup(const Json& request) const {
     auto model = request.find("model");

@@ -84,6 +84,16 @@ struct WeightInstallOptions {
 // <cache_dir>/weights/NAME/<root digest> (see local_copy.h; a copy there is
 // reused only when unchanged since its pull), switches NAME/current to it
 // atomically and serves it.
+// Installs `manifest` (checked by the caller: parsed, of its model, signed,
+// pinned) as the kind's Install does: the local copy of that version when
+// unchanged, else fetched from install.sources and the relays (announcing
+// `relay`, empty: none) while what is verified is served; then NAME/current
+// switches to it and it is served. The daemon's --pull runs this through the
+// one pull pipeline (pull.h).
+Status InstallPulledModel(const std::shared_ptr<WeightServer>& server,
+                          const WeightInstallOptions& install, const Manifest& manifest,
+                          const std::string& relay);
+
 SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
                                     WeightInstallOptions install = {});
 
