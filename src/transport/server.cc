@@ -17,6 +17,7 @@
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "transport/address_limits.h"
+#include "transport/exchange.h"
 #include "transport/server_connection.h"
 #include "transport/server_rep.h"
 #include "transport/socket_io.h"
@@ -106,33 +107,33 @@ void SeedServer::Rep::OnLoop(int fd, const std::string& peer, const char* bytes,
 
 void SeedServer::Rep::AnswerOffLoop(int fd, const std::string& peer, Json request,
                                     size_t request_bytes) {
+  metrics::BytesReceived(metrics::Plane::kControl, request_bytes);
+  ControlExchange exchange(*this, peer);
+  ControlExchange::Step step = exchange.OnAuthenticated(std::move(request));
+  Resolve(fd, peer, exchange, std::move(step.request), std::chrono::steady_clock::now(),
+          /*opened=*/false);
+}
+
+void SeedServer::Rep::Resolve(int fd, const std::string& peer, const ControlExchange& exchange,
+                              Json request, std::chrono::steady_clock::time_point start,
+                              bool opened) {
   {
     MutexLock lock(mu);
     ++open;
   }
-  metrics::ConnectionOpened(metrics::Plane::kControl);
-  metrics::BytesReceived(metrics::Plane::kControl, request_bytes);
-  limits.Authenticated(peer);
-  std::string kind = "-";
-  if (auto k = request.find("kind"); k != request.end() && k->is_string()) {
-    kind = k->get<std::string>().substr(0, 64);
-  }
-  std::string metric_kind = KnownKind(handler, options, request);
-  const auto start = std::chrono::steady_clock::now();
+  if (!opened) metrics::ConnectionOpened(metrics::Plane::kControl);
   if (std::optional<std::string> frame = handler.HandleToFrameNow(request)) {
     // No hand-off: a thread switch costs more than the answer here.
-    Respond(fd, peer, kind, metric_kind, std::move(*frame), start);
+    Respond(fd, peer, exchange, std::move(*frame), start);
     return;
   }
-  pool.Submit([this, fd, peer, kind = std::move(kind), metric_kind = std::move(metric_kind),
-               request = std::move(request), start] {
-    Respond(fd, peer, kind, metric_kind, handler.HandleToFrame(request), start);
+  pool.Submit([this, fd, peer, exchange, request = std::move(request), start] {
+    Respond(fd, peer, exchange, handler.HandleToFrame(request), start);
   });
 }
 
-void SeedServer::Rep::Respond(int fd, const std::string& peer, const std::string& kind,
-                              const std::string& metric_kind, std::string frame,
-                              std::chrono::steady_clock::time_point start) {
+void SeedServer::Rep::Respond(int fd, const std::string& peer, const ControlExchange& exchange,
+                              std::string frame, std::chrono::steady_clock::time_point start) {
   auto ended = [this] {
     metrics::ConnectionClosed(metrics::Plane::kControl);
     MutexLock lock(mu);
@@ -147,9 +148,8 @@ void SeedServer::Rep::Respond(int fd, const std::string& peer, const std::string
     ended();
     return;
   }
-  const std::string outcome = Outcome(frame);
-  metrics::Request(metric_kind, outcome);
-  metrics::BytesSent(metrics::Plane::kControl, frame.size());
+  const std::string outcome = exchange.Answered(frame);
+  const std::string& kind = exchange.kind();
   const size_t size = frame.size();
   bool would_block = false;
   const size_t sent = SendWithoutWaiting(fd, frame, &would_block);

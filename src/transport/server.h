@@ -24,6 +24,7 @@
 namespace seedd {
 
 class Connection;
+class ControlExchange;
 
 class SeedServer {
  public:
@@ -41,6 +42,7 @@ class SeedServer {
 
  private:
   friend class Connection;
+  friend class ControlExchange;
   struct Rep;
   std::unique_ptr<Rep> rep_;
 };

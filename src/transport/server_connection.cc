@@ -20,6 +20,7 @@ using std::chrono::milliseconds;
 
 Connection::Connection(SeedServer::Rep* server, tcp::socket socket, std::string peer)
     : server_(server),
+      exchange_(*server, peer),
       socket_(std::move(socket)),
       timer_(socket_.get_executor()),
       reader_(kMaxRemoteRequestBytes),
@@ -29,10 +30,10 @@ Connection::Connection(SeedServer::Rep* server, tcp::socket socket, std::string 
 }
 
 Connection::~Connection() {
-  metrics::ConnectionClosed(metrics::Plane::kControl);
+  if (!handed_off_) metrics::ConnectionClosed(metrics::Plane::kControl);
   if (!authenticated_ && !evicted_) server_->limits.Released(peer_);
   // The access log (debug): who asked for what, the outcome, never the token.
-  if (Logger().should_log(spdlog::level::debug)) {
+  if (!handed_off_ && Logger().should_log(spdlog::level::debug)) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();
@@ -48,7 +49,6 @@ Connection::~Connection() {
 }
 
 bool Connection::EvictIfReading() {
-  MutexLock lock(mu_);
   if (state_ != State::kReading || evicted_ || authenticated_) return false;
   evicted_ = true;
   state_ = State::kDone;
@@ -83,7 +83,6 @@ void Connection::FinishWriting(std::string rest, const std::string& kind,
 }
 
 void Connection::CloseIfReading() {
-  MutexLock lock(mu_);
   if (state_ == State::kReading) {
     state_ = State::kDone;
     CloseSocket();
@@ -94,7 +93,6 @@ void Connection::ArmDeadline(milliseconds d) {
   timer_.expires_after(d);
   timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
     if (ec) return;
-    MutexLock lock(self->mu_);
     // expiry() check: a timer re-armed after firing must not act on the old expiry.
     if (self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
     self->OnDeadline();
@@ -158,140 +156,65 @@ void Connection::OnRead(const asio::error_code& ec, size_t n) {
 }
 
 void Connection::OnRequest() {
-  Result<Json> request = ParseJson(reader_.body());
+  ControlExchange::Step step = exchange_.OnFrame(reader_.body());
   reader_ = FrameReader(0);  // free the body
-  if (!request.ok()) {
-    metrics::Request("unknown", "invalid");
-    RespondError("Invalid request: " + request.status().message());
-    return;
-  }
-  if (!challenged_.is_null()) return OnProof(*request);
-  if (!server_->handler.Authenticate(*request)) {
-    if (AsksForChallenge(*request) && server_->FindStream(*request) != nullptr) {
-      return Challenge(std::move(*request));
+  switch (step.next) {
+    case ControlExchange::Next::kRespond:
+      return Respond(exchange_.refusal(), std::move(step.frame));
+    case ControlExchange::Next::kChallenge: {
+      bool would_block = false;
+      if (SendWithoutWaiting(socket_.native_handle(), step.frame, &would_block) !=
+          step.frame.size()) {
+        state_ = State::kDone;
+        CloseSocket();  // a fresh connection's buffer takes a small frame: the peer is gone
+        return;
+      }
+      reader_ = FrameReader(kMaxProofBytes);  // the proof, within the same deadline
+      DoRead();
+      return;
     }
-    return RefuseUnauthorized(*request);
+    case ControlExchange::Next::kStream:
+      authenticated_ = true;
+      kind_ = exchange_.kind();
+      return HandOver(*step.stream, std::move(step.request));
+    case ControlExchange::Next::kResolve:
+      authenticated_ = true;
+      kind_ = exchange_.kind();
+      return HandToResolve(std::move(step.request));
   }
-  OnAuthenticated(std::move(*request));
 }
 
-void Connection::RefuseUnauthorized(const Json& request) {
-  metrics::AuthFailure();
-  metrics::Request(KnownKind(request), "unauthorized");
-  const size_t failures = server_->limits.AuthFailed(peer_, AddressLimits::Clock::now());
-  server_->failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", peer_, failures,
-                            Seconds(server_->limits.options().auth_failure_window));
-  RespondError("Unauthorized request");
-}
-
-void Connection::Challenge(Json request) {
-  source_nonce_ = RandomHexOrDie(kDataNonceHexBytes / 2);
-  const std::string frame =
-      EncodeJsonFrame(Json{{"status", "challenge"},
-                           {"auth", kDataAuthScheme},
-                           {"nonce", source_nonce_},
-                           {"proof", DataProof(server_->handler.tokens().Sent(), "source", request,
-                                               source_nonce_, "")}});
-  bool would_block = false;
-  if (SendWithoutWaiting(socket_.native_handle(), frame, &would_block) != frame.size()) {
-    CloseSocket();  // a fresh connection's buffer takes a small frame: the peer is gone
-    return;
-  }
-  challenged_ = std::move(request);
-  reader_ = FrameReader(kMaxProofBytes);
-  DoRead();
-}
-
-void Connection::OnProof(const Json& answer) {
-  const std::string proof =
-      answer.is_object() && answer.contains("proof") && answer["proof"].is_string()
-          ? answer["proof"].get<std::string>()
-          : std::string();
-  Json request = std::move(challenged_);
-  challenged_ = Json();
-  if (!ProvedByAny(server_->handler.tokens(), proof, "fetcher", request, source_nonce_, "")) {
-    return RefuseUnauthorized(request);
-  }
-  OnAuthenticated(std::move(request));
-}
-
-void Connection::OnAuthenticated(Json request_value) {
-  std::optional<Json> request(std::move(request_value));
-  authenticated_ = true;
-  server_->limits.Authenticated(peer_);
-  if (auto kind = request->find("kind"); kind != request->end() && kind->is_string()) {
-    kind_ = kind->get<std::string>().substr(0, 64);
-  }
-  metric_kind_ = KnownKind(*request);
-  if (const StreamHandler* stream = server_->FindStream(*request)) {
-    HandOver(*stream, std::move(*request));
-    return;
-  }
-  // Authenticated handlers (a manifest of a large model) may be slow.
-  state_ = State::kResolving;
-  ArmDeadline(server_->options.authenticated_timeout);
-  if (std::optional<std::string> frame = server_->handler.HandleToFrameNow(*request)) {
-    FinishOnResolver(std::move(*frame));  // at hand (a small cached artifact): no hand-off
-    return;
-  }
-  server_->pool.Submit([self = shared_from_this(), req = std::move(*request)] {
-    self->FinishOnResolver(self->server_->handler.HandleToFrame(req));
-  });
-}
-
-void Connection::FinishOnResolver(std::string frame) {
-  MutexLock lock(mu_);
-  if (state_ != State::kResolving) return;  // the deadline closed the connection
-  bytes_out_ = frame.size();
-  // The response's status is its last key ("payload" and "message" sort first).
-  if (size_t at = frame.rfind("\"status\":\""); at != std::string::npos) {
-    outcome_ = frame.substr(at + 10, frame.find('"', at + 10) - (at + 10));
-  }
-  metrics::Request(metric_kind_, outcome_ == "ok" || outcome_ == "miss" ? outcome_ : "error");
-  metrics::BytesSent(metrics::Plane::kControl, frame.size());
-  bool would_block = false;
-  const size_t sent = SendWithoutWaiting(socket_.native_handle(), frame, &would_block);
-  if (!would_block) {  // all sent, or the peer is gone
-    state_ = State::kDone;
+void Connection::HandToResolve(Json request) {
+  state_ = State::kDone;
+  timer_.cancel();
+  asio::error_code ec;
+  const int fd = socket_.release(ec);
+  if (ec) {
     CloseSocket();
     return;
   }
-  state_ = State::kWriting;
-  frame.erase(0, sent);
-  lock.Unlock();
-  asio::post(socket_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
-    self->Write(std::move(f));
-  });
-}
-
-std::string Connection::KnownKind(const Json& request) const {
-  return seedd::KnownKind(server_->handler, server_->options, request);
+  handed_off_ = true;  // the resolve's Respond logs the access and closes the count
+  server_->Resolve(fd, peer_, exchange_, std::move(request), std::chrono::steady_clock::now(),
+                   /*opened=*/true);
 }
 
 void Connection::HandOver(const StreamHandler& handler, Json request) {
   const TransportOptions& o = server_->options;
   if (server_->streams.queued() >= o.max_queued_streams) {
+    server_->limits.StreamEnded(peer_);  // the exchange admitted it
     server_->busy_streams.Warn("Refused a data connection from {}: {} waiting, the limit is {}",
                                peer_, server_->streams.queued(), o.max_queued_streams);
     metrics::ConnectionRefused("data_queue_full");
-    metrics::Request(metric_kind_, "busy");
-    RespondBusy("the data plane is busy (" + std::to_string(o.max_queued_streams) +
-                " connections waiting); retry later");
-    return;
+    const std::string message = "the data plane is busy (" + std::to_string(o.max_queued_streams) +
+                                " connections waiting); retry later";
+    Json response = ErrorResponse(message);
+    response["retry_ms"] = kBusyRetryMs;
+    std::string frame = EncodeJsonFrame(response);
+    metrics::BytesSent(metrics::Plane::kControl, frame.size());
+    return Respond("error: " + message.substr(0, 80), std::move(frame));
   }
-  if (!server_->limits.AdmitStream(peer_)) {
-    server_->busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", peer_,
-                               o.max_streams_per_address);
-    metrics::ConnectionRefused("data_per_address");
-    metrics::Request(metric_kind_, "busy");
-    RespondBusy("too many data connections from " + peer_ + " (at most " +
-                std::to_string(o.max_streams_per_address) + ")");
-    return;
-  }
-  MutexLock lock(mu_);
   state_ = State::kDone;
   outcome_ = "handed to the data plane";
-  metrics::Request(metric_kind_, "data");
   timer_.cancel();
   asio::error_code ec;
   int fd = socket_.release(ec);
@@ -340,18 +263,16 @@ void Connection::HandOver(const StreamHandler& handler, Json request) {
   });
 }
 
-void Connection::RespondBusy(const std::string& message) {
-  Json response = ErrorResponse(message);
-  response["retry_ms"] = kBusyRetryMs;
-  Respond(message, std::move(response));
+void Connection::RespondError(const std::string& message) {
+  std::string frame = EncodeJsonFrame(ErrorResponse(message));
+  metrics::BytesSent(metrics::Plane::kControl, frame.size());
+  Respond("error: " + message.substr(0, 80), std::move(frame));
 }
 
-void Connection::Respond(const std::string& message, const Json& response) {
-  outcome_ = "error: " + message.substr(0, 80);
+void Connection::Respond(const std::string& outcome, std::string frame) {
+  outcome_ = outcome;
   // Best effort: the peer may be gone or never read it.
   ArmDeadline(kErrorWriteTimeout);
-  std::string frame = EncodeJsonFrame(response);
-  metrics::BytesSent(metrics::Plane::kControl, frame.size());
   Write(std::move(frame));
 }
 

@@ -69,6 +69,7 @@ std::string KnownKind(const RequestHandler& handler, const TransportOptions& opt
 std::string Outcome(const std::string& frame);
 
 class Connection;
+class ControlExchange;
 
 struct SeedServer::Rep {
   Rep(const RequestHandler& h, const TransportOptions& o)
@@ -109,15 +110,20 @@ struct SeedServer::Rep {
   const StreamHandler* FindStream(const Json& request) const;
   // `fd` as a socket of the loop; false (and `fd` closed) when asio refuses it.
   bool Wrap(int fd, asio::ip::tcp::socket* socket);
-  // A whole authenticated request read at accept (`request_bytes` of it): answered
-  // at once when its seedable can without blocking (a small artifact in the page
-  // cache), else resolved and answered on a resolver thread; the socket is never
-  // registered with the loop unless the response does not fit the socket buffer.
+  // A whole authenticated request read at accept (`request_bytes` of it), not
+  // for the data plane: its exchange, then Resolve.
   void AnswerOffLoop(int fd, const std::string& peer, Json request, size_t request_bytes);
+  // The one path of a resolved request, whoever read it (the fast path or a
+  // Connection; a TLS session resolves on its own stream thread): answered at
+  // once when its seedable can without blocking (a small artifact in the page
+  // cache), else resolved on a resolver thread, which then owns `fd`. `opened`:
+  // the connection is counted open already. The socket is never registered with
+  // the loop unless the response does not fit the socket buffer.
+  void Resolve(int fd, const std::string& peer, const ControlExchange& exchange, Json request,
+               std::chrono::steady_clock::time_point start, bool opened);
   // Sends `frame` on `fd` (accepted at `start`) and closes it, or hands the rest
   // to the loop; then the connection is over.
-  void Respond(int fd, const std::string& peer, const std::string& kind,
-               const std::string& metric_kind, std::string frame,
+  void Respond(int fd, const std::string& peer, const ControlExchange& exchange, std::string frame,
                std::chrono::steady_clock::time_point start);
   // The loop's path for `fd`, with the bytes read from it so far.
   void OnLoop(int fd, const std::string& peer, const char* bytes, size_t n);
@@ -211,7 +217,9 @@ struct SeedServer::Rep {
   void DrainTls(const std::shared_ptr<TlsSession>& s);
   // Sends `response` without waiting (what the socket takes), then lingers.
   void AnswerAndLinger(const std::shared_ptr<TlsSession>& s, const Json& response);
-  // A whole request read: authenticated, then answered or streamed.
+  void AnswerAndLinger(const std::shared_ptr<TlsSession>& s, const std::string& frame);
+  // On a stream thread: carries out the session's exchange (a resolve and its
+  // answer, or the data plane).
   void TlsRequest(TlsSession& s);
 };
 

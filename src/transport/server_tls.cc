@@ -15,6 +15,7 @@
 #include "common/mutex.h"
 #include "seedd/json_text.h"
 #include "transport/data_auth.h"
+#include "transport/exchange.h"
 #include "transport/server_rep.h"
 #include "transport/socket_io.h"
 #include "transport/tls.h"
@@ -72,11 +73,10 @@ struct SeedServer::Rep::TlsSession {
   bool streaming = false;
   bool handshaken = false;
   bool over = false;
-  // A request that asked for the challenge (data_auth.h), and the nonce sent;
-  // the frame read next is the fetcher's proof.
-  bool challenged = false;
-  Json request;
-  std::string nonce;  // cut or ending: nothing more is started
+  // The request's exchange (made once the session binding is known), and its
+  // decision, carried out on a stream thread.
+  std::optional<ControlExchange> exchange;
+  ControlExchange::Step step;
 };
 
 uint64_t SeedServer::Rep::AdmitTls(const std::string& peer, int fd) {
@@ -185,7 +185,11 @@ void SeedServer::Rep::DrainTls(const std::shared_ptr<TlsSession>& s) {
 }
 
 void SeedServer::Rep::AnswerAndLinger(const std::shared_ptr<TlsSession>& s, const Json& response) {
-  const std::string frame = EncodeJsonFrame(response);
+  AnswerAndLinger(s, EncodeJsonFrame(response));
+}
+
+void SeedServer::Rep::AnswerAndLinger(const std::shared_ptr<TlsSession>& s,
+                                      const std::string& frame) {
   // What the socket takes now: the frame is small, and nobody waits for a peer
   // that does not read.
   s->conn->SendAllBy(frame.data(), frame.size(), std::chrono::steady_clock::now());
@@ -250,25 +254,25 @@ void SeedServer::Rep::ReadTlsRequest(const std::shared_ptr<TlsSession>& s) {
     }
     if (s->reader.done()) break;
   }
-  if (!s->challenged) {
-    Result<Json> request = ParseJson(s->reader.body());
-    if (request.ok() && !handler.Authenticate(*request) && AsksForChallenge(*request) &&
-        FindStream(*request) != nullptr) {
-      s->nonce = RandomHexOrDie(kDataNonceHexBytes / 2);
-      const std::string frame =
-          EncodeJsonFrame(Json{{"status", "challenge"},
-                               {"auth", kDataAuthScheme},
-                               {"nonce", s->nonce},
-                               {"proof", DataProof(handler.tokens().Sent(), "source", *request,
-                                                   s->nonce, SessionBinding(*s->conn))}});
-      if (!s->conn->SendAllBy(frame.data(), frame.size(), std::chrono::steady_clock::now())) {
+  metrics::BytesReceived(metrics::Plane::kControl, s->reader.body().size() + 8);
+  if (!s->exchange.has_value()) s->exchange.emplace(*this, s->peer, SessionBinding(*s->conn));
+  s->step = s->exchange->OnFrame(s->reader.body());
+  s->reader = FrameReader(0);  // free the body
+  switch (s->step.next) {
+    case ControlExchange::Next::kRespond:
+      return AnswerAndLinger(s, s->step.frame);
+    case ControlExchange::Next::kChallenge:
+      if (!s->conn->SendAllBy(s->step.frame.data(), s->step.frame.size(),
+                              std::chrono::steady_clock::now())) {
         return EndTls(*s);
       }
-      s->challenged = true;
-      s->request = std::move(*request);
       s->reader = FrameReader(kMaxProofBytes);
       return ReadTlsRequest(s);  // the proof, within the same deadline
-    }
+    case ControlExchange::Next::kStream:
+    case ControlExchange::Next::kResolve:
+      s->authenticated = true;
+      s->streaming = s->step.next == ControlExchange::Next::kStream;
+      break;
   }
   if (streams.queued() >= options.max_queued_streams) {
     metrics::ConnectionRefused("data_queue_full");
@@ -302,67 +306,16 @@ void SeedServer::Rep::TlsRequest(TlsSession& s) {
     }
   } drain{&pipe};
   Conn& conn = *s.conn;
-  auto respond = [&](const Json& response) {
-    const std::string frame = EncodeJsonFrame(response);
-    metrics::BytesSent(metrics::Plane::kControl, frame.size());
-    conn.SendAllBy(frame.data(), frame.size(),
-                   std::chrono::steady_clock::now() + kErrorWriteTimeout);
-    conn.Shutdown();
-  };
-  const std::string& body = s.reader.body();
-  metrics::BytesReceived(metrics::Plane::kControl, body.size() + 8);
-  Result<Json> request = ParseJson(body);
-  if (!request.ok()) {
-    metrics::Request("unknown", "invalid");
-    return respond(ErrorResponse("Invalid request: " + request.status().message()));
-  }
-  bool proved = false;
-  if (s.challenged) {  // `request` is the fetcher's proof for s.request
-    const std::string proof =
-        request->is_object() && request->contains("proof") && (*request)["proof"].is_string()
-            ? (*request)["proof"].get<std::string>()
-            : std::string();
-    proved =
-        ProvedByAny(handler.tokens(), proof, "fetcher", s.request, s.nonce, SessionBinding(conn));
-    request = std::move(s.request);
-  } else {
-    proved = handler.Authenticate(*request);
-  }
-  const std::string kind = KnownKind(handler, options, *request);
-  if (!proved) {
-    const size_t failures = limits.AuthFailed(s.peer, AddressLimits::Clock::now());
-    failed_auth.Warn("Failed authentication from {} ({} in the last {} s)", s.peer, failures,
-                     Seconds(limits.options().auth_failure_window));
-    metrics::AuthFailure();
-    metrics::Request(kind, "unauthorized");
-    return respond(ErrorResponse("Unauthorized request"));
-  }
-  s.authenticated = true;
-  limits.Authenticated(s.peer);
   EndPendingTls(s.id);
-  auto stream = options.stream_handlers.find(kind);
-  if (stream != options.stream_handlers.end()) {
-    if (!limits.AdmitStream(s.peer)) {
-      busy_streams.Warn("Refused a data connection from {}: it holds {}, the limit", s.peer,
-                        options.max_streams_per_address);
-      metrics::ConnectionRefused("data_per_address");
-      metrics::Request(kind, "busy");
-      Json busy = ErrorResponse("too many data connections from " + s.peer + " (at most " +
-                                std::to_string(options.max_streams_per_address) + ")");
-      busy["retry_ms"] = kBusyRetryMs;
-      return respond(busy);
-    }
-    s.streaming = true;
-    metrics::Request(kind, "data");
+  if (s.step.next == ControlExchange::Next::kStream) {
     metrics::ConnectionOpened(metrics::Plane::kData);
-    stream->second(conn, *request);
+    (*s.step.stream)(conn, s.step.request);
     metrics::ConnectionClosed(metrics::Plane::kData);
     conn.Shutdown();
     return;
   }
-  const std::string frame = handler.HandleToFrame(*request);
-  metrics::Request(kind, Outcome(frame));
-  metrics::BytesSent(metrics::Plane::kControl, frame.size());
+  const std::string frame = handler.HandleToFrame(s.step.request);
+  s.exchange->Answered(frame);
   conn.SendAllBy(frame.data(), frame.size(),
                  std::chrono::steady_clock::now() + options.authenticated_timeout);
   conn.Shutdown();
