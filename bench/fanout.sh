@@ -15,7 +15,8 @@
 # over what their links could carry), when each target was ready and the
 # qdiscs' drops;
 # RELAY_UPLOAD_RATE (default: 90% of RATE, as an operator of shaped hosts sets
-# it; 0: no limit) is each target's --relay-upload-rate;
+# it; 0: no limit) is each target's --relay-upload-rate; RELAY_UPLOAD_PACING
+# (delay or off; default: the daemon's, delay) its --relay-upload-pacing;
 # LOG_LEVEL sets the daemons' log level. Also reported: the CPU seconds the
 # daemons (the targets and the origin) spent per GiB the targets received, for
 # one target and for TARGETS, and their ratio (the cost of relaying).
@@ -162,7 +163,7 @@ run() {
   start="$(date +%s.%N)"
   for i in $(seq 1 "$n"); do
     start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench \
-      --relay-upload-rate "$relay_rate"
+      --relay-upload-rate "$relay_rate" ${RELAY_UPLOAD_PACING:+--relay-upload-pacing "$RELAY_UPLOAD_PACING"}
   done
   if [ -n "${TRACE:-}" ]; then  # the origin's bytes sent, every half second
     (while :; do echo "$(date +%s.%N) $(tx_bytes) $(rx_targets "$n")"; sleep 0.5; done) > "$work/$label.trace" &
@@ -281,7 +282,7 @@ for chunk in ${CHUNKS:-auto}; do
   rm -rf "${shm:?}/origin$chunk"
 done
 python3 - "$targets" "$rate" "$link_mbps" "$model_bytes" "$relay_rate" "${results[@]}" <<'PY'
-import collections, statistics, sys
+import collections, os, statistics, sys
 n, rate, link, model = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 relay_rate = sys.argv[5]
 by_chunk = collections.defaultdict(list)
@@ -308,4 +309,5 @@ for chunk, rows in by_chunk.items():
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
+print("  targets' --relay-upload-pacing: %s" % (os.environ.get("RELAY_UPLOAD_PACING") or "default (delay)"))
 PY

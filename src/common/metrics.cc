@@ -87,6 +87,13 @@ struct Families {
           .Name("seedd_relay_upload_wait_seconds_total")
           .Help("Time upload threads waited to keep within --relay-upload-rate, summed")
           .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& relay_pace =
+      BuildGauge()
+          .Name("seedd_relay_upload_pace_bytes_per_second")
+          .Help(
+              "The rate relay uploads are held to, by --relay-upload-rate or by the queueing "
+              "the uplink showed (0: not paced)")
+          .Register(*registry);
 
   prometheus::Counter& auth_failure = auth_failures.Add({});
   prometheus::Gauge& open_control = connections_open.Add({{"plane", "control"}});
@@ -99,6 +106,7 @@ struct Families {
   prometheus::Counter& failed = chunk_failures.Add({});
   prometheus::Counter& relayed = relay_bytes.Add({});
   prometheus::Counter& relay_waited = relay_wait.Add({});
+  prometheus::Gauge& relay_paced = relay_pace.Add({});
 };
 
 Families& F() {
@@ -179,6 +187,10 @@ void PullProgress(std::string_view model, double ratio) {
 void RelayBytesSent(uint64_t bytes) { F().relayed.Increment(static_cast<double>(bytes)); }
 
 void RelayUploadWaited(double seconds) { F().relay_waited.Increment(seconds); }
+
+void RelayUploadPace(uint64_t bytes_per_second) {
+  F().relay_paced.Set(static_cast<double>(bytes_per_second));
+}
 
 std::string Text() {
   prometheus::TextSerializer serializer;

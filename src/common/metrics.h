@@ -45,6 +45,9 @@ void PullProgress(std::string_view model, double ratio);
 void RelayBytesSent(uint64_t bytes);
 // An upload thread waited `seconds` to keep within --relay-upload-rate.
 void RelayUploadWaited(double seconds);
+// The rate relay uploads are held to now, by --relay-upload-rate or by the
+// uplink's queueing (0: not paced).
+void RelayUploadPace(uint64_t bytes_per_second);
 
 // Every metric in the Prometheus text exposition format (version 0.0.4).
 std::string Text();

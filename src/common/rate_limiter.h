@@ -47,11 +47,20 @@ class RateLimiter {
     return std::max(Clock::duration::zero(), last_ + owed - now);
   }
 
-  uint64_t bytes_per_second() const { return static_cast<uint64_t>(rate_); }
+  uint64_t bytes_per_second() const {
+    MutexLock lock(mu_);
+    return static_cast<uint64_t>(rate_);
+  }
+  // A new rate from now on (the tokens held stay, up to the burst).
+  // REQUIRES: bytes_per_second > 0.
+  void SetRate(uint64_t bytes_per_second) {
+    MutexLock lock(mu_);
+    rate_ = static_cast<double>(bytes_per_second);
+  }
 
  private:
-  Mutex mu_;
-  const double rate_;
+  mutable Mutex mu_;
+  double rate_ GUARDED_BY(mu_);
   const double burst_;
   double tokens_ GUARDED_BY(mu_);
   Clock::time_point last_ GUARDED_BY(mu_){};

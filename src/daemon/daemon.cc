@@ -202,6 +202,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     }
     WeightServerOptions serving;
     serving.relay_upload_rate = options.relay_upload_rate;
+    serving.relay_pacing = options.relay_upload_pacing;
     weights = std::make_shared<WeightServer>(std::move(served), serving);
     compile_plane = std::make_shared<DaemonCompileCachePlane>(options.cache_dir, build, weights);
     WeightInstallOptions install;

@@ -17,7 +17,6 @@
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "common/rate_limiter.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/proto/records.h"
 #include "seedd/json_text.h"
@@ -53,41 +52,6 @@ bool IsHole(int fd, uint64_t offset, uint64_t length) {
   off_t data = ::lseek(fd, static_cast<off_t>(offset), SEEK_DATA);
   if (data < 0) return errno == ENXIO;  // no data from offset to the end
   return static_cast<uint64_t>(data) >= offset + length;
-}
-
-// The piece a rate-limited send asks its bucket for: about 2 ms of the rate,
-// so that senders sharing it interleave finely, and no less than 16 KiB (nor
-// more than 1 MiB) so that a fast link is not paced by a sleep per few packets.
-uint64_t PacedPiece(uint64_t bytes_per_second) {
-  return std::clamp<uint64_t>(bytes_per_second / 500, 16 * 1024, 1024 * 1024);
-}
-
-std::unique_ptr<RateLimiter> LimiterFor(uint64_t bytes_per_second) {
-  if (bytes_per_second == 0) return nullptr;
-  return std::make_unique<RateLimiter>(bytes_per_second, 2 * PacedPiece(bytes_per_second));
-}
-
-// sendfile() of [offset, offset + n) of `file`, a piece at a time, each when
-// `limiter` lets it go (the wait counts against `deadline`).
-bool PacedSendFile(Conn& conn, RateLimiter& limiter, int file, off_t offset, uint64_t n,
-                   std::chrono::steady_clock::time_point deadline,
-                   const std::function<void(uint64_t)>& sent) {
-  const uint64_t piece = PacedPiece(limiter.bytes_per_second());
-  for (uint64_t done = 0; done < n;) {
-    const uint64_t len = std::min(piece, n - done);
-    const auto now = std::chrono::steady_clock::now();
-    const auto wait = limiter.Reserve(len, now);
-    if (now + wait >= deadline) return false;
-    if (wait > std::chrono::steady_clock::duration::zero()) {
-      std::this_thread::sleep_for(wait);
-      metrics::RelayUploadWaited(std::chrono::duration<double>(wait).count());
-    }
-    if (!conn.SendFileBy(file, offset + static_cast<off_t>(done), len, deadline, sent)) {
-      return false;
-    }
-    done += len;
-  }
-  return true;
 }
 
 }  // namespace
@@ -129,7 +93,10 @@ Result<uint64_t> ParseRate(std::string_view text, std::string_view flag) {
 
 WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
     : options_(options),
-      relay_limiter_(LimiterFor(options.relay_upload_rate)),
+      relay_pacing_(
+          options.relay_upload_rate != 0 || options.relay_pacing
+              ? std::make_unique<RelayPacing>(options.relay_upload_rate, options.relay_pacing)
+              : nullptr),
       rng_(std::random_device{}()),
       slots_(options_) {
   for (auto& m : models) Publish(std::move(m));
@@ -377,9 +344,9 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
       if (model->pulled) metrics::RelayBytesSent(w);
     };
     // Held to the relay rate while this host still pulls the model.
-    if (relay_limiter_ != nullptr && model->available != nullptr) {
-      sent = sent && PacedSendFile(conn, *relay_limiter_, file, static_cast<off_t>(c.offset),
-                                   c.length, deadline, count);
+    if (relay_pacing_ != nullptr && model->available != nullptr) {
+      sent = sent && relay_pacing_->SendFile(conn, file, static_cast<off_t>(c.offset), c.length,
+                                             deadline, count);
     } else {
       sent = sent && conn.SendFileBy(file, static_cast<off_t>(c.offset), c.length, deadline, count);
     }

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "common/rate_limiter.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/files/manifest.h"
 #include "kinds/weights/files/model_index.h"
+#include "kinds/weights/net/relay_pacing.h"
 #include "kinds/weights/proto/records.h"
 #include "kinds/weights/proto/server_core.h"
 #include "kinds/weights/proto/upload_slots.h"
@@ -46,6 +46,9 @@ struct WeightServerOptions : SwarmPolicy {
   // uploads, and its own pull slows to a fraction of its downlink. Once the
   // pull completes, the model is served at full speed.
   uint64_t relay_upload_rate = 0;
+  // Below that cap, the server paces them by itself from the queueing its
+  // uploads meet (RelayPacing, proto/upload_pacer.h); false: only the cap.
+  bool relay_pacing = true;
 };
 
 class WeightServer {
@@ -110,8 +113,9 @@ class WeightServer {
   void WarnChanged(const ServedModel& model, const std::string& file, const std::string& why);
 
   const WeightServerOptions options_;
-  // options_.relay_upload_rate's bucket; null without one.
-  const std::unique_ptr<RateLimiter> relay_limiter_;
+  // The pace of what is sent of a model this host is still pulling; null when
+  // neither a cap nor pacing is asked for.
+  const std::unique_ptr<RelayPacing> relay_pacing_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> by_name_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<const ServedModel>> by_root_ GUARDED_BY(mu_);
