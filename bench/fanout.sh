@@ -16,7 +16,7 @@
 # qdiscs' drops;
 # RELAY_UPLOAD_RATE (default: 90% of RATE, as an operator of shaped hosts sets
 # it; 0: no limit) is each target's --relay-upload-rate; RELAY_UPLOAD_PACING
-# (delay or off; default: the daemon's, delay) its --relay-upload-pacing;
+# (delay or off; default: the daemon's, off) its --relay-upload-pacing;
 # LOG_LEVEL sets the daemons' log level. Also reported: the CPU seconds the
 # daemons (the targets and the origin) spent per GiB the targets received, for
 # one target and for TARGETS, and their ratio (the cost of relaying).
@@ -309,5 +309,5 @@ for chunk, rows in by_chunk.items():
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
-print("  targets' --relay-upload-pacing: %s" % (os.environ.get("RELAY_UPLOAD_PACING") or "default (delay)"))
+print("  targets' --relay-upload-pacing: %s" % (os.environ.get("RELAY_UPLOAD_PACING") or "default (off)"))
 PY

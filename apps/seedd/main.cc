@@ -272,13 +272,14 @@ int main(int argc, char** argv) {
                  "fleet's size")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  std::string relay_upload_pacing = "delay";
+  std::string relay_upload_pacing = "off";
   app.add_option("--relay-upload-pacing", relay_upload_pacing,
                  "while a --pull runs, how this daemon paces what it sends of that model to "
                  "other fetchers: 'delay' (from the queueing its uploads meet: when their round "
                  "trip rises above the least seen, the uplink is full and delays this host's own "
-                 "pull, so they slow down; as LEDBAT does for BitTorrent; no rate to know) or "
-                 "'off' (only --relay-upload-rate, when set)")
+                 "pull, so they slow down; as LEDBAT does for BitTorrent; no rate to know; "
+                 "experimental: on shaped test links it slowed a fleet's pull) or 'off' (only "
+                 "--relay-upload-rate, when set)")
       ->capture_default_str()
       ->check(CLI::IsMember({"delay", "off"}));
   std::string relay_upload_rate = "0";
@@ -287,9 +288,8 @@ int main(int argc, char** argv) {
                  "other fetchers: 45mbit, 2.5gbit, 100MB (0: no limit). Set it a little below "
                  "the host's uplink (e.g. 90% of a VM's egress limit) when the uplink is the "
                  "bottleneck: a full uplink queues the host's own chunk requests and TCP "
-                 "acknowledgements behind its uploads and slows its own pull. Below it, "
-                 "--relay-upload-pacing paces them by itself. Once the pull completes the model "
-                 "is served at full speed")
+                 "acknowledgements behind its uploads and slows its own pull. Once the pull "
+                 "completes the model is served at full speed")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {

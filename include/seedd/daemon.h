@@ -86,8 +86,9 @@ struct DaemonOptions {
   // acknowledgements from queueing behind its uploads (WeightServerOptions).
   uint64_t relay_upload_rate = 0;
   // Below that cap, relay uploads are paced by the queueing they meet (their
-  // round trip above the least seen), so that no rate needs to be known.
-  bool relay_upload_pacing = true;
+  // round trip above the least seen), so that no rate needs to be known. Off by
+  // default: on shaped test links it slowed fleets down (docs/benchmarks.md).
+  bool relay_upload_pacing = false;
   // A redis:// URL where this daemon announces the models it serves (and those it
   // is pulling) and where its pulls find more relays; empty: the sources'
   // own lists only.

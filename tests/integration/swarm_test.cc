@@ -229,6 +229,35 @@ TEST_F(SwarmTest, AModelStillPulledHereIsSentAtMostAtTheRelayRate) {
   EXPECT_LT(read_big(complete), 1.5);  // on loopback: milliseconds
 }
 
+// --relay-upload-pacing delay: what a host sends of a model it is still pulling
+// goes through the pacer, which reads each upload connection's round trip; on
+// loopback nothing queues, so nothing is paced and every byte arrives at once.
+TEST_F(SwarmTest, DelayPacingSendsAPulledModelWholeAndUnpacedWhileNothingQueues) {
+  WriteRandom(model_ / "big.bin", 4 << 20, 3);
+  WeightServerOptions options;
+  options.relay_pacing = true;
+  Server(options);  // manifest_ now describes the new big.bin
+  auto pulling_set = std::make_shared<ChunkSet>(manifest_.chunks.size());
+  for (size_t i = 0; i < manifest_.chunks.size(); ++i) pulling_set->Set(i);
+  HostPort addr = ServeWeights(Server(options, pulling_set));
+  Json answer;
+  UniqueFd fd = testing::OpenData(addr, manifest_.root_digest, &answer);
+  const double waited = RelayWaited();
+  const auto start = std::chrono::steady_clock::now();
+  std::string big;
+  for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+    if (manifest_.chunks[i].file != "big.bin") continue;
+    Record r = Ask(fd.get(), "SDRQ", i);
+    ASSERT_EQ(r.status, 0u) << i;
+    big += r.body;
+  }
+  EXPECT_EQ(big, testing::ReadAll(model_ / "big.bin"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(RelayWaited(), waited);  // never held back
+  EXPECT_NE(metrics::Text().find("\nseedd_relay_upload_pace_bytes_per_second 0"),
+            std::string::npos);
+}
+
 // A relay that holds the slot keeps it with requests sent ahead (here: a second
 // connection's request waiting for its own send to end). A relay with nothing
 // arriving is turned away once, then waits in line and is served before the

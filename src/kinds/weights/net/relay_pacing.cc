@@ -15,11 +15,11 @@ namespace seedd {
 namespace {
 
 // Pieces of about 2 ms of a cap (16 KiB to 1 MiB), so that senders sharing it
-// interleave finely; 256 KiB when only the pacer decides: a round trip sampled
-// every few ms of a fast uplink, every 40 ms of a 50 Mbit/s one.
-uint64_t Piece(uint64_t rate) {
-  if (rate == 0) return 256 * 1024;
-  return std::clamp<uint64_t>(rate / 500, 16 * 1024, 1024 * 1024);
+// interleave finely; 256 KiB when the pacer decides: a round trip sampled every
+// few ms of a fast uplink, every 40 ms of a 50 Mbit/s one, and few calls.
+uint64_t Piece(uint64_t cap, bool by_delay) {
+  if (by_delay) return 256 * 1024;
+  return std::clamp<uint64_t>(cap / 500, 16 * 1024, 1024 * 1024);
 }
 
 // The connection's smoothed round trip (0: unknown, e.g. not TCP).
@@ -36,7 +36,7 @@ RelayPacing::RelayPacing(uint64_t cap, bool by_delay, PacerPolicy policy)
     : cap_(cap),
       by_delay_(by_delay),
       pacer_(policy),
-      limiter_(cap != 0 ? cap : 1, 2 * Piece(cap != 0 ? cap : policy.floor)) {}
+      limiter_(cap != 0 ? cap : 1, 2 * Piece(cap, by_delay)) {}
 
 uint64_t RelayPacing::rate() const {
   MutexLock lock(mu_);
@@ -52,10 +52,11 @@ RelayPacing::Clock::duration RelayPacing::Reserve(uint64_t n, Clock::time_point 
   return limiter_.Reserve(n, now);
 }
 
-void RelayPacing::Sent(uint64_t n, std::chrono::microseconds rtt, Clock::time_point now) {
+void RelayPacing::Sent(uint64_t conn, uint64_t n, std::chrono::microseconds rtt,
+                       Clock::time_point now) {
   if (!by_delay_) return;
   MutexLock lock(mu_);
-  pacer_.OnSent(n, rtt, now);
+  pacer_.OnSent(conn, n, rtt, now);
   const uint64_t r = pacer_.rate();
   if (r != 0 && logged_rate_ == 0) {
     Logger().info(
@@ -71,10 +72,16 @@ void RelayPacing::Sent(uint64_t n, std::chrono::microseconds rtt, Clock::time_po
   metrics::RelayUploadPace(cap_ != 0 && (r == 0 || r > cap_) ? cap_ : r);
 }
 
+void RelayPacing::Closed(const Conn& conn) {
+  if (!by_delay_) return;
+  MutexLock lock(mu_);
+  pacer_.OnClosed(static_cast<uint64_t>(conn.fd()));
+}
+
 bool RelayPacing::SendFile(Conn& conn, int file, off_t offset, uint64_t n,
                            Clock::time_point deadline, const std::function<void(uint64_t)>& sent) {
   for (uint64_t done = 0; done < n;) {
-    const uint64_t len = std::min(Piece(rate()), n - done);
+    const uint64_t len = std::min(Piece(cap_, by_delay_), n - done);
     const auto now = Clock::now();
     const auto wait = Reserve(len, now);
     if (now + wait >= deadline) return false;
@@ -86,7 +93,7 @@ bool RelayPacing::SendFile(Conn& conn, int file, off_t offset, uint64_t n,
       return false;
     }
     done += len;
-    if (by_delay_) Sent(len, RoundTrip(conn.fd()), Clock::now());
+    if (by_delay_) Sent(static_cast<uint64_t>(conn.fd()), len, RoundTrip(conn.fd()), Clock::now());
   }
   return true;
 }

@@ -35,11 +35,13 @@ class RelayPacing {
   // piece's round trip then given to the pacer. `sent` as Conn::SendFileBy's.
   bool SendFile(Conn& conn, int file, off_t offset, uint64_t n, Clock::time_point deadline,
                 const std::function<void(uint64_t)>& sent);
+  // `conn` is done with: its round trips are forgotten.
+  void Closed(const Conn& conn);
 
  private:
   // How long to wait before sending `n` bytes, from `now`.
   Clock::duration Reserve(uint64_t n, Clock::time_point now);
-  void Sent(uint64_t n, std::chrono::microseconds rtt, Clock::time_point now);
+  void Sent(uint64_t conn, uint64_t n, std::chrono::microseconds rtt, Clock::time_point now);
 
   const uint64_t cap_;
   const bool by_delay_;

@@ -220,6 +220,13 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     return conn.SendAllBy(h.data(), h.size(), deadline);
   };
   auto deadline_for = [&](uint64_t n) { return SendBy(n); };
+  struct Forget {  // its round trips, once the connection is done
+    RelayPacing* pacing;
+    const Conn& conn;
+    ~Forget() {
+      if (pacing != nullptr) pacing->Closed(conn);
+    }
+  } forget{relay_pacing_.get(), conn};
   std::map<std::string, UniqueFd, std::less<>> files;
   std::string address;                                        // the peer's, once it asks for a slot
   const std::string claimant = peer ? relay : std::string();  // who takes claims

@@ -48,7 +48,7 @@ struct WeightServerOptions : SwarmPolicy {
   uint64_t relay_upload_rate = 0;
   // Below that cap, the server paces them by itself from the queueing its
   // uploads meet (RelayPacing, proto/upload_pacer.h); false: only the cap.
-  bool relay_pacing = true;
+  bool relay_pacing = false;
 };
 
 class WeightServer {
