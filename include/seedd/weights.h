@@ -60,6 +60,9 @@ inline uint64_t AutoChunkBytes(uint64_t total_bytes) {
   return size;
 }
 inline constexpr uint64_t kDefaultChunkBytes = 2ull << 20;  // a parsed manifest's, until set
+// The chunk sizes an index builds and a manifest may carry.
+inline constexpr uint64_t kMinChunkBytes = 4096;
+inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
 inline constexpr size_t kMaxManifestFiles = 100000;
 
 // A chunk size given in MiB (a fraction allowed), in bytes: a multiple of 64 KiB,

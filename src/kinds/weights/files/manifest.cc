@@ -150,7 +150,7 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   m.fingerprint = j["fingerprint"];
   Result<uint64_t> cs = Uint(j, "chunk_size", "manifest");
   if (!cs.ok()) return cs.status();
-  if (*cs < 4096 || *cs > (1ull << 30)) return bad("chunk_size must be 4 KiB to 1 GiB");
+  if (*cs < kMinChunkBytes || *cs > kMaxChunkBytes) return bad("chunk_size must be 4 KiB to 1 GiB");
   m.chunk_size = *cs;
   if (auto algo = j.find("chunk_digest"); algo != j.end()) {
     if (!algo->is_string()) return bad("'chunk_digest' must be a string");

@@ -114,7 +114,8 @@ Result<IndexedModel> IndexModel(const std::string& model, const std::filesystem:
                                 const BuildOptions& given, BuildStats* stats) {
   if (!IsModelName(model)) return Status::InvalidArgument("invalid model name '" + model + "'");
   BuildOptions options = given;
-  if (options.chunk_size != 0 && (options.chunk_size < 4096 || options.chunk_size > (1ull << 30))) {
+  if (options.chunk_size != 0 &&
+      (options.chunk_size < kMinChunkBytes || options.chunk_size > kMaxChunkBytes)) {
     return Status::InvalidArgument("chunk size must be 4 KiB to 1 GiB");
   }
   std::error_code ec;
