@@ -97,10 +97,39 @@ void Sim::Report() const {
     }
     std::printf("downlinks idle (nothing arriving) %.3f of the time\n", idle / total);
   }
-  std::printf("the origin's last chunk ended at %.3f x the bound\n", origin_last_ / bound_);
+  std::printf("the origin's last chunk ended at %.3f x the bound; its uplink busy %.3f of that\n",
+              origin_last_ / bound_, hosts_[0].up_busy / origin_last_);
   if (!late.empty()) {
     std::printf("late joiners: %zu p50=%.3f p99=%.3f max=%.3f\n", late.size(), pct(late, 0.5),
                 pct(late, 0.99), pct(late, 1));
+  }
+  if (f_.slowest > 0) {
+    std::vector<std::pair<double, PeerId>> order;
+    for (PeerId h = 1; h < hosts_.size(); ++h) {
+      if (hosts_[h].done >= 0) order.push_back({hosts_[h].done - hosts_[h].join, h});
+    }
+    std::sort(order.begin(), order.end());
+    if (!order.empty()) {
+      std::printf("the median host, then the slowest: chunks verified per 1/20 of the bound\n");
+      std::vector<PeerId> pick = {order[order.size() / 2].second};
+      for (size_t i = order.size() - std::min(order.size(), static_cast<size_t>(f_.slowest));
+           i < order.size(); ++i) {
+        pick.push_back(order[i].second);
+      }
+      for (PeerId h : pick) {
+        const Host& x = hosts_[h];
+        const double took = x.done - x.join;
+        std::printf(
+            "  host %u: %.3f x the bound, downlink idle %.3f, uplink busy %.3f, transfers "
+            "arriving %.2f on average, %d busy answers, chunks from %zu hosts (%zu neighbours "
+            "at the end, %d chunks from the origin), %zu fetching from it:",
+            h, took / bound_, x.idle / took, x.up_busy / took, x.downs_time / took, x.busy,
+            x.senders.size(), x.neighbours.size(), x.senders.count(0) ? x.senders.at(0) : 0,
+            x.watchers.size());
+        for (int a : x.arrivals) std::printf(" %d", a);
+        std::printf("\n");
+      }
+    }
   }
   std::printf("swarm_sim: hosts=%d p50=%.3f p99=%.3f max=%.3f bound=%.3f origin=%.3f\n", f_.hosts,
               pct(all, 0.5), pct(all, 0.99), pct(all, 1), bound_,
@@ -320,10 +349,9 @@ void Sim::Send(PeerId u, seedd::UploadSlots::Id slot, const Queued& q) {
   Transfer& t = transfers_[id];
   t = Transfer{u, q.from, q.chunk,       q.claim, chunk_bytes_, chunk_bytes_,
                0, now_,   t.version + 1, true,    t.serial + 1, slot};
-  up.ups.push_back(id);
+  AddUp(u, id);
   up.sending[slot] = id;
-  if (down.downs.empty()) down.idle += now_ - down.idle_since;
-  down.downs.push_back(id);
+  AddDown(q.from, id);
   Reflow(u);
   Reflow(q.from);
   if (f_.ahead) Push(now_ + Latency() + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
@@ -346,13 +374,39 @@ void Sim::Reflow(PeerId h) {
   }
 }
 
+void Sim::AddDown(PeerId h, uint32_t id) {
+  Host& host = hosts_[h];
+  if (host.downs.empty()) host.idle += now_ - host.idle_since;
+  host.downs_time += host.downs.size() * (now_ - host.downs_since);
+  host.downs_since = now_;
+  host.downs.push_back(id);
+}
+
+void Sim::RemoveDown(PeerId h, uint32_t id) {
+  Host& host = hosts_[h];
+  host.downs_time += host.downs.size() * (now_ - host.downs_since);
+  host.downs_since = now_;
+  host.downs.erase(std::find(host.downs.begin(), host.downs.end(), id));
+  if (host.downs.empty()) host.idle_since = now_;
+}
+
+void Sim::AddUp(PeerId h, uint32_t id) {
+  Host& host = hosts_[h];
+  if (host.ups.empty()) host.up_since = now_;
+  host.ups.push_back(id);
+}
+
+void Sim::RemoveUp(PeerId h, uint32_t id) {
+  Host& host = hosts_[h];
+  host.ups.erase(std::find(host.ups.begin(), host.ups.end(), id));
+  if (host.ups.empty()) host.up_busy += now_ - host.up_since;
+}
+
 void Sim::EndTransfer(uint32_t id, bool complete) {
   Transfer& t = transfers_[id];
   t.live = false;
-  auto off = [id](std::vector<uint32_t>& v) { v.erase(std::find(v.begin(), v.end(), id)); };
-  off(hosts_[t.u].ups);
-  off(hosts_[t.d].downs);
-  if (hosts_[t.d].downs.empty()) hosts_[t.d].idle_since = now_;
+  RemoveUp(t.u, id);
+  RemoveDown(t.d, id);
   if (t.u == 0) origin_->EndSend(hosts_[t.d].name, t.chunk, complete, Now());
   if (!complete && !hosts_[t.d].failed && !hosts_[t.u].failed && hosts_[t.d].core) {
     auto it = hosts_[t.d].core_of.find(t.u);
@@ -404,11 +458,20 @@ void Sim::Handle(const Event& e) {
       if (host.failed || host.done >= 0) return;
       auto from = host.core_of.find(e.b);
       if (from == host.core_of.end()) return;
-      host.core->OnArrived(from->second, e.chunk);         // endgame copies are drained
+      const uint64_t rotations = host.core->rotations();
+      host.core->OnArrived(from->second, e.chunk);  // endgame copies are drained
+      const size_t twentieth = static_cast<size_t>((now_ - host.join) / bound_ * 20);
+      if (host.arrivals.size() <= twentieth) host.arrivals.resize(twentieth + 1);
+      ++host.arrivals[twentieth];
+      ++host.senders[e.b];
       Push(now_ + Latency(), Ev::kHave, e.a, 0, e.chunk);  // to every watcher
       if (host.core->Complete()) {
         host.done = now_;
         return;
+      }
+      if (host.core->rotations() != rotations) {
+        Prune(e.a);
+        AskRelays(e.a);
       }
       PumpAll(e.a);
       return;
@@ -449,6 +512,7 @@ void Sim::Handle(const Event& e) {
     case Ev::kBusy: {  // e.b's slots were full: ask the others
       Host& host = hosts_[e.a];
       if (host.failed || host.done >= 0) return;
+      ++host.busy;
       const double retry = Seconds(f_.swarm.busy_retry);
       host.core->OnBusy(host.core_of.at(e.b), e.chunk,
                         Now() + std::chrono::duration_cast<seedd::SchedulerClock::duration>(

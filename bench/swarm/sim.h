@@ -69,6 +69,7 @@ struct Flags {
   // "claim_holder"); false: as a server or fetcher before that.
   bool follow_holders = true;
   uint64_t seed = 1;
+  int slowest = 0;  // hosts whose pull is printed in detail, the slowest, and the median one
   double give_up_bounds = 50;  // the simulation ends (failing) after this many bounds
 };
 
@@ -122,7 +123,14 @@ struct Host {
   double join = 0, done = -1;
   bool joined = false, failed = false, late = false;
   bool wake_pending = false;
-  double idle = 0, idle_since = 0;  // the downlink's time with nothing arriving
+  double idle = 0, idle_since = 0;   // the downlink's time with nothing arriving
+  double up_busy = 0, up_since = 0;  // the uplink's time with something leaving
+  // For --slowest: chunks verified per twentieth of the bound, chunks by
+  // sender, the integral of transfers arriving over time, "busy" answers.
+  std::vector<int> arrivals;
+  std::map<PeerId, int> senders;
+  double downs_time = 0, downs_since = 0;
+  int busy = 0;
 };
 
 class Sim {
@@ -168,6 +176,12 @@ class Sim {
   void Granted(PeerId u, const std::vector<seedd::UploadSlots::Id>& ids);
   // Recomputes the rates of the transfers at host h and when each will end.
   void Reflow(PeerId h);
+  // Adds or removes transfer `id` at h's downlink or uplink, keeping the counts
+  // of time it was busy.
+  void AddDown(PeerId h, uint32_t id);
+  void RemoveDown(PeerId h, uint32_t id);
+  void AddUp(PeerId h, uint32_t id);
+  void RemoveUp(PeerId h, uint32_t id);
   // Ends transfer `id` (done or cut): off both hosts, the others sped up.
   void EndTransfer(uint32_t id, bool complete);
   void Handle(const Event& e);

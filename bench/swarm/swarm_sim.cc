@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-neighbours", f.fetch.max_neighbours,
                  "FetchPolicy::max_neighbours: neighbours per fetcher, the origin included")
       ->capture_default_str();
+  app.add_option("--rotate-after", f.fetch.rotate_after,
+                 "FetchPolicy::rotate_after: chunks verified between retirements of a relay "
+                 "neighbour that sent none of them (0: never)")
+      ->capture_default_str();
   app.add_option("--peer-pipeline", f.fetch.peer_pipeline,
                  "FetchPolicy::peer_pipeline: requests in flight per relay neighbour")
       ->capture_default_str();
@@ -76,6 +80,9 @@ int main(int argc, char** argv) {
   app.add_option("--follow-holders", f.follow_holders,
                  "a claimed answer names its holder, which the fetcher follows (false: as "
                  "before claim_holder)")
+      ->capture_default_str();
+  app.add_option("--slowest", f.slowest,
+                 "print the pull of this many of the slowest hosts (and the median one) in detail")
       ->capture_default_str();
   app.add_option("--seed", f.seed, "random seed")->capture_default_str();
   app.add_option("--give-up", f.give_up_bounds,

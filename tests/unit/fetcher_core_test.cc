@@ -211,6 +211,79 @@ TEST(FetcherCore, ASeedStillFetchingIsAskedAgainButOneThatOfferedTheChunkIsDropp
   EXPECT_TRUE(core.Dropped(seed));
 }
 
+TEST(FetcherCore, ARelayNeighbourThatSentNothingForAWholeRotationIsReplacedByACandidate) {
+  FetchPolicy p;
+  p.max_neighbours = 3;  // the seed and two relays
+  p.rotate_after = 4;
+  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  const PeerId b = *core.AddSource("b:1", false);
+  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  const PeerId c = *core.AddSource("c:1", false);  // a candidate
+  // The first window began before a and b were neighbours: nobody is judged.
+  for (uint32_t i = 0; i < 4; ++i) core.OnArrived(seed, i);
+  EXPECT_EQ(core.rotations(), 0u);
+  // A whole window in which a sent and b did not: b is retired, not dropped.
+  core.OnArrived(a, 4);
+  for (uint32_t i = 5; i < 7; ++i) core.OnArrived(seed, i);
+  EXPECT_EQ(core.rotations(), 0u);  // one chunk short
+  core.OnArrived(seed, 7);
+  EXPECT_EQ(core.rotations(), 1u);
+  EXPECT_EQ(core.last_rotated(), b);
+  EXPECT_FALSE(core.Active(b));
+  EXPECT_FALSE(core.Dropped(b));
+  EXPECT_TRUE(core.Active(a));
+  std::vector<NewNeighbour> started = core.FillNeighbours();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].id, c);
+  // c joined within the window now ending: not judged by it, though it sent nothing.
+  core.OnArrived(a, 8);
+  for (uint32_t i = 9; i < 12; ++i) core.OnArrived(seed, i);
+  EXPECT_EQ(core.rotations(), 1u);
+  EXPECT_TRUE(core.Active(c));
+}
+
+TEST(FetcherCore, NoRelayIsRotatedOutWithoutACandidateNorWhileEachSendsNorEver) {
+  FetchPolicy p;
+  p.max_neighbours = 3;
+  p.rotate_after = 2;
+  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  const PeerId b = *core.AddSource("b:1", false);
+  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  // No candidate: b, silent for three windows, stays.
+  for (uint32_t i = 0; i < 6; ++i) core.OnArrived(seed, i);
+  EXPECT_EQ(core.rotations(), 0u);
+  EXPECT_TRUE(core.Active(b));
+  // A candidate, but each relay sends in every window.
+  core.AddSource("c:1", false);
+  for (uint32_t i = 6; i < 12; i += 2) {
+    core.OnArrived(a, i);
+    core.OnArrived(b, i + 1);
+  }
+  EXPECT_EQ(core.rotations(), 0u);
+  // A seed is never rotated out, whatever it sent.
+  for (uint32_t i = 12; i < 16; i += 2) {
+    core.OnArrived(a, i);
+    core.OnArrived(b, i + 1);
+  }
+  EXPECT_TRUE(core.Active(seed));
+  EXPECT_EQ(core.rotations(), 0u);
+
+  // rotate_after 0: never.
+  p.rotate_after = 0;
+  FetcherCore never = Core(16, 1 << 20, p, /*relaying=*/true);
+  const PeerId s2 = *never.AddSource("origin:1", true);
+  never.AddSource("a:1", false);
+  never.AddSource("b:1", false);
+  never.FillNeighbours();
+  never.AddSource("c:1", false);
+  for (uint32_t i = 0; i < 15; ++i) never.OnArrived(s2, i);
+  EXPECT_EQ(never.rotations(), 0u);
+}
+
 TEST(FetcherCore, NeighboursAreSeedsFirstThenRelaysUpToTheBound) {
   FetchPolicy p;
   p.max_neighbours = 3;

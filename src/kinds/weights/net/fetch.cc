@@ -331,7 +331,13 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
     core_.OnReturned(source->id, index);
     return journaled;
   }
+  const uint64_t rotations = core_.rotations();
   core_.OnArrived(source->id, index);  // endgame copies still on the wire are drained
+  if (core_.rotations() != rotations) {
+    Logger().debug("weight_data: relay {} sent nothing in the last {} chunks; trying another",
+                   core_.Name(core_.last_rotated()), options_.rotate_after);
+    FillNeighboursLocked();
+  }
   metrics::ChunkVerified();
   stats_->chunks_holes += hole;
   verified_bytes_ += c.length;

@@ -57,6 +57,12 @@ struct FetchPolicy {
   // wait as candidates and replace those dropped. Each neighbour costs one watch
   // connection (what it newly has) and its data connections.
   size_t max_neighbours = 16;
+  // Every this many chunks verified, a relay neighbour that sent none of them
+  // (busy each time it was asked, or offering nothing wanted) is retired for a
+  // candidate not tried yet, when there is one (0: never). Simulated, 1,000
+  // hosts x 1 GiB, p99 for seeds 1-3: 1.56-1.60x the bound never, 1.25-1.33x
+  // every 32 chunks, 1.23-1.25x every 16, 1.23-1.24x every 8.
+  uint32_t rotate_after = 16;
   // How often a seed is asked for more relays while the neighbour set has room.
   std::chrono::milliseconds state_interval{500};
   // A chunk a seed says another fetcher claimed (it is being sent there) is

@@ -109,9 +109,7 @@ FetcherCore::Following FetcherCore::Follow(const std::string& holder, uint32_t c
   if (sched_.NeighboursWanted() == 0) {
     std::optional<PeerId> least = sched_.LeastUseful();
     if (!least) return Following::kNo;
-    sched_.RemoveNeighbour(*least);
-    sources_[*least].neighbour = false;
-    sources_[*least].retired = true;
+    Retire(*least);
   }
   sources_[*id].retired = false;
   follow_.push_back(*id);
@@ -207,8 +205,43 @@ bool FetcherCore::BeginWrite(uint32_t chunk) {
   return true;
 }
 
+void FetcherCore::Retire(PeerId id) {
+  sched_.RemoveNeighbour(id);
+  sources_[id].neighbour = false;
+  sources_[id].retired = true;
+}
+
 std::vector<Cancel> FetcherCore::OnArrived(PeerId peer, uint32_t chunk) {
-  return sched_.Arrived(peer, chunk);
+  std::vector<Cancel> cancels = sched_.Arrived(peer, chunk);
+  ++sources_[peer].sent;
+  if (policy_.rotate_after > 0 && ++arrived_since_rotation_ >= policy_.rotate_after) {
+    arrived_since_rotation_ = 0;
+    if (!Finished()) Rotate();
+  }
+  return cancels;
+}
+
+void FetcherCore::Rotate() {
+  bool candidate = false;
+  std::optional<PeerId> idle;
+  for (PeerId id = 0; id < sources_.size(); ++id) {
+    const SourceState& s = sources_[id];
+    if (s.seed || s.dropped) continue;
+    if (!s.neighbour) {
+      candidate = candidate || !s.retired;
+    } else if (s.whole && s.sent == 0 && !idle) {
+      idle = id;
+    }
+  }
+  if (candidate && idle) {
+    Retire(*idle);
+    ++rotations_;
+    last_rotated_ = *idle;
+  }
+  for (SourceState& s : sources_) {
+    s.sent = 0;
+    s.whole = s.neighbour;
+  }
 }
 
 void FetcherCore::OnState(PeerId peer, const std::vector<bool>& have) {

@@ -105,7 +105,14 @@ class FetcherCore {
   bool BeginWrite(uint32_t chunk);
   void EndWrite(uint32_t chunk) { writing_[chunk] = false; }
   // `chunk` from `peer` verified and committed: the requests for it still out
-  // elsewhere (endgame copies), which the driver may cancel or drain.
+  // elsewhere (endgame copies), which the driver may cancel or drain. Every
+  // FetchPolicy::rotate_after chunks, one relay neighbour that sent none of
+  // them since the last rotation is retired for a candidate not tried yet (as
+  // BitTorrent clients replace peers that never unchoke them): a fetcher whose
+  // neighbours are the fleet's busiest relays would otherwise be told "busy"
+  // by most of them for the whole pull (simulated, 300 hosts: the slowest got
+  // every chunk from 6 of its 16 neighbours, at half its downlink). The driver
+  // fills neighbours when rotations() grew.
   std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk);
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
@@ -128,6 +135,9 @@ class FetcherCore {
   bool Active(PeerId peer) const { return sources_[peer].neighbour && !sources_[peer].dropped; }
   // Neighbours retired to follow a claim holder, so far.
   uint64_t follows() const { return follows_; }
+  // Neighbours retired by rotation (see OnArrived), so far.
+  uint64_t rotations() const { return rotations_; }
+  PeerId last_rotated() const { return last_rotated_; }
   bool IsSeed(PeerId peer) const { return sources_[peer].seed; }
   bool StateKnown(PeerId peer) const { return sources_[peer].state_known; }
   const std::string& Name(PeerId peer) const { return sources_[peer].name; }
@@ -148,7 +158,10 @@ class FetcherCore {
     bool neighbour = false;
     bool dropped = false;
     bool state_known = false;  // what it has is from its state, not assumed
-    bool retired = false;  // left the neighbours for a claim holder; picked again only if followed
+    bool retired = false;      // left the neighbours for a claim holder or a rotation; picked again
+                               // only if followed
+    uint32_t sent = 0;         // chunks verified from it since the last rotation
+    bool whole = false;        // a neighbour since the last rotation
   };
   // Requests in flight on one data connection to `s`.
   int Depth(const SourceState& s) const;
@@ -156,6 +169,10 @@ class FetcherCore {
   // Whether `holder` is a neighbour or is to be one, or was dropped here.
   enum class Following { kNo, kYes, kHolderDropped };
   Following Follow(const std::string& holder, uint32_t chunk);
+  // Retires `id`, a relay neighbour (see Follow, Rotate).
+  void Retire(PeerId id);
+  // Every FetchPolicy::rotate_after chunks: see OnArrived.
+  void Rotate();
 
   const std::vector<uint64_t> lengths_;
   const FetchPolicy policy_;
@@ -172,6 +189,9 @@ class FetcherCore {
   std::string self_;
   std::vector<PeerId> follow_;  // claim holders to make neighbours first
   uint64_t follows_ = 0;
+  uint64_t rotations_ = 0;
+  PeerId last_rotated_ = 0;
+  uint32_t arrived_since_rotation_ = 0;
   bool sources_known_ = false;
   bool stopped_ = false;
   bool hopeless_ = false;
