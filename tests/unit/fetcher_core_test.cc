@@ -244,6 +244,31 @@ TEST(FetcherCore, ARelayNeighbourThatSentNothingForAWholeRotationIsReplacedByACa
   EXPECT_TRUE(core.Active(c));
 }
 
+TEST(FetcherCore, ARelayOfferingWhatIsLackedIsRotatedOutOnlyOnceItWasBusyAndSentNothing) {
+  FetchPolicy p;
+  p.max_neighbours = 3;
+  p.rotate_after = 4;
+  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  const PeerId b = *core.AddSource("b:1", false);
+  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  core.AddSource("c:1", false);
+  core.OnState(b, std::vector<bool>(16, true));              // b has every chunk
+  for (uint32_t i = 0; i < 4; ++i) core.OnArrived(seed, i);  // nobody judged yet
+  // A whole window in which b, offering what is lacked, was not asked: kept.
+  for (uint32_t i = 4; i < 8; ++i) core.OnArrived(a, i);
+  EXPECT_EQ(core.rotations(), 0u);
+  EXPECT_TRUE(core.Active(b));
+  // A window in which b answered busy and sent nothing: retired.
+  core.OnBusy(b, 8, kT0 + milliseconds(50));
+  for (uint32_t i = 8; i < 12; ++i) core.OnArrived(a, i);
+  EXPECT_EQ(core.rotations(), 1u);
+  EXPECT_EQ(core.last_rotated(), b);
+  EXPECT_FALSE(core.Active(b));
+  EXPECT_FALSE(core.Dropped(b));
+}
+
 TEST(FetcherCore, NoRelayIsRotatedOutWithoutACandidateNorWhileEachSendsNorEver) {
   FetchPolicy p;
   p.max_neighbours = 3;

@@ -184,6 +184,7 @@ NotThereVerdict FetcherCore::OnClaimed(PeerId peer, uint32_t chunk, SchedulerClo
 }
 
 void FetcherCore::OnBusy(PeerId peer, uint32_t chunk, SchedulerClock::time_point until) {
+  ++sources_[peer].busy;
   sched_.Busy(peer, chunk, until);
 }
 
@@ -229,7 +230,7 @@ void FetcherCore::Rotate() {
     if (s.seed || s.dropped) continue;
     if (!s.neighbour) {
       candidate = candidate || !s.retired;
-    } else if (s.whole && s.sent == 0 && !idle) {
+    } else if (s.whole && s.sent == 0 && !idle && (s.busy > 0 || !sched_.OffersAnyMissing(id))) {
       idle = id;
     }
   }
@@ -240,6 +241,7 @@ void FetcherCore::Rotate() {
   }
   for (SourceState& s : sources_) {
     s.sent = 0;
+    s.busy = 0;
     s.whole = s.neighbour;
   }
 }

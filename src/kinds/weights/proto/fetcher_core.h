@@ -9,7 +9,8 @@
 // Sources get ids in the order they are first named (PeerId, dense from 0); a
 // name is known once. A source becomes a neighbour when FillNeighbours picks
 // it (seeds first, then relays at random) while the scheduler wants more, and
-// leaves only when dropped.
+// leaves when dropped (it failed) or retired (for a claim holder to follow, or
+// in a rotation: it sent nothing for a while).
 //
 // Thread safety: none; the driver serialises calls.
 #pragma once
@@ -107,12 +108,12 @@ class FetcherCore {
   // `chunk` from `peer` verified and committed: the requests for it still out
   // elsewhere (endgame copies), which the driver may cancel or drain. Every
   // FetchPolicy::rotate_after chunks, one relay neighbour that sent none of
-  // them since the last rotation is retired for a candidate not tried yet (as
-  // BitTorrent clients replace peers that never unchoke them): a fetcher whose
-  // neighbours are the fleet's busiest relays would otherwise be told "busy"
-  // by most of them for the whole pull (simulated, 300 hosts: the slowest got
-  // every chunk from 6 of its 16 neighbours, at half its downlink). The driver
-  // fills neighbours when rotations() grew.
+  // them, and answered "busy" or offers nothing this host lacks, is retired for
+  // a candidate not tried yet (one merely not asked is kept; as BitTorrent clients replace peers
+  // that never unchoke them): a fetcher whose neighbours are the fleet's busiest relays would
+  // otherwise be told "busy" by most of them for the whole pull (simulated, 300 hosts: the slowest
+  // got every chunk from 6 of its 16 neighbours, at half its downlink). The driver fills neighbours
+  // when rotations() grew.
   std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk);
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
@@ -158,10 +159,14 @@ class FetcherCore {
     bool neighbour = false;
     bool dropped = false;
     bool state_known = false;  // what it has is from its state, not assumed
-    bool retired = false;      // left the neighbours for a claim holder or a rotation; picked again
-                               // only if followed
-    uint32_t sent = 0;         // chunks verified from it since the last rotation
-    bool whole = false;        // a neighbour since the last rotation
+    // Left the neighbours for a claim holder or in a rotation; picked again
+    // only if followed.
+    bool retired = false;
+    // Since the last rotation: chunks verified from it, "busy" answers, and
+    // whether it was a neighbour all along.
+    uint32_t sent = 0;
+    uint32_t busy = 0;
+    bool whole = false;
   };
   // Requests in flight on one data connection to `s`.
   int Depth(const SourceState& s) const;

@@ -303,6 +303,15 @@ bool SwarmScheduler::Offers(PeerId peer, uint32_t chunk) const {
   return n != nullptr && chunk < state_.size() && n->have[chunk];
 }
 
+bool SwarmScheduler::OffersAnyMissing(PeerId peer) const {
+  const Neighbour* n = Find(peer);
+  if (n == nullptr) return false;
+  for (uint32_t c : n->owned) {
+    if (state_[c] != kDone) return true;
+  }
+  return false;
+}
+
 void SwarmScheduler::Deferred(PeerId seed, uint32_t chunk, SchedulerClock::time_point until) {
   Neighbour* n = Find(seed);
   if (n == nullptr || chunk >= state_.size()) return;

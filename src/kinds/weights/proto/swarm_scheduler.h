@@ -138,6 +138,8 @@ class SwarmScheduler {
   int Holders(uint32_t chunk) const { return relays_having_[chunk]; }
   // Whether `peer` is a neighbour that has `chunk`, as far as this host knows.
   bool Offers(PeerId peer, uint32_t chunk) const;
+  // Whether relay neighbour `peer` has a chunk this host lacks.
+  bool OffersAnyMissing(PeerId peer) const;
   bool IsNeighbour(PeerId peer) const { return Find(peer) != nullptr; }
   size_t relay_neighbours() const { return ids_.size() - seeds_; }
   // Whether this host holds fewer chunks than its proven relay neighbours on
