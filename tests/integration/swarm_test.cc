@@ -79,6 +79,29 @@ class SwarmTest : public testing::WeightsFixture {
     }));
     return served;
   }
+  // Pulls an 8 MiB model from an origin, with six empty relays in the manifest
+  // and room for two relay neighbours at once, rotating every `rotate_after`
+  // chunks: how many relays were contacted.
+  int RelaysContacted(uint32_t rotate_after, FetchStats* stats) {
+    WriteRandom(model_ / "big.bin", 8 << 20, 5);
+    auto origin = Server(WeightServerOptions{});
+    HostPort origin_addr = ServeWeights(origin);
+    std::vector<std::shared_ptr<WeightServer>> relays;
+    Manifest m = manifest_;
+    for (int i = 0; i < 6; ++i) {
+      relays.push_back(Server(WeightServerOptions{}));
+      m.sources.push_back(ServeWeights(relays.back()).ToString());
+    }
+    FetchOptions options = Options();
+    options.max_neighbours = 3;      // the origin and two relays
+    options.relay = "127.0.0.1:10";  // announced to every source it connects to
+    options.rotate_after = rotate_after;
+    EXPECT_OK(FetchModel(m, {origin_addr}, dir_.path() / "out", options, stats));
+    EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+    int contacted = 0;
+    for (const auto& r : relays) contacted += !r->Peers(m.root_digest, "").empty();
+    return contacted;
+  }
   Manifest manifest_;
 };
 
@@ -328,28 +351,11 @@ TEST_F(SwarmTest, AFetcherWithNothingArrivingAsksToWaitInLine) {
 }
 
 // With relays named beyond its neighbour bound, a fetcher uses at most that
-// many sources at once (none fails here, so none is replaced).
+// many sources at once (none fails and rotation is off, so none is replaced).
 TEST_F(SwarmTest, AFetcherKeepsABoundedSetOfNeighbours) {
-  WriteRandom(model_ / "big.bin", 8 << 20, 5);
-  auto origin = Server(WeightServerOptions{});
-  HostPort origin_addr = ServeWeights(origin);
-  std::vector<std::shared_ptr<WeightServer>> relays;
-  Manifest m = manifest_;
-  for (int i = 0; i < 6; ++i) {
-    relays.push_back(Server(WeightServerOptions{}));
-    m.sources.push_back(ServeWeights(relays.back()).ToString());
-  }
-  FetchOptions options = Options();
-  options.max_neighbours = 3;      // the origin and two relays
-  options.relay = "127.0.0.1:10";  // announced to every source it connects to
-  options.rotate_after = 0;        // relays that send nothing are kept (see below)
   FetchStats stats;
-  ASSERT_OK(FetchModel(m, {origin_addr}, dir_.path() / "out", options, &stats));
-  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
-  int contacted = 0;
-  for (const auto& r : relays) contacted += !r->Peers(m.root_digest, "").empty();
-  EXPECT_EQ(contacted, 2);
-  EXPECT_EQ(stats.peers.size(), 6u);  // all known, as candidates
+  EXPECT_EQ(RelaysContacted(/*rotate_after=*/0, &stats), 2);  // relays sending nothing kept
+  EXPECT_EQ(stats.peers.size(), 6u);                          // all known, as candidates
   EXPECT_TRUE(stats.sources_dropped.empty());
 }
 
@@ -357,25 +363,8 @@ TEST_F(SwarmTest, AFetcherKeepsABoundedSetOfNeighbours) {
 // few chunks at a time, for candidates not tried yet: the fetcher looks
 // further than its first neighbours, blaming none of them.
 TEST_F(SwarmTest, AFetcherReplacesRelayNeighboursThatSendNothing) {
-  WriteRandom(model_ / "big.bin", 8 << 20, 5);
-  auto origin = Server(WeightServerOptions{});
-  HostPort origin_addr = ServeWeights(origin);
-  std::vector<std::shared_ptr<WeightServer>> relays;
-  Manifest m = manifest_;
-  for (int i = 0; i < 6; ++i) {
-    relays.push_back(Server(WeightServerOptions{}));
-    m.sources.push_back(ServeWeights(relays.back()).ToString());
-  }
-  FetchOptions options = Options();
-  options.max_neighbours = 3;
-  options.relay = "127.0.0.1:10";
-  options.rotate_after = 4;
   FetchStats stats;
-  ASSERT_OK(FetchModel(m, {origin_addr}, dir_.path() / "out", options, &stats));
-  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
-  int contacted = 0;
-  for (const auto& r : relays) contacted += !r->Peers(m.root_digest, "").empty();
-  EXPECT_GT(contacted, 2);
+  EXPECT_GT(RelaysContacted(/*rotate_after=*/4, &stats), 2);
   EXPECT_TRUE(stats.sources_dropped.empty());
 }
 

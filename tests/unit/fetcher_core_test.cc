@@ -211,15 +211,29 @@ TEST(FetcherCore, ASeedStillFetchingIsAskedAgainButOneThatOfferedTheChunkIsDropp
   EXPECT_TRUE(core.Dropped(seed));
 }
 
+// A relaying fetcher of 16 chunks with three neighbours (the seed and relays a
+// and b) that rotates every `rotate_after` chunks.
+struct Rotating {
+  explicit Rotating(uint32_t rotate_after) : core(Make(rotate_after)) {
+    seed = *core.AddSource("origin:1", true);
+    a = *core.AddSource("a:1", false);
+    b = *core.AddSource("b:1", false);
+    EXPECT_EQ(core.FillNeighbours().size(), 3u);
+  }
+  static FetcherCore Make(uint32_t rotate_after) {
+    FetchPolicy p;
+    p.max_neighbours = 3;
+    p.rotate_after = rotate_after;
+    return Core(16, 1 << 20, p, /*relaying=*/true);
+  }
+  FetcherCore core;
+  PeerId seed = 0, a = 0, b = 0;
+};
+
 TEST(FetcherCore, ARelayNeighbourThatSentNothingForAWholeRotationIsReplacedByACandidate) {
-  FetchPolicy p;
-  p.max_neighbours = 3;  // the seed and two relays
-  p.rotate_after = 4;
-  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
-  const PeerId seed = *core.AddSource("origin:1", true);
-  const PeerId a = *core.AddSource("a:1", false);
-  const PeerId b = *core.AddSource("b:1", false);
-  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  Rotating r(4);
+  FetcherCore& core = r.core;
+  const PeerId seed = r.seed, a = r.a, b = r.b;
   const PeerId c = *core.AddSource("c:1", false);  // a candidate
   // The first window began before a and b were neighbours: nobody is judged.
   for (uint32_t i = 0; i < 4; ++i) core.OnArrived(seed, i);
@@ -245,14 +259,9 @@ TEST(FetcherCore, ARelayNeighbourThatSentNothingForAWholeRotationIsReplacedByACa
 }
 
 TEST(FetcherCore, ARelayOfferingWhatIsLackedIsRotatedOutOnlyOnceItWasBusyAndSentNothing) {
-  FetchPolicy p;
-  p.max_neighbours = 3;
-  p.rotate_after = 4;
-  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
-  const PeerId seed = *core.AddSource("origin:1", true);
-  const PeerId a = *core.AddSource("a:1", false);
-  const PeerId b = *core.AddSource("b:1", false);
-  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  Rotating r(4);
+  FetcherCore& core = r.core;
+  const PeerId seed = r.seed, a = r.a, b = r.b;
   core.AddSource("c:1", false);
   core.OnState(b, std::vector<bool>(16, true));              // b has every chunk
   for (uint32_t i = 0; i < 4; ++i) core.OnArrived(seed, i);  // nobody judged yet
@@ -270,14 +279,9 @@ TEST(FetcherCore, ARelayOfferingWhatIsLackedIsRotatedOutOnlyOnceItWasBusyAndSent
 }
 
 TEST(FetcherCore, NoRelayIsRotatedOutWithoutACandidateNorWhileEachSendsNorEver) {
-  FetchPolicy p;
-  p.max_neighbours = 3;
-  p.rotate_after = 2;
-  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
-  const PeerId seed = *core.AddSource("origin:1", true);
-  const PeerId a = *core.AddSource("a:1", false);
-  const PeerId b = *core.AddSource("b:1", false);
-  ASSERT_EQ(core.FillNeighbours().size(), 3u);
+  Rotating r(2);
+  FetcherCore& core = r.core;
+  const PeerId seed = r.seed, a = r.a, b = r.b;
   // No candidate: b, silent for three windows, stays.
   for (uint32_t i = 0; i < 6; ++i) core.OnArrived(seed, i);
   EXPECT_EQ(core.rotations(), 0u);
@@ -298,15 +302,10 @@ TEST(FetcherCore, NoRelayIsRotatedOutWithoutACandidateNorWhileEachSendsNorEver) 
   EXPECT_EQ(core.rotations(), 0u);
 
   // rotate_after 0: never.
-  p.rotate_after = 0;
-  FetcherCore never = Core(16, 1 << 20, p, /*relaying=*/true);
-  const PeerId s2 = *never.AddSource("origin:1", true);
-  never.AddSource("a:1", false);
-  never.AddSource("b:1", false);
-  never.FillNeighbours();
-  never.AddSource("c:1", false);
-  for (uint32_t i = 0; i < 15; ++i) never.OnArrived(s2, i);
-  EXPECT_EQ(never.rotations(), 0u);
+  Rotating never(0);
+  never.core.AddSource("c:1", false);
+  for (uint32_t i = 0; i < 15; ++i) never.core.OnArrived(never.seed, i);
+  EXPECT_EQ(never.core.rotations(), 0u);
 }
 
 TEST(FetcherCore, NeighboursAreSeedsFirstThenRelaysUpToTheBound) {
