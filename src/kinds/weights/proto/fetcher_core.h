@@ -106,14 +106,15 @@ class FetcherCore {
   bool BeginWrite(uint32_t chunk);
   void EndWrite(uint32_t chunk) { writing_[chunk] = false; }
   // `chunk` from `peer` verified and committed: the requests for it still out
-  // elsewhere (endgame copies), which the driver may cancel or drain. Every
-  // FetchPolicy::rotate_after chunks, one relay neighbour that sent none of
-  // them, and answered "busy" or offers nothing this host lacks, is retired for
-  // a candidate not tried yet (one merely not asked is kept; as BitTorrent clients replace peers
-  // that never unchoke them): a fetcher whose neighbours are the fleet's busiest relays would
-  // otherwise be told "busy" by most of them for the whole pull (simulated, 300 hosts: the slowest
-  // got every chunk from 6 of its 16 neighbours, at half its downlink). The driver fills neighbours
-  // when rotations() grew.
+  // elsewhere (endgame copies), which the driver may cancel or drain.
+  // Every FetchPolicy::rotate_after chunks, one relay neighbour that sent none
+  // of them, and answered "busy" or offers nothing this host lacks, is retired
+  // for a candidate not tried yet (one merely not asked is kept), as BitTorrent
+  // clients replace peers that never unchoke them: a fetcher whose neighbours
+  // are the fleet's busiest relays would otherwise be told "busy" by most of
+  // them for the whole pull (simulated, 300 hosts: the slowest got every chunk
+  // from 6 of its 16 neighbours, at half its downlink). The driver fills
+  // neighbours when rotations() grew.
   std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk);
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
