@@ -76,6 +76,11 @@ std::vector<std::string> CheckFiles(const seedd::DaemonOptions& o,
     if (!keys.ok()) problems.push_back("--trust-key: " + keys.status().message());
   }
   for (const auto& [name, spec] : o.models) {
+    if (seedd::IsOriginUrl(spec.string())) {
+      seedd::Status url = seedd::CheckOriginUrl(spec.string());
+      if (!url.ok()) problems.push_back("--model " + name + ": " + url.message());
+      continue;
+    }
     seedd::Result<std::filesystem::path> dir = seedd::ResolveModelDir(spec.string());
     if (!dir.ok()) {
       problems.push_back("--model " + name + ": " + dir.status().message());
@@ -248,9 +253,24 @@ int main(int argc, char** argv) {
   app.add_option("--model", models,
                  "serve a model as weight_shards: NAME=DIR, or NAME=hf:ORG/NAME[@REVISION] for a "
                  "snapshot in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else "
-                 "~/.cache/huggingface/hub) (repeatable); its manifest is built at start, chunk "
-                 "digests cached in the cache directory")
+                 "~/.cache/huggingface/hub), or NAME=oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]"
+                 " for a model in an OCI registry (a ModelPack artifact; fetched at start into "
+                 "<cache-dir>/weights/origins/NAME/, every file verified against its layer "
+                 "digest; files already held with the same digest are copied, not fetched) "
+                 "(repeatable); its manifest is built at start, chunk digests cached in the "
+                 "cache directory")
       ->take_all();
+  std::string origin_auth;
+  app.add_option("--origin-auth", origin_auth,
+                 "registry credentials for oci:// models: a file as `docker login`, `podman "
+                 "login` or `skopeo login` writes it ({\"auths\": {\"HOST:PORT\": {\"auth\": "
+                 "base64 of user:password}}}); never on the command line")
+      ->check(CLI::ExistingFile);
+  std::string origin_ca;
+  app.add_option("--origin-ca", origin_ca,
+                 "PEM CA bundle trusted for https registries of oci:// models (default: the "
+                 "system's)")
+      ->check(CLI::ExistingFile);
   app.add_option("--pull", pulls,
                  "fetch model NAME (or NAME@ROOT_DIGEST: only that version, any other "
                  "refused) from --source at start, verified and resumable, into "
@@ -490,6 +510,8 @@ int main(int argc, char** argv) {
   options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;
+  options.origin_access.auth_file = origin_auth;
+  options.origin_access.ca_file = origin_ca;
   options.relay_upload_rate = *seedd::ParseRate(relay_upload_rate, "--relay-upload-rate");
   options.relay_upload_pacing = relay_upload_pacing == "delay";
   options.registry_url = registry;

@@ -18,6 +18,7 @@
 #include "seedd/seed_config.h"
 #include "seedd/seed_transport.h"
 #include "seedd/seedable.h"
+#include "seedd/origins.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
 #include "seedd/tokens.h"
@@ -81,6 +82,8 @@ struct DaemonOptions {
   // Peers a --pull fetches from at once (sources and relays); other relays it
   // learns of replace those that fail.
   size_t max_neighbours = 16;
+  // Credentials and trust for models named by an origin URL (--model NAME=oci://...).
+  OriginAccess origin_access;
   // Bytes per second this daemon sends of a model it is still pulling (0: no
   // limit); a little below the uplink keeps its own requests and TCP
   // acknowledgements from queueing behind its uploads (WeightServerOptions).

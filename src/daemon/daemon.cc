@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -17,6 +19,7 @@
 #include "seedd/catalog.h"
 #include "seedd/logging.h"
 #include "seedd/store_registry.h"
+#include "seedd/units.h"
 #include "seedd/weights.h"
 
 namespace seedd {
@@ -67,6 +70,45 @@ Result<Catalog> ListCatalog(const std::filesystem::path& cache_dir,
 
 bool IsWildcard(const HostPort& hp) {
   return hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "::";
+}
+
+// The model an origin URL names, fetched (or found held already) below
+// <cache>/weights/origins/NAME/; the other models' copies there lend files with
+// the same digest.
+Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
+                                               const std::string& name, const std::string& url) {
+  const std::filesystem::path origins = options.cache_dir / "weights" / "origins";
+  std::vector<std::filesystem::path> others;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(origins, ec)) {
+    if (e.is_directory(ec) && e.path().filename() != name) others.push_back(e.path());
+  }
+  Logger().info("Fetching model {} from {}", name, url);
+  auto last = std::make_shared<std::atomic<int64_t>>(0);
+  const auto start = std::chrono::steady_clock::now();
+  Result<OriginCopy> copy = CopyFromOrigin(
+      url, origins / name, options.origin_access, others,
+      [name, last, start](uint64_t done, uint64_t total) {
+        // A line every 5 s of a long fetch.
+        const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+        int64_t seen = last->load();
+        if (now < seen + 5 || !last->compare_exchange_strong(seen, now)) return;
+        Logger().info("Fetching model {}: {} of {}", name, HumanBytes(done), HumanBytes(total));
+      });
+  if (!copy.ok()) return copy.status();
+  if (copy->already_here) {
+    Logger().info("Model {} ({} {}) is held already in {}", name, url, copy->version,
+                  copy->dir.string());
+  } else {
+    Logger().info(
+        "Fetched model {} ({}): {} files, {} from upstream, {} reused locally, in {}; every file "
+        "matched its upstream digest",
+        name, copy->version, copy->files, HumanBytes(copy->bytes_fetched),
+        HumanBytes(copy->bytes_reused), HumanSeconds(copy->seconds));
+  }
+  return copy->dir;
 }
 
 }  // namespace
@@ -191,7 +233,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     build.chunk_digest = *algo;
     build.sign_key = sign_key;
     for (const auto& [name, spec] : options.models) {
-      Result<std::filesystem::path> dir = ResolveModelDir(spec.string());
+      Result<std::filesystem::path> dir = IsOriginUrl(spec.string())
+                                              ? FetchOriginModel(options, name, spec.string())
+                                              : ResolveModelDir(spec.string());
       if (!dir.ok()) return dir.status().WithContext("--model " + name);
       Result<IndexedModel> m = IndexModel(name, *dir, build);
       if (!m.ok()) return m.status().WithContext("--model " + name);

@@ -1,0 +1,58 @@
+// Models where fleets keep them: an origin URL in place of a model directory.
+//   oci://REGISTRY[:PORT]/REPOSITORY[:TAG|@sha256:DIGEST][?plain-http=true]
+// (an OCI registry: a ModelPack artifact, or an artifact whose layers carry
+// org.opencontainers.image.title). Every file is verified against the digest
+// its upstream gives it before it is kept.
+//
+// Thread safety: functions of their arguments.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seedd/status.h"
+
+namespace seedd {
+
+// How to reach upstreams.
+struct OriginAccess {
+  // Registry credentials as `docker login`, `podman login` and `skopeo login`
+  // write them: {"auths": {"HOST[:PORT]": {"auth": base64("user:password")}}}.
+  std::filesystem::path auth_file;
+  std::filesystem::path ca_file;  // a CA bundle trusted instead of the system's
+  // A transfer that moves less than 1 KiB/s for this long fails.
+  std::chrono::milliseconds stall_timeout{30000};
+};
+
+// Whether `spec` is an origin URL (oci://) rather than a directory.
+bool IsOriginUrl(std::string_view spec);
+// Checks an origin URL's form (no network): InvalidArgument saying what is wrong.
+Status CheckOriginUrl(std::string_view url);
+
+struct OriginCopy {
+  std::filesystem::path dir;  // the model's files, complete and verified
+  std::string version;        // what the upstream named: an OCI manifest's sha256:...
+  uint64_t files = 0;
+  uint64_t total_bytes = 0;
+  uint64_t bytes_fetched = 0;  // from upstream
+  uint64_t bytes_reused = 0;   // copied from files with the same digest held here
+  bool already_here = false;   // this version was held whole: nothing moved
+  double seconds = 0;
+};
+
+// Fetches the model `url` names into a directory below `root` (root/<version
+// hex>/, beside its record; `root`'s other versions and `reuse_from`'s copies
+// lend files with the same digest). A version held already is not fetched again.
+// Errors name the URL and what the upstream answered; a file whose bytes do not
+// match its digest is DataLoss naming it, and nothing is kept under a final name.
+Result<OriginCopy> CopyFromOrigin(
+    std::string_view url, const std::filesystem::path& root, const OriginAccess& access,
+    const std::vector<std::filesystem::path>& reuse_from = {},
+    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+
+}  // namespace seedd

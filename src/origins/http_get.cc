@@ -1,0 +1,128 @@
+#include "origins/http_get.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+namespace seedd {
+namespace {
+
+struct Transfer {
+  const HttpRequest* request;
+  HttpResponse* response;
+  Status sink_status;
+  bool too_large = false;
+};
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string_view line(data, size * n);
+  if (line.rfind("HTTP/", 0) == 0) {
+    // A new response (after a redirect or a 100): its status is known before
+    // any of its body reaches OnBody.
+    t->response->headers.clear();
+    const size_t sp = line.find(' ');
+    t->response->status =
+        sp == std::string_view::npos ? 0 : std::strtol(line.data() + sp + 1, nullptr, 10);
+    return size * n;
+  }
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  std::string name(line.substr(0, colon));
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string value(line.substr(colon + 1));
+  value.erase(0, value.find_first_not_of(" \t"));
+  value.erase(value.find_last_not_of(" \t\r\n") + 1);
+  if (t->response->headers.size() < 256 && value.size() < 8192) {
+    t->response->headers[name] = std::move(value);
+  }
+  return size * n;
+}
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t len = size * n;
+  const long status = t->response->status;  // of the response this body belongs to
+  if (t->request->sink && status >= 200 && status < 300) {
+    t->sink_status = t->request->sink(std::string_view(data, len));
+    return t->sink_status.ok() ? len : 0;
+  }
+  const uint64_t limit = t->request->sink ? 64 * 1024 : t->request->max_body;
+  if (t->response->body.size() + len > limit) {
+    if (t->request->sink) return len;  // an error's text: the first part is enough
+    t->too_large = true;
+    return 0;
+  }
+  t->response->body.append(data, len);
+  return len;
+}
+
+}  // namespace
+
+Result<HttpResponse> HttpGet(const HttpRequest& request) {
+  static const bool curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (!curl_ready) return Status::Internal("libcurl could not be initialised");
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  if (!curl) return Status::Internal("libcurl could not make a handle");
+  HttpResponse response;
+  Transfer t{&request, &response, Status::Ok()};
+  curl_slist* headers = nullptr;
+  for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers,
+                                                                          curl_slist_free_all);
+  CURL* c = curl.get();
+  curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout.count()));
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                   std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  if (!request.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (!request.range.empty()) curl_easy_setopt(c, CURLOPT_RANGE, request.range.c_str());
+  const CURLcode rc = curl_easy_perform(c);
+  char* effective = nullptr;
+  curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
+  response.url = effective != nullptr ? effective : request.url;
+  if (rc != CURLE_OK) {
+    if (!t.sink_status.ok()) return t.sink_status;
+    if (t.too_large) {
+      return Status::ResourceExhausted("GET " + request.url + ": the answer is larger than " +
+                                       std::to_string(request.max_body) + " bytes");
+    }
+    const std::string what = "GET " + request.url + ": " + curl_easy_strerror(rc);
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+      return Status::DeadlineExceeded(what + " (nothing for " +
+                                      std::to_string(request.stall_timeout.count() / 1000) +
+                                      " s)");
+    }
+    return Status::Unavailable(what);
+  }
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  response.status = status;
+  return response;
+}
+
+std::string DescribeResponse(const HttpResponse& r) {
+  std::string out = "HTTP " + std::to_string(r.status);
+  std::string text = r.body.substr(0, 300);
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  if (!text.empty()) out += ": " + text;
+  return out;
+}
+
+}  // namespace seedd

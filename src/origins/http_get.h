@@ -1,0 +1,55 @@
+// Bounded HTTP(S) GETs for upstream origins (libcurl): a small body into memory
+// or a large one handed to a sink piece by piece, every response header kept,
+// a stalled transfer cut off. Redirects are followed (a registry sends blobs
+// from object storage); credentials set here are not sent to another host.
+//
+// Thread safety: HttpGet is a function of its arguments; each call uses its own
+// handle.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seedd/status.h"
+
+namespace seedd {
+
+struct HttpRequest {
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"
+  std::filesystem::path ca_file;     // trust this bundle instead of the system's
+  // A transfer slower than 1 KiB/s for this long ends (an upstream that stalls).
+  std::chrono::milliseconds stall_timeout{30000};
+  std::chrono::milliseconds connect_timeout{10000};
+  // With `sink` null: the body is kept, at most this many bytes (larger is an
+  // error naming the URL).
+  uint64_t max_body = 4 << 20;
+  // When set, a 2xx body goes here as it comes (other bodies are kept, bounded,
+  // for their error text); an error return stops the transfer with it.
+  std::function<Status(std::string_view)> sink;
+  // "START-END" (inclusive), for a ranged GET.
+  std::string range;
+};
+
+struct HttpResponse {
+  long status = 0;
+  std::map<std::string, std::string> headers;  // names lowercased; the last response's
+  std::string body;
+  std::string url;  // after redirects
+};
+
+// Performs the GET. Transport failures (refused, a name that does not resolve,
+// TLS, a stall) are Unavailable or DeadlineExceeded naming the URL; any HTTP
+// status is a response.
+Result<HttpResponse> HttpGet(const HttpRequest& request);
+
+// "401 Unauthorized: <first line of the body's error message>", for errors.
+std::string DescribeResponse(const HttpResponse& response);
+
+}  // namespace seedd

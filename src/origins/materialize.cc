@@ -1,0 +1,326 @@
+#include "origins/materialize.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "common/crypto.h"
+#include "common/errno_status.h"
+#include "common/file_util.h"
+#include "common/mutex.h"
+#include "seedd/json.h"
+
+namespace seedd {
+namespace {
+
+constexpr std::string_view kFormat = "seedd.origin/1";
+constexpr size_t kCopyBlock = 1 << 20;
+
+std::string HexOf(const std::string& version) {
+  const size_t colon = version.find(':');
+  return colon == std::string::npos ? version : version.substr(colon + 1);
+}
+
+std::filesystem::path RecordPath(const std::filesystem::path& root, const std::string& hex) {
+  return root / (hex + ".seedd-origin.json");
+}
+
+// A file of a recorded copy, still as recorded.
+struct LocalFile {
+  std::filesystem::path path;
+  uint64_t size = 0;
+};
+
+Result<Json> ReadRecord(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("no record " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  Json j = Json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", std::string()) != kFormat ||
+      !j.contains("files") || !j["files"].is_array()) {
+    return Status::DataLoss(path.string() + " is not a seedd.origin/1 record");
+  }
+  return j;
+}
+
+// Whether `dir`/path has the size and mtime the record's entry says.
+bool Unchanged(const std::filesystem::path& dir, const Json& f) {
+  if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
+      !f["size"].is_number_unsigned() || !f.contains("mtime_ns") ||
+      !f["mtime_ns"].is_number_integer()) {
+    return false;
+  }
+  struct stat st {};
+  const std::filesystem::path p = dir / f["path"].get<std::string>();
+  if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  return static_cast<uint64_t>(st.st_size) == f["size"].get<uint64_t>() &&
+         MtimeNs(st) == f["mtime_ns"].get<int64_t>();
+}
+
+// Every file of every recorded copy below `roots` that is still as recorded, by digest.
+std::map<std::string, LocalFile> LocalFiles(const std::vector<std::filesystem::path>& roots) {
+  std::map<std::string, LocalFile> out;
+  for (const auto& root : roots) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      const std::string suffix = ".seedd-origin.json";
+      if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
+        continue;
+      }
+      Result<Json> record = ReadRecord(e.path());
+      if (!record.ok()) continue;
+      const std::filesystem::path dir = root / name.substr(0, name.size() - suffix.size());
+      for (const Json& f : (*record)["files"]) {
+        if (!Unchanged(dir, f) || !f.contains("digest") || !f["digest"].is_string()) continue;
+        out.emplace(f["digest"].get<std::string>(),
+                    LocalFile{dir / f["path"].get<std::string>(), f["size"].get<uint64_t>()});
+      }
+    }
+  }
+  return out;
+}
+
+// The copy of `hex` below `root`, when its record says every file is as written.
+bool RecordedCopy(const std::filesystem::path& root, const std::string& hex,
+                  const OriginModel& model) {
+  Result<Json> record = ReadRecord(RecordPath(root, hex));
+  if (!record.ok() || record->value("version", std::string()) != model.version) return false;
+  const std::filesystem::path dir = root / hex;
+  if ((*record)["files"].size() != model.files.size()) return false;
+  for (const Json& f : (*record)["files"]) {
+    if (!Unchanged(dir, f)) return false;
+  }
+  return true;
+}
+
+// Hashes and counts what is written to `fd`, refusing more than `size` bytes.
+class Landing {
+ public:
+  Landing(int fd, const OriginFile& file) : fd_(fd), file_(file) {}
+  Status Write(std::string_view piece) {
+    if (written_ + piece.size() > file_.size) {
+      return Status::DataLoss(file_.path + ": more than the " + std::to_string(file_.size) +
+                              " bytes its layer has");
+    }
+    sha_.Update(piece);
+    while (!piece.empty()) {
+      const ssize_t n = ::write(fd_, piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus("write " + file_.path, errno);
+      piece.remove_prefix(static_cast<size_t>(n));
+      written_ += static_cast<uint64_t>(n);
+    }
+    return Status::Ok();
+  }
+  // Size and digest against the upstream's; then fsync.
+  Status Finish(const std::string& from) {
+    if (written_ != file_.size) {
+      return Status::DataLoss(file_.path + ": " + from + " sent " + std::to_string(written_) +
+                              " bytes, not " + std::to_string(file_.size));
+    }
+    const std::string actual = "sha256:" + sha_.HexDigest();
+    if (actual != file_.digest) {
+      return Status::DataLoss(file_.path + ": digest " + actual + ", expected " + file_.digest +
+                              " (from " + from + "); not kept");
+    }
+    if (::fsync(fd_) != 0) return ErrnoStatus("fsync " + file_.path, errno);
+    return Status::Ok();
+  }
+  uint64_t written() const { return written_; }
+
+ private:
+  int fd_;
+  const OriginFile& file_;
+  Sha256 sha_;
+  uint64_t written_ = 0;
+};
+
+// Copies `from` into `fd` (a reflink where the filesystem can), verifying it.
+Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
+                 const std::function<void(uint64_t)>& count) {
+  UniqueFd in(::open(from.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!in.valid()) return ErrnoStatus("open " + from.path.string(), errno);
+  Landing landing(fd, file);
+  std::string buf(kCopyBlock, '\0');
+  for (;;) {
+    const ssize_t n = ::read(in.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read " + from.path.string(), errno);
+    if (n == 0) break;
+    SEEDD_RETURN_IF_ERROR(landing.Write(std::string_view(buf.data(), static_cast<size_t>(n))));
+    count(static_cast<uint64_t>(n));
+  }
+  return landing.Finish(from.path.string());
+}
+
+}  // namespace
+
+Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel& model,
+                                               const std::filesystem::path& root,
+                                               const MaterializeOptions& options,
+                                               MaterializeStats* stats) {
+  MaterializeStats local_stats;
+  if (stats == nullptr) stats = &local_stats;
+  *stats = MaterializeStats{};
+  stats->files = model.files.size();
+  const std::string hex = HexOf(model.version);
+  if (!IsLowerHex(hex, 64)) return Status::InvalidArgument("version " + model.version);
+  const std::filesystem::path final_dir = root / hex;
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return Status::IoError("create " + root.string() + ": " + ec.message());
+  if (RecordedCopy(root, hex, model)) {
+    stats->already_here = true;
+    return final_dir;
+  }
+  // A directory without a record (or with files changed since) is not trusted.
+  if (std::filesystem::exists(final_dir, ec)) {
+    std::filesystem::remove_all(final_dir, ec);
+    std::filesystem::remove(RecordPath(root, hex), ec);
+  }
+  const std::filesystem::path staging = root / (".staging-" + hex + "-" + RandomHexOrDie(4));
+  if (!std::filesystem::create_directory(staging, ec)) {
+    return Status::IoError("create " + staging.string() + ": " + ec.message());
+  }
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code e;
+      if (!dir.empty()) std::filesystem::remove_all(dir, e);
+    }
+  } cleanup{staging};
+  Result<UniqueFd> staging_fd = OpenDirectory(staging);
+  if (!staging_fd.ok()) return staging_fd.status();
+
+  std::vector<std::filesystem::path> search = options.reuse_from;
+  search.push_back(root);
+  std::map<std::string, LocalFile> local = LocalFiles(search);
+
+  // Each digest is fetched once; its other files (a duplicate within the model)
+  // are copied from the first once it landed.
+  std::vector<size_t> first;  // by file: the index of the first file of its digest
+  std::map<std::string, size_t> first_of;
+  for (size_t i = 0; i < model.files.size(); ++i) {
+    first.push_back(first_of.emplace(model.files[i].digest, i).first->second);
+  }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < model.files.size(); ++i) {
+    if (first[i] == i) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return model.files[a].size > model.files[b].size; });
+
+  std::atomic<uint64_t> done{0};
+  std::atomic<uint64_t> fetched{0};
+  std::atomic<uint64_t> reused{0};
+  std::atomic<uint64_t> files_reused{0};
+  auto count = [&](uint64_t n) {
+    const uint64_t d = done.fetch_add(n) + n;
+    if (options.progress) options.progress(d, model.total_size);
+  };
+  std::atomic<size_t> next{0};
+  Mutex mu;
+  Status failure;  // the first
+  std::atomic<bool> failed{false};
+  auto land = [&](size_t i) -> Status {
+    const OriginFile& f = model.files[i];
+    Result<UniqueFd> fd = CreateBeneath(staging_fd->get(), f.path,
+                                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (!fd.ok()) return fd.status().WithContext(f.path);
+    auto have = local.find(f.digest);
+    if (have != local.end() && have->second.size == f.size) {
+      if (CopyLocal(have->second, fd->get(), f, count).ok()) {
+        reused += f.size;
+        ++files_reused;
+        return Status::Ok();
+      }
+      // A local copy that changed since its record: fetched instead.
+      if (::ftruncate(fd->get(), 0) != 0 || ::lseek(fd->get(), 0, SEEK_SET) != 0) {
+        return ErrnoStatus("truncate " + f.path, errno);
+      }
+    }
+    Landing landing(fd->get(), f);
+    Status st = origin.Fetch(f, [&](std::string_view piece) -> Status {
+      if (failed.load()) return Status::Cancelled("another file failed");
+      SEEDD_RETURN_IF_ERROR(landing.Write(piece));
+      fetched += piece.size();
+      count(piece.size());
+      return Status::Ok();
+    });
+    if (!st.ok()) return st;
+    return landing.Finish(model.url);
+  };
+  auto worker = [&] {
+    for (;;) {
+      const size_t k = next.fetch_add(1);
+      if (k >= order.size() || failed.load()) return;
+      Status st = land(order[k]);
+      if (!st.ok()) {
+        MutexLock lock(mu);
+        if (failure.ok()) failure = st;
+        failed = true;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::clamp<size_t>(static_cast<size_t>(std::max(1, options.parallel)), 1,
+                                      std::max<size_t>(order.size(), 1));
+  for (size_t t = 0; t < n; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  {
+    MutexLock lock(mu);
+    if (!failure.ok()) return failure;
+  }
+  // Duplicates within the model, from their first copy.
+  for (size_t i = 0; i < model.files.size(); ++i) {
+    if (first[i] == i) continue;
+    const OriginFile& f = model.files[i];
+    Result<UniqueFd> fd = CreateBeneath(staging_fd->get(), f.path,
+                                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (!fd.ok()) return fd.status().WithContext(f.path);
+    SEEDD_RETURN_IF_ERROR(
+        CopyLocal(LocalFile{staging / model.files[first[i]].path, f.size}, fd->get(), f, count));
+    reused += f.size;
+    ++files_reused;
+  }
+  // The record: each file's size and mtime as they are now.
+  Json files = Json::array();
+  for (const OriginFile& f : model.files) {
+    struct stat st {};
+    const std::filesystem::path p = staging / f.path;
+    if (::stat(p.c_str(), &st) != 0) return ErrnoStatus("stat " + p.string(), errno);
+    files.push_back(
+        {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"mtime_ns", MtimeNs(st)}});
+  }
+  // Directories below the staging one: their entries made durable.
+  std::vector<std::filesystem::path> dirs = {staging};
+  for (const auto& e : std::filesystem::recursive_directory_iterator(staging, ec)) {
+    if (e.is_directory()) dirs.push_back(e.path());
+  }
+  for (const auto& d : dirs) SEEDD_RETURN_IF_ERROR(SyncDirectory(d));
+  std::filesystem::rename(staging, final_dir, ec);
+  if (ec) return Status::IoError("rename to " + final_dir.string() + ": " + ec.message());
+  cleanup.dir.clear();
+  SEEDD_RETURN_IF_ERROR(SyncDirectory(root));
+  Json record = {{"format", kFormat},
+                 {"url", model.url},
+                 {"version", model.version},
+                 {"files", std::move(files)}};
+  SEEDD_RETURN_IF_ERROR(WriteFileAtomic(RecordPath(root, hex), record.dump()));
+  stats->bytes_fetched = fetched.load();
+  stats->bytes_reused = reused.load();
+  stats->files_reused = files_reused.load();
+  return final_dir;
+}
+
+}  // namespace seedd

@@ -1,0 +1,52 @@
+// An upstream model made a local directory: every file fetched from its
+// origin (or copied from a local copy with the same digest), verified against
+// its upstream digest as it lands, synced, and only then put under its final
+// name. Layout below `root` (one per model name):
+//   root/<version hex>/FILES                  the model, complete and verified
+//   root/<version hex>.seedd-origin.json      {"format": "seedd.origin/1", "url",
+//                                              "version", "files": [{"path", "size",
+//                                              "digest", "mtime_ns"}]}
+//   root/.staging-<version hex>-<random>/     while fetching; removed on failure
+// A copy is reused when its record names the version and every file still has
+// the size and mtime recorded.
+//
+// Thread safety: one call per `root` at a time (a daemon materialises each of its
+// models once, at start).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "origins/origin.h"
+
+namespace seedd {
+
+struct MaterializeOptions {
+  int parallel = 4;  // files fetched at once
+  // Recorded copies searched for files with the same digest (other versions,
+  // other models): each a directory holding <hex>.seedd-origin.json records.
+  std::vector<std::filesystem::path> reuse_from;
+  // Bytes fetched or copied so far, of the total; from the fetching threads.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+struct MaterializeStats {
+  uint64_t files = 0;
+  uint64_t bytes_fetched = 0;  // from upstream
+  uint64_t bytes_reused = 0;   // copied from a local copy with the same digest
+  uint64_t files_reused = 0;
+  bool already_here = false;  // a recorded copy of this version was reused whole
+};
+
+// The directory holding `model` (see above). A file whose bytes do not hash to
+// its upstream digest is DataLoss naming the file, the expected and the actual
+// digest; nothing is then left under the final name.
+Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel& model,
+                                               const std::filesystem::path& root,
+                                               const MaterializeOptions& options,
+                                               MaterializeStats* stats);
+
+}  // namespace seedd

@@ -1,0 +1,55 @@
+// The public face of origins (seedd/origins.h): URLs to origins, and a model
+// fetched from one into a directory.
+#include <chrono>
+
+#include "origins/materialize.h"
+#include "origins/oci.h"
+#include "seedd/origins.h"
+
+namespace seedd {
+
+bool IsOriginUrl(std::string_view spec) { return spec.rfind("oci://", 0) == 0; }
+
+Status CheckOriginUrl(std::string_view url) {
+  if (url.rfind("oci://", 0) == 0) return ParseOciReference(url).status();
+  return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://...)");
+}
+
+Result<OriginPtr> OpenOrigin(std::string_view url, const OriginAccess& access) {
+  if (url.rfind("oci://", 0) == 0) {
+    Result<OciReference> ref = ParseOciReference(url);
+    if (!ref.ok()) return ref.status();
+    return OpenOciOrigin(*ref, access);
+  }
+  return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://...)");
+}
+
+Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::path& root,
+                                  const OriginAccess& access,
+                                  const std::vector<std::filesystem::path>& reuse_from,
+                                  const std::function<void(uint64_t, uint64_t)>& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<OriginPtr> origin = OpenOrigin(url, access);
+  if (!origin.ok()) return origin.status();
+  Result<OriginModel> model = (*origin)->Resolve();
+  if (!model.ok()) return model.status();
+  MaterializeOptions options;
+  options.reuse_from = reuse_from;
+  options.progress = progress;
+  MaterializeStats stats;
+  Result<std::filesystem::path> dir = MaterializeModel(**origin, *model, root, options, &stats);
+  if (!dir.ok()) return dir.status();
+  OriginCopy copy;
+  copy.dir = *dir;
+  copy.version = model->version;
+  copy.files = model->files.size();
+  copy.total_bytes = model->total_size;
+  copy.bytes_fetched = stats.bytes_fetched;
+  copy.bytes_reused = stats.bytes_reused;
+  copy.already_here = stats.already_here;
+  copy.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return copy;
+}
+
+}  // namespace seedd
