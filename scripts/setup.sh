@@ -18,7 +18,7 @@ case "$mode" in
   demo) PACKAGES+=(redis-server redis-tools) ;;
   test)
     PACKAGES+=(redis-server redis-tools clang-14 libclang-rt-14-dev clang-format systemd prometheus
-               python3-pytest python3-venv iproute2 util-linux)
+               python3-pytest python3-venv iproute2 util-linux docker-registry skopeo)
     ;;
   *) echo "usage: setup.sh build|demo|test" >&2; exit 2 ;;
 esac
@@ -57,8 +57,11 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-# redis-server starts a system service on install; the tests start their own.
-if command -v systemctl >/dev/null && systemctl is-active --quiet redis-server 2>/dev/null; then
-  $SUDO systemctl stop redis-server || true
-fi
+# redis-server and docker-registry start system services on install; the tests
+# start their own.
+for service in redis-server docker-registry; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$service" 2>/dev/null; then
+    $SUDO systemctl stop "$service" || true
+  fi
+done
 install_s3rver

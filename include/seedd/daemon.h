@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "seedd/compile_cache.h"
+#include "seedd/origins.h"
 #include "seedd/seed_config.h"
 #include "seedd/seed_transport.h"
 #include "seedd/seedable.h"
-#include "seedd/origins.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
 #include "seedd/tokens.h"

@@ -82,7 +82,8 @@ Result<HttpResponse> HttpGet(const HttpRequest& request) {
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout.count()));
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(request.connect_timeout.count()));
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                    std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
@@ -105,8 +106,7 @@ Result<HttpResponse> HttpGet(const HttpRequest& request) {
     const std::string what = "GET " + request.url + ": " + curl_easy_strerror(rc);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return Status::DeadlineExceeded(what + " (nothing for " +
-                                      std::to_string(request.stall_timeout.count() / 1000) +
-                                      " s)");
+                                      std::to_string(request.stall_timeout.count() / 1000) + " s)");
     }
     return Status::Unavailable(what);
   }

@@ -233,8 +233,8 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   std::atomic<bool> failed{false};
   auto land = [&](size_t i) -> Status {
     const OriginFile& f = model.files[i];
-    Result<UniqueFd> fd = CreateBeneath(staging_fd->get(), f.path,
-                                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    Result<UniqueFd> fd =
+        CreateBeneath(staging_fd->get(), f.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (!fd.ok()) return fd.status().WithContext(f.path);
     auto have = local.find(f.digest);
     if (have != local.end() && have->second.size == f.size) {
@@ -285,8 +285,8 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   for (size_t i = 0; i < model.files.size(); ++i) {
     if (first[i] == i) continue;
     const OriginFile& f = model.files[i];
-    Result<UniqueFd> fd = CreateBeneath(staging_fd->get(), f.path,
-                                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    Result<UniqueFd> fd =
+        CreateBeneath(staging_fd->get(), f.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (!fd.ok()) return fd.status().WithContext(f.path);
     SEEDD_RETURN_IF_ERROR(
         CopyLocal(LocalFile{staging / model.files[first[i]].path, f.size}, fd->get(), f, count));

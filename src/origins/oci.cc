@@ -71,8 +71,8 @@ bool ValidRegistry(std::string_view s) {
       port = s.substr(colon + 1);
     }
     if (host.empty() ||
-        host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
-            host.npos) {
+        host.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != host.npos) {
       return false;
     }
   }
@@ -202,8 +202,8 @@ class OciOrigin final : public Origin {
       if (!token.ok()) return token.status();
       auth = "Authorization: Bearer " + *token;
     } else {
-      return Status::Unauthenticated("GET " + url + ": the registry asks for " +
-                                     challenge->scheme + " authentication, which seedd lacks");
+      return Status::Unauthenticated("GET " + url + ": the registry asks for " + challenge->scheme +
+                                     " authentication, which seedd lacks");
     }
     {
       MutexLock lock(mu_);
@@ -213,9 +213,9 @@ class OciOrigin final : public Origin {
     req.headers.push_back(auth);
     r = HttpGet(req);
     if (r.ok() && r->status == 401) {
-      return Status::Unauthenticated("GET " + url + ": " + DescribeResponse(*r) +
-                                     (basic_ ? " (the credentials were refused)"
-                                             : " (" + NoCredentials() + ")"));
+      return Status::Unauthenticated(
+          "GET " + url + ": " + DescribeResponse(*r) +
+          (basic_ ? " (the credentials were refused)" : " (" + NoCredentials() + ")"));
     }
     return r;
   }
@@ -233,8 +233,8 @@ class OciOrigin final : public Origin {
 
   Result<std::string> FetchToken(const AuthChallenge& c) {
     auto realm = c.params.find("realm");
-    if (realm == c.params.end() || (realm->second.rfind("https://", 0) != 0 &&
-                                    realm->second.rfind("http://", 0) != 0)) {
+    if (realm == c.params.end() ||
+        (realm->second.rfind("https://", 0) != 0 && realm->second.rfind("http://", 0) != 0)) {
       return Status::Unauthenticated(ref_.ToString() +
                                      ": the registry's Bearer challenge names no http(s) realm");
     }
@@ -420,7 +420,7 @@ Result<std::vector<OriginFile>> OciManifestFiles(const Json& manifest) {
     const Json& l = layers[i];
     const std::string name = "layer " + std::to_string(i);
     if (!l.is_object() || !l.contains("digest") || !l["digest"].is_string() ||
-        !l.contains("size") || !l["size"].is_number_unsigned()) {
+        !l.contains("size") || !l["size"].is_number_integer() || l["size"].get<int64_t>() < 0) {
       return Status::InvalidArgument(name + ": no digest or size");
     }
     OriginFile f;
@@ -444,10 +444,9 @@ Result<std::vector<OriginFile>> OciManifestFiles(const Json& manifest) {
       }
     }
     if (path.empty()) {
-      return Status::InvalidArgument(name + " (" + f.digest + ") names no file path (" +
-                                     (modelpack ? "org.cncf.model.filepath"
-                                                : "org.opencontainers.image.title") +
-                                     ")");
+      return Status::InvalidArgument(
+          name + " (" + f.digest + ") names no file path (" +
+          (modelpack ? "org.cncf.model.filepath" : "org.opencontainers.image.title") + ")");
     }
     if (Status st = ValidateRelativePath(path); !st.ok()) {
       return Status::InvalidArgument(name + ": path '" + path.substr(0, 200) +

@@ -1,10 +1,11 @@
 // The public face of origins (seedd/origins.h): URLs to origins, and a model
 // fetched from one into a directory.
+#include "seedd/origins.h"
+
 #include <chrono>
 
 #include "origins/materialize.h"
 #include "origins/oci.h"
-#include "seedd/origins.h"
 
 namespace seedd {
 
@@ -47,8 +48,7 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   copy.bytes_fetched = stats.bytes_fetched;
   copy.bytes_reused = stats.bytes_reused;
   copy.already_here = stats.already_here;
-  copy.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return copy;
 }
 

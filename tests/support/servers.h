@@ -1,10 +1,15 @@
-// Real servers for the store tests: redis-server and s3rver (Node.js), each on a
-// free loopback port in a temporary directory, stopped on destruction.
+// Real servers for the store and origin tests: redis-server, s3rver (Node.js)
+// and an OCI registry (Debian's docker-registry, the CNCF distribution
+// registry), each on a free loopback port in a temporary directory, stopped on
+// destruction.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "support/process.h"
 #include "support/test_util.h"
@@ -47,5 +52,35 @@ class S3Server {
   uint16_t port_;
   std::unique_ptr<Process> process_;
 };
+
+// docker-registry on a free loopback port, storing below a temporary directory.
+// With `user`: basic authentication (htpasswd, bcrypt) over TLS with a test CA
+// (ca_file()); registries refuse authentication without TLS.
+class OciRegistryServer {
+ public:
+  explicit OciRegistryServer(const std::string& user = "", const std::string& password = "");
+  ~OciRegistryServer();
+  uint16_t port() const { return port_; }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::filesystem::path ca_file() const { return dir_.path() / "ca.pem"; }
+  // Where the registry keeps blob `digest` ("sha256:<hex>"): changing it there
+  // makes an upstream whose bytes no longer match their digest.
+  std::filesystem::path BlobData(const std::string& digest) const;
+
+ private:
+  TempDir dir_;
+  uint16_t port_;
+  bool tls_ = false;
+  std::unique_ptr<Process> process_;
+};
+
+// Writes `files` (path -> bytes) as a ModelPack artifact in an OCI image layout
+// at `layout` (one raw layer per file, its path in org.cncf.model.filepath) and
+// copies it to `dest` (docker://HOST/REPO:TAG) with skopeo, a third-party
+// client. Returns the manifest's digest; throws with skopeo's error.
+std::string PushModelPack(const std::filesystem::path& layout, const std::string& dest,
+                          const std::map<std::string, std::string>& files,
+                          const std::vector<std::string>& skopeo_flags = {
+                              "--dest-tls-verify=false"});
 
 }  // namespace seedd::testing

@@ -1,0 +1,257 @@
+// Models from where fleets keep them: an OCI registry (Debian's docker-registry)
+// holding ModelPack artifacts pushed by skopeo, fetched by seedd and verified
+// against the layers' digests, then served to the swarm.
+#include "seedd/origins.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "common/crypto.h"
+#include "support/daemon_process.h"
+#include "support/servers.h"
+
+namespace seedd {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Has;
+using testing::OciRegistryServer;
+using testing::PushModelPack;
+using testing::RunCommand;
+
+std::string RandomBytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class OriginsTest : public testing::DaemonProcessTest {
+ protected:
+  std::string Push(OciRegistryServer& registry, const std::string& repo_tag,
+                   const std::map<std::string, std::string>& files) {
+    return PushModelPack(dir_.path() / ("layout-" + std::to_string(layouts_++)),
+                         "docker://" + registry.host() + "/" + repo_tag, files);
+  }
+  // Every file below `dir`, by relative path.
+  static std::map<std::string, std::string> Files(const fs::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      if (e.is_regular_file())
+        out[fs::relative(e.path(), dir).string()] = testing::ReadAll(e.path());
+    }
+    return out;
+  }
+  int layouts_ = 0;
+};
+
+std::map<std::string, std::string> AModel() {
+  return {{"model-00001-of-00002.bin", RandomBytes(3 << 20, 1)},
+          {"model-00002-of-00002.bin", RandomBytes(1 << 20, 2)},
+          {"config.json", R"({"architectures": ["Test"]})"},
+          {"tokenizer/tokenizer.json", RandomBytes(100000, 3)},
+          // The same bytes under a second path: fetched once.
+          {"tokenizer.json", RandomBytes(100000, 3)}};
+}
+
+TEST_F(OriginsTest, AModelPackPushedBySkopeoIsServedByADaemonAndPulledThroughTheSwarmByteForByte) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+
+  std::string origin_addr;
+  auto origin = StartDaemon(
+      {"--model", "m=oci://" + registry.host() + "/models/test:v1", "--log-level", "info"},
+      &origin_addr, dir_.path() / "origin-cache");
+  std::string relay_addr;
+  auto relay = StartDaemon({"--source", origin_addr, "--pull", "m", "--log-level", "info"},
+                           &relay_addr, dir_.path() / "relay-cache");
+  auto pulled = RunCommand(PullArgs(relay_addr, dir_.path() / "into", {"--wait", "60"}));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+
+  origin->Signal(SIGTERM);
+  ASSERT_TRUE(origin->Wait(std::chrono::seconds(20)).has_value());
+  const std::string log = origin->Stderr();
+  EXPECT_TRUE(Has(log, "every file matched its upstream digest")) << log;
+  // The duplicated tokenizer came from upstream once.
+  EXPECT_TRUE(Has(log, "97.7 KiB reused locally")) << log;
+
+  // Restarted, the daemon finds the version held and fetches nothing.
+  auto again = StartDaemon(
+      {"--model", "m=oci://" + registry.host() + "/models/test:v1", "--log-level", "info"},
+      &origin_addr, dir_.path() / "origin-cache");
+  again->Signal(SIGTERM);
+  ASSERT_TRUE(again->Wait(std::chrono::seconds(20)).has_value());
+  EXPECT_TRUE(Has(again->Stderr(), "is held already")) << again->Stderr();
+}
+
+TEST_F(OriginsTest, ABlobChangedUpstreamAfterItsDigestWasRecordedIsRefusedNamingTheFile) {
+  OciRegistryServer registry;
+  auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  const std::string digest = "sha256:" + Sha256Hex(model["model-00002-of-00002.bin"]);
+  {
+    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(blob.good());
+    blob.seekp(1000);
+    blob.put('\x42');
+  }
+  const fs::path root = dir_.path() / "origins" / "m";
+  Result<OriginCopy> copy =
+      CopyFromOrigin("oci://" + registry.host() + "/models/test:v1", root, OriginAccess{});
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kDataLoss) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "model-00002-of-00002.bin")) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "expected " + digest)) << copy.status().ToString();
+  // Nothing under a final name: no version directory, no record.
+  for (const auto& e : fs::directory_iterator(root)) ADD_FAILURE() << "left " << e.path();
+
+  // A daemon told to serve it refuses to start, saying why.
+  std::string addr;
+  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1"}, &addr,
+                            dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
+  auto status = daemon->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(*status, 0);
+  EXPECT_TRUE(Has(daemon->Stderr(), "--model m: model-00002-of-00002.bin: digest sha256:"))
+      << daemon->Stderr();
+}
+
+TEST_F(OriginsTest, AMissingTagOrRepositoryIsNotFoundNamingTheUrlAndTheAnswer) {
+  OciRegistryServer registry;
+  Push(registry, "models/test:v1", AModel());
+  for (const std::string ref : {"models/test:v2", "models/absent:v1"}) {
+    Result<OriginCopy> copy = CopyFromOrigin("oci://" + registry.host() + "/" + ref,
+                                             dir_.path() / "origins", OriginAccess{});
+    ASSERT_FALSE(copy.ok()) << ref;
+    EXPECT_EQ(copy.status().code(), StatusCode::kNotFound) << copy.status().ToString();
+    const std::string tag = ref.substr(ref.find(':') + 1);
+    const std::string repo = ref.substr(0, ref.find(':'));
+    EXPECT_TRUE(Has(copy.status().message(),
+                    "GET http://" + registry.host() + "/v2/" + repo + "/manifests/" + tag))
+        << copy.status().ToString();
+    EXPECT_TRUE(Has(copy.status().message(), "HTTP 404")) << copy.status().ToString();
+  }
+}
+
+TEST_F(OriginsTest, AnUnreachableRegistryIsUnavailableNamingTheUrl) {
+  const uint16_t port = testing::FreePort();
+  const std::string url = "oci://127.0.0.1:" + std::to_string(port) + "/models/test:v1";
+  Result<OriginCopy> copy = CopyFromOrigin(url, dir_.path() / "origins", OriginAccess{});
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kUnavailable) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(),
+                  "http://127.0.0.1:" + std::to_string(port) + "/v2/models/test/manifests/v1"))
+      << copy.status().ToString();
+}
+
+TEST_F(OriginsTest, ARegistryThatAcceptsAndNeverAnswersIsCutOffByTheStallTimeout) {
+  // A listener that takes the connection and the request and says nothing.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  OriginAccess access;
+  access.stall_timeout = std::chrono::seconds(1);
+  const auto start = std::chrono::steady_clock::now();
+  Result<OriginCopy> copy =
+      CopyFromOrigin("oci://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/models/test:v1",
+                     dir_.path() / "origins", access);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kDeadlineExceeded) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "nothing for 1 s")) << copy.status().ToString();
+  EXPECT_LT(took, std::chrono::seconds(20));
+}
+
+TEST_F(OriginsTest, ARevisionSharingFilesCopiesThemLocallyAndFetchesOnlyWhatChanged) {
+  OciRegistryServer registry;
+  auto v1 = AModel();
+  auto v2 = v1;
+  v2["model-00002-of-00002.bin"] = RandomBytes(1 << 20, 9);  // a fine-tune of one shard
+  Push(registry, "models/test:v1", v1);
+  Push(registry, "models/test:v2", v2);
+  const fs::path root = dir_.path() / "origins" / "m";
+  Result<OriginCopy> first =
+      CopyFromOrigin("oci://" + registry.host() + "/models/test:v1", root, OriginAccess{});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Result<OriginCopy> second =
+      CopyFromOrigin("oci://" + registry.host() + "/models/test:v2", root, OriginAccess{});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(Files(second->dir), v2);
+  EXPECT_EQ(second->bytes_fetched, 1u << 20);
+  EXPECT_EQ(second->bytes_reused, second->total_bytes - (1u << 20));
+  EXPECT_NE(first->dir, second->dir);
+  EXPECT_EQ(Files(first->dir), v1);  // the older version is untouched
+}
+
+TEST_F(OriginsTest, APinnedManifestDigestIsFetchedAndAnotherDigestIsNotFound) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string digest = Push(registry, "models/test:v1", model);
+  Result<OriginCopy> copy = CopyFromOrigin("oci://" + registry.host() + "/models/test@" + digest,
+                                           dir_.path() / "origins", OriginAccess{});
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->version, digest);
+  EXPECT_EQ(Files(copy->dir), model);
+  Result<OriginCopy> other =
+      CopyFromOrigin("oci://" + registry.host() + "/models/test@sha256:" + std::string(64, 'a'),
+                     dir_.path() / "origins", OriginAccess{});
+  EXPECT_EQ(other.status().code(), StatusCode::kNotFound) << other.status().ToString();
+}
+
+TEST_F(OriginsTest, ARegistryWithBasicAuthOverTlsNeedsTheCredentialsFileAndTheTrustedCa) {
+  OciRegistryServer registry("seedd", "seedd-test-password");
+  const auto model = AModel();
+  // skopeo reads the CA from a directory of *.crt files.
+  const fs::path certs = dir_.path() / "certs";
+  fs::create_directories(certs);
+  fs::copy_file(registry.ca_file(), certs / "ca.crt");
+  PushModelPack(dir_.path() / "layout", "docker://" + registry.host() + "/models/test:v1", model,
+                {"--dest-creds", "seedd:seedd-test-password", "--dest-cert-dir", certs.string()});
+  const std::string url = "oci://" + registry.host() + "/models/test:v1?plain-http=false";
+
+  OriginAccess access;
+  access.ca_file = registry.ca_file();
+  Result<OriginCopy> anonymous = CopyFromOrigin(url, dir_.path() / "a", access);
+  EXPECT_EQ(anonymous.status().code(), StatusCode::kUnauthenticated)
+      << anonymous.status().ToString();
+  EXPECT_TRUE(Has(anonymous.status().message(), "--origin-auth")) << anonymous.status().ToString();
+
+  access.auth_file = dir_.path() / "auth.json";
+  std::ofstream(access.auth_file) << R"({"auths": {")" << registry.host() << R"(": {"auth": ")"
+                                  << Base64Encode("seedd:wrong") << R"("}}})";
+  Result<OriginCopy> wrong = CopyFromOrigin(url, dir_.path() / "b", access);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kUnauthenticated) << wrong.status().ToString();
+  EXPECT_TRUE(Has(wrong.status().message(), "refused")) << wrong.status().ToString();
+
+  std::ofstream(access.auth_file) << R"({"auths": {")" << registry.host() << R"(": {"auth": ")"
+                                  << Base64Encode("seedd:seedd-test-password") << R"("}}})";
+  Result<OriginCopy> copy = CopyFromOrigin(url, dir_.path() / "c", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(copy->dir), model);
+
+  // Without the CA the registry's certificate is not trusted.
+  access.ca_file.clear();
+  Result<OriginCopy> untrusted = CopyFromOrigin(url, dir_.path() / "d", access);
+  EXPECT_EQ(untrusted.status().code(), StatusCode::kUnavailable) << untrusted.status().ToString();
+}
+
+}  // namespace
+}  // namespace seedd
