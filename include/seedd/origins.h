@@ -1,8 +1,12 @@
 // Models where fleets keep them: an origin URL in place of a model directory.
 //   oci://REGISTRY[:PORT]/REPOSITORY[:TAG|@sha256:DIGEST][?plain-http=true]
-// (an OCI registry: a ModelPack artifact, or an artifact whose layers carry
-// org.opencontainers.image.title). Every file is verified against the digest
-// its upstream gives it before it is kept.
+//     an OCI registry: a ModelPack artifact, or an artifact whose layers carry
+//     org.opencontainers.image.title;
+//   s3://BUCKET/PREFIX[?endpoint=http(s)://HOST:PORT&region=R]
+//     every object below the prefix (AWS credentials as for the S3 store).
+// Every file is verified against the digest its upstream gives it (an OCI
+// layer's; an S3 object's x-amz-checksum-sha256 or single-part ETag) before it
+// is kept.
 //
 // Thread safety: functions of their arguments.
 #pragma once
@@ -42,6 +46,9 @@ struct OriginCopy {
   uint64_t bytes_fetched = 0;  // from upstream
   uint64_t bytes_reused = 0;   // copied from files with the same digest held here
   bool already_here = false;   // this version was held whole: nothing moved
+  // Files the upstream gave no digest for (a multipart S3 object uploaded
+  // without a checksum): as the transport delivered them.
+  uint64_t files_unverified = 0;
   double seconds = 0;
 };
 

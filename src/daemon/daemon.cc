@@ -102,11 +102,18 @@ Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
     Logger().info("Model {} ({} {}) is held already in {}", name, url, copy->version,
                   copy->dir.string());
   } else {
-    Logger().info(
-        "Fetched model {} ({}): {} files, {} from upstream, {} reused locally, in {}; every file "
-        "matched its upstream digest",
-        name, copy->version, copy->files, HumanBytes(copy->bytes_fetched),
-        HumanBytes(copy->bytes_reused), HumanSeconds(copy->seconds));
+    Logger().info("Fetched model {} ({}): {} files, {} from upstream, {} reused locally, in {}; {}",
+                  name, copy->version, copy->files, HumanBytes(copy->bytes_fetched),
+                  HumanBytes(copy->bytes_reused), HumanSeconds(copy->seconds),
+                  copy->files_unverified == 0 ? "every file matched its upstream digest"
+                                              : "the others matched their upstream digests");
+    if (copy->files_unverified > 0) {
+      Logger().warn(
+          "Model {}: {} of {} files had no upstream digest (multipart objects uploaded without "
+          "a checksum): kept as the transport delivered them; upload with --checksum-algorithm "
+          "SHA256 to have them verified",
+          name, copy->files_unverified, copy->files);
+    }
   }
   return copy->dir;
 }

@@ -1,6 +1,7 @@
 #include "origins/materialize.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@ std::filesystem::path RecordPath(const std::filesystem::path& root, const std::s
 struct LocalFile {
   std::filesystem::path path;
   uint64_t size = 0;
+  std::string sha256;  // "sha256:<hex>", as recorded
 };
 
 Result<Json> ReadRecord(const std::filesystem::path& path) {
@@ -80,9 +82,14 @@ std::map<std::string, LocalFile> LocalFiles(const std::vector<std::filesystem::p
       if (!record.ok()) continue;
       const std::filesystem::path dir = root / name.substr(0, name.size() - suffix.size());
       for (const Json& f : (*record)["files"]) {
-        if (!Unchanged(dir, f) || !f.contains("digest") || !f["digest"].is_string()) continue;
-        out.emplace(f["digest"].get<std::string>(),
-                    LocalFile{dir / f["path"].get<std::string>(), f["size"].get<uint64_t>()});
+        if (!Unchanged(dir, f) || !f.contains("sha256") || !f["sha256"].is_string()) continue;
+        const LocalFile file{dir / f["path"].get<std::string>(), f["size"].get<uint64_t>(),
+                             f["sha256"].get<std::string>()};
+        // By the digest its upstream gave it too (an S3 ETag), when it had one.
+        if (f.contains("digest") && f["digest"].is_string() && !f["digest"].empty()) {
+          out.emplace(f["digest"].get<std::string>(), file);
+        }
+        out.emplace(file.sha256, file);
       }
     }
   }
@@ -102,6 +109,25 @@ bool RecordedCopy(const std::filesystem::path& root, const std::string& hex,
   return true;
 }
 
+// MD5 over pieces (S3's ETag of a single-part object).
+class Md5 {
+ public:
+  Md5() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_md5(), nullptr); }
+  ~Md5() { EVP_MD_CTX_free(ctx_); }
+  Md5(const Md5&) = delete;
+  Md5& operator=(const Md5&) = delete;
+  void Update(std::string_view piece) { EVP_DigestUpdate(ctx_, piece.data(), piece.size()); }
+  std::string HexDigest() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_, md, &len);
+    return HexEncode(std::string_view(reinterpret_cast<const char*>(md), len));
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
 // Hashes and counts what is written to `fd`, refusing more than `size` bytes.
 class Landing {
  public:
@@ -109,9 +135,10 @@ class Landing {
   Status Write(std::string_view piece) {
     if (written_ + piece.size() > file_.size) {
       return Status::DataLoss(file_.path + ": more than the " + std::to_string(file_.size) +
-                              " bytes its layer has");
+                              " bytes the upstream listed");
     }
     sha_.Update(piece);
+    md5_.Update(piece);
     while (!piece.empty()) {
       const ssize_t n = ::write(fd_, piece.data(), piece.size());
       if (n < 0 && errno == EINTR) continue;
@@ -121,32 +148,37 @@ class Landing {
     }
     return Status::Ok();
   }
-  // Size and digest against the upstream's; then fsync.
-  Status Finish(const std::string& from) {
+  // Size and digest (`expected`: "sha256:..", "md5:..", or empty: none to
+  // check) against the upstream's; then fsync. The file's SHA-256 in *sha256.
+  Status Finish(const std::string& expected, const std::string& from, std::string* sha256) {
     if (written_ != file_.size) {
       return Status::DataLoss(file_.path + ": " + from + " sent " + std::to_string(written_) +
                               " bytes, not " + std::to_string(file_.size));
     }
-    const std::string actual = "sha256:" + sha_.HexDigest();
-    if (actual != file_.digest) {
-      return Status::DataLoss(file_.path + ": digest " + actual + ", expected " + file_.digest +
-                              " (from " + from + "); not kept");
+    *sha256 = "sha256:" + sha_.HexDigest();
+    const std::string md5 = "md5:" + md5_.HexDigest();
+    if (!expected.empty()) {
+      const std::string& actual = expected.rfind("md5:", 0) == 0 ? md5 : *sha256;
+      if (actual != expected) {
+        return Status::DataLoss(file_.path + ": digest " + actual + ", expected " + expected +
+                                " (from " + from + "); not kept");
+      }
     }
     if (::fsync(fd_) != 0) return ErrnoStatus("fsync " + file_.path, errno);
     return Status::Ok();
   }
-  uint64_t written() const { return written_; }
 
  private:
   int fd_;
   const OriginFile& file_;
   Sha256 sha_;
+  Md5 md5_;
   uint64_t written_ = 0;
 };
 
 // Copies `from` into `fd` (a reflink where the filesystem can), verifying it.
 Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
-                 const std::function<void(uint64_t)>& count) {
+                 const std::function<void(uint64_t)>& count, std::string* sha256) {
   UniqueFd in(::open(from.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!in.valid()) return ErrnoStatus("open " + from.path.string(), errno);
   Landing landing(fd, file);
@@ -159,7 +191,8 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
     SEEDD_RETURN_IF_ERROR(landing.Write(std::string_view(buf.data(), static_cast<size_t>(n))));
     count(static_cast<uint64_t>(n));
   }
-  return landing.Finish(from.path.string());
+  return landing.Finish(file.digest.empty() ? from.sha256 : file.digest, from.path.string(),
+                        sha256);
 }
 
 }  // namespace
@@ -210,8 +243,12 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   std::vector<size_t> first;  // by file: the index of the first file of its digest
   std::map<std::string, size_t> first_of;
   for (size_t i = 0; i < model.files.size(); ++i) {
-    first.push_back(first_of.emplace(model.files[i].digest, i).first->second);
+    const OriginFile& f = model.files[i];
+    const std::string key = f.digest.empty() ? "path:" + f.path : f.digest;
+    first.push_back(first_of.emplace(key, i).first->second);
   }
+  std::vector<std::string> sha256s(model.files.size());  // as landed
+  std::atomic<uint64_t> unverified{0};
   std::vector<size_t> order;
   for (size_t i = 0; i < model.files.size(); ++i) {
     if (first[i] == i) order.push_back(i);
@@ -236,9 +273,9 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
     Result<UniqueFd> fd =
         CreateBeneath(staging_fd->get(), f.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (!fd.ok()) return fd.status().WithContext(f.path);
-    auto have = local.find(f.digest);
+    auto have = f.digest.empty() ? local.end() : local.find(f.digest);
     if (have != local.end() && have->second.size == f.size) {
-      if (CopyLocal(have->second, fd->get(), f, count).ok()) {
+      if (CopyLocal(have->second, fd->get(), f, count, &sha256s[i]).ok()) {
         reused += f.size;
         ++files_reused;
         return Status::Ok();
@@ -249,15 +286,16 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
       }
     }
     Landing landing(fd->get(), f);
-    Status st = origin.Fetch(f, [&](std::string_view piece) -> Status {
+    Result<std::string> expected = origin.Fetch(f, [&](std::string_view piece) -> Status {
       if (failed.load()) return Status::Cancelled("another file failed");
       SEEDD_RETURN_IF_ERROR(landing.Write(piece));
       fetched += piece.size();
       count(piece.size());
       return Status::Ok();
     });
-    if (!st.ok()) return st;
-    return landing.Finish(model.url);
+    if (!expected.ok()) return expected.status();
+    if (expected->empty()) ++unverified;
+    return landing.Finish(*expected, model.url, &sha256s[i]);
   };
   auto worker = [&] {
     for (;;) {
@@ -289,18 +327,23 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
         CreateBeneath(staging_fd->get(), f.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (!fd.ok()) return fd.status().WithContext(f.path);
     SEEDD_RETURN_IF_ERROR(
-        CopyLocal(LocalFile{staging / model.files[first[i]].path, f.size}, fd->get(), f, count));
+        CopyLocal(LocalFile{staging / model.files[first[i]].path, f.size, sha256s[first[i]]},
+                  fd->get(), f, count, &sha256s[i]));
     reused += f.size;
     ++files_reused;
   }
   // The record: each file's size and mtime as they are now.
   Json files = Json::array();
-  for (const OriginFile& f : model.files) {
+  for (size_t i = 0; i < model.files.size(); ++i) {
+    const OriginFile& f = model.files[i];
     struct stat st {};
     const std::filesystem::path p = staging / f.path;
     if (::stat(p.c_str(), &st) != 0) return ErrnoStatus("stat " + p.string(), errno);
-    files.push_back(
-        {{"path", f.path}, {"size", f.size}, {"digest", f.digest}, {"mtime_ns", MtimeNs(st)}});
+    files.push_back({{"path", f.path},
+                     {"size", f.size},
+                     {"digest", f.digest},
+                     {"sha256", sha256s[i]},
+                     {"mtime_ns", MtimeNs(st)}});
   }
   // Directories below the staging one: their entries made durable.
   std::vector<std::filesystem::path> dirs = {staging};
@@ -320,6 +363,7 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   stats->bytes_fetched = fetched.load();
   stats->bytes_reused = reused.load();
   stats->files_reused = files_reused.load();
+  stats->files_unverified = unverified.load();
   return final_dir;
 }
 

@@ -5,7 +5,8 @@
 //   root/<version hex>/FILES                  the model, complete and verified
 //   root/<version hex>.seedd-origin.json      {"format": "seedd.origin/1", "url",
 //                                              "version", "files": [{"path", "size",
-//                                              "digest", "mtime_ns"}]}
+//                                              "digest" (upstream's), "sha256",
+//                                              "mtime_ns"}]}
 //   root/.staging-<version hex>-<random>/     while fetching; removed on failure
 // A copy is reused when its record names the version and every file still has
 // the size and mtime recorded.
@@ -38,6 +39,9 @@ struct MaterializeStats {
   uint64_t bytes_fetched = 0;  // from upstream
   uint64_t bytes_reused = 0;   // copied from a local copy with the same digest
   uint64_t files_reused = 0;
+  // Fetched with no upstream digest to check (a multipart S3 object uploaded
+  // without a checksum): trusted as the transport delivered them.
+  uint64_t files_unverified = 0;
   bool already_here = false;  // a recorded copy of this version was reused whole
 };
 

@@ -157,15 +157,15 @@ class OciOrigin final : public Origin {
     return model;
   }
 
-  Status Fetch(const OriginFile& file,
-               const std::function<Status(std::string_view)>& sink) override {
+  Result<std::string> Fetch(const OriginFile& file,
+                            const std::function<Status(std::string_view)>& sink) override {
     const std::string url = Base() + "/blobs/" + file.digest;
     HttpRequest req;
     req.sink = sink;
     Result<HttpResponse> r = Get(url, req);
     if (!r.ok()) return r.status().WithContext(file.path);
     if (r->status != 200) return ErrorFor(file.path + " (" + file.digest + ")", *r);
-    return Status::Ok();
+    return file.digest;
   }
 
  private:

@@ -1,7 +1,7 @@
 // Where models live upstream: an origin names a model's files, each with the
 // digest its upstream gives it (the root of trust: a file is kept only when its
-// bytes hash to it), and sends a file's bytes. OCI registries (oci.h) today;
-// object stores next.
+// bytes hash to it), and sends a file's bytes. OCI registries (oci.h) and S3
+// and its compatibles (s3_origin.h).
 //
 // Thread safety: an Origin's methods may be called from several threads at once.
 #pragma once
@@ -21,15 +21,19 @@ namespace seedd {
 
 // One file of a model upstream.
 struct OriginFile {
-  std::string path;    // relative, validated (no "..", no absolute path)
-  uint64_t size = 0;   // as the upstream says it
-  std::string digest;  // "sha256:<64 hex>": of the file's bytes
+  std::string path;   // relative, validated (no "..", no absolute path)
+  uint64_t size = 0;  // as the upstream says it
+  // Of the file's bytes: "sha256:<64 hex>" (an OCI layer), "md5:<32 hex>" (a
+  // single-part S3 object's ETag), or empty when the upstream names none.
+  std::string digest;
 };
 
 // A model as its upstream describes it now.
 struct OriginModel {
-  std::string url;      // as given
-  std::string version;  // what pins it: an OCI manifest's "sha256:<hex>"
+  std::string url;  // as given
+  // What pins it, "sha256:<hex>": an OCI manifest's digest; for S3, of the
+  // listing (every key, size and ETag).
+  std::string version;
   std::vector<OriginFile> files;
   uint64_t total_size = 0;
 };
@@ -46,9 +50,12 @@ class Origin {
   // it cannot be reached; each error names the URL and what it answered.
   virtual Result<OriginModel> Resolve() = 0;
   // Sends `file`'s bytes to `sink` as they come (unverified: the caller hashes
-  // them). An error from `sink` ends the transfer with it.
-  virtual Status Fetch(const OriginFile& file,
-                       const std::function<Status(std::string_view)>& sink) = 0;
+  // them) and returns the digest they must have: the file's, or one the upstream
+  // sent with them (S3's x-amz-checksum-sha256); empty when the upstream gives
+  // none that applies (a multipart S3 object uploaded without a checksum). An
+  // error from `sink` ends the transfer with it.
+  virtual Result<std::string> Fetch(const OriginFile& file,
+                                    const std::function<Status(std::string_view)>& sink) = 0;
 };
 using OriginPtr = std::unique_ptr<Origin>;
 

@@ -6,14 +6,25 @@
 
 #include "origins/materialize.h"
 #include "origins/oci.h"
+#include "origins/s3_origin.h"
+#include "stores/store_url.h"
 
 namespace seedd {
 
-bool IsOriginUrl(std::string_view spec) { return spec.rfind("oci://", 0) == 0; }
+bool IsOriginUrl(std::string_view spec) {
+  return spec.rfind("oci://", 0) == 0 || spec.rfind("s3://", 0) == 0;
+}
 
 Status CheckOriginUrl(std::string_view url) {
   if (url.rfind("oci://", 0) == 0) return ParseOciReference(url).status();
-  return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://...)");
+  if (url.rfind("s3://", 0) == 0) {
+    // The form only: credentials are looked for when the model is fetched.
+    Result<StoreUrl> u = StoreUrl::Parse(url);
+    if (!u.ok()) return u.status().WithContext(std::string(url));
+    if (u->host.empty()) return Status::InvalidArgument(std::string(url) + ": no bucket");
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://, s3://)");
 }
 
 Result<OriginPtr> OpenOrigin(std::string_view url, const OriginAccess& access) {
@@ -22,7 +33,8 @@ Result<OriginPtr> OpenOrigin(std::string_view url, const OriginAccess& access) {
     if (!ref.ok()) return ref.status();
     return OpenOciOrigin(*ref, access);
   }
-  return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://...)");
+  if (url.rfind("s3://", 0) == 0) return OpenS3Origin(url, access);
+  return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://, s3://)");
 }
 
 Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::path& root,
@@ -48,6 +60,7 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   copy.bytes_fetched = stats.bytes_fetched;
   copy.bytes_reused = stats.bytes_reused;
   copy.already_here = stats.already_here;
+  copy.files_unverified = stats.files_unverified;
   copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return copy;
 }

@@ -4,6 +4,7 @@
 #include "seedd/origins.h"
 
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,6 +54,13 @@ class OriginsTest : public testing::DaemonProcessTest {
   }
   int layouts_ = 0;
 };
+
+std::string Md5HexOf(const std::string& bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_md5(), nullptr);
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(md), len));
+}
 
 std::map<std::string, std::string> AModel() {
   return {{"model-00001-of-00002.bin", RandomBytes(3 << 20, 1)},
@@ -251,6 +259,94 @@ TEST_F(OriginsTest, ARegistryWithBasicAuthOverTlsNeedsTheCredentialsFileAndTheTr
   access.ca_file.clear();
   Result<OriginCopy> untrusted = CopyFromOrigin(url, dir_.path() / "d", access);
   EXPECT_EQ(untrusted.status().code(), StatusCode::kUnavailable) << untrusted.status().ToString();
+}
+
+}  // namespace
+}  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// An S3-compatible server (s3rver) holding a model's files below a prefix,
+// uploaded with curl as any client would.
+class S3OriginTest : public OriginsTest {
+ protected:
+  void SetUp() override {
+    OriginsTest::SetUp();
+    setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+  }
+  void Upload(const std::string& prefix, const std::map<std::string, std::string>& files) {
+    for (const auto& [path, bytes] : files) {
+      const fs::path tmp = dir_.path() / "upload";
+      std::ofstream(tmp, std::ios::binary) << bytes;
+      auto r = RunCommand(
+          {"/usr/bin/curl", "-sS", "-f", "-X", "PUT", "--data-binary", "@" + tmp.string(),
+           s3_.endpoint() + "/" + testing::S3Server::kBucket + "/" + prefix + "/" + path});
+      ASSERT_EQ(r.status, 0) << r.err;
+    }
+  }
+  std::string Url(const std::string& prefix) const { return s3_.url(prefix); }
+  testing::S3Server s3_;
+};
+
+TEST_F(S3OriginTest, APrefixIsServedByADaemonAndPulledByteForByteEachFileCheckedAgainstItsEtag) {
+  const auto model = AModel();
+  Upload("models/test", model);
+  Upload("models/test-other", {{"stray.bin", "not this model"}});
+  std::string addr;
+  auto origin = StartDaemon({"--model", "m=" + Url("models/test"), "--log-level", "info"}, &addr,
+                            dir_.path() / "origin-cache");
+  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+  origin->Signal(SIGTERM);
+  ASSERT_TRUE(origin->Wait(std::chrono::seconds(20)).has_value());
+  EXPECT_TRUE(Has(origin->Stderr(), "every file matched its upstream digest")) << origin->Stderr();
+}
+
+TEST_F(S3OriginTest, AnObjectChangedAfterItsEtagWasRecordedIsRefusedNamingTheFile) {
+  const auto model = AModel();
+  Upload("models/test", model);
+  // s3rver keeps an object's bytes beside its MD5: changing the bytes alone
+  // makes an object that no longer matches the ETag it lists.
+  const fs::path object = s3_.data_dir() / testing::S3Server::kBucket / "models" / "test" /
+                          "config.json._S3rver_object";
+  ASSERT_TRUE(fs::exists(object)) << object;
+  std::ofstream(object, std::ios::binary) << R"({"architectures": ["Evil"]})";
+  Result<OriginCopy> copy = CopyFromOrigin(Url("models/test"), dir_.path() / "o", OriginAccess{});
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kDataLoss) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "config.json: digest md5:")) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "expected md5:" + Md5HexOf(model.at("config.json"))))
+      << copy.status().ToString();
+}
+
+TEST_F(S3OriginTest, AnEmptyPrefixOrAMissingBucketIsNotFoundNamingTheUrl) {
+  Result<OriginCopy> copy = CopyFromOrigin(Url("models/none"), dir_.path() / "o", OriginAccess{});
+  EXPECT_EQ(copy.status().code(), StatusCode::kNotFound) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "no object below the prefix 'models/none/'"))
+      << copy.status().ToString();
+  const std::string missing =
+      "s3://no-such-bucket/models/test?endpoint=" + s3_.endpoint() + "&region=us-east-1";
+  copy = CopyFromOrigin(missing, dir_.path() / "o", OriginAccess{});
+  EXPECT_EQ(copy.status().code(), StatusCode::kNotFound) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "NoSuchBucket")) << copy.status().ToString();
+}
+
+TEST_F(S3OriginTest, ARevisionUnderANewPrefixFetchesOnlyTheObjectsThatChanged) {
+  auto v1 = AModel();
+  auto v2 = v1;
+  v2["model-00002-of-00002.bin"] = RandomBytes(1 << 20, 9);
+  Upload("models/test/v1", v1);
+  Upload("models/test/v2", v2);
+  const fs::path root = dir_.path() / "origins" / "m";
+  ASSERT_TRUE(CopyFromOrigin(Url("models/test/v1"), root, OriginAccess{}).ok());
+  Result<OriginCopy> second = CopyFromOrigin(Url("models/test/v2"), root, OriginAccess{});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(Files(second->dir), v2);
+  EXPECT_EQ(second->bytes_fetched, 1u << 20);
+  EXPECT_EQ(second->files_unverified, 0u);
 }
 
 }  // namespace

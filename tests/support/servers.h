@@ -46,6 +46,8 @@ class S3Server {
   uint16_t port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string url(const std::string& prefix = "") const;
+  // Where s3rver keeps buckets: <data_dir>/BUCKET/KEY._S3rver_object, its MD5 beside.
+  std::filesystem::path data_dir() const { return dir_.path(); }
 
  private:
   TempDir dir_;

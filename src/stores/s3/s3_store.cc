@@ -17,6 +17,7 @@
 #include "common/crypto.h"
 #include "common/mutex.h"
 #include "stores/backends.h"
+#include "stores/s3/s3_xml.h"
 #include "stores/s3/sigv4.h"
 #include "stores/store_url.h"
 
@@ -47,37 +48,6 @@ std::string Md5Base64(std::string_view data) {
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
   return Base64Encode(std::string_view(reinterpret_cast<const char*>(md), len));
-}
-
-std::string XmlUnescape(std::string s) {
-  static const std::pair<const char*, const char*> kEntities[] = {
-      {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&amp;", "&"}};
-  for (const auto& [from, to] : kEntities) {
-    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + 1)) {
-      s.replace(p, std::strlen(from), to);
-    }
-  }
-  return s;
-}
-
-// Every text of <tag>...</tag> in `xml`, in order.
-std::vector<std::string> XmlAll(const std::string& xml, const std::string& tag) {
-  std::vector<std::string> out;
-  const std::string open = "<" + tag + ">";
-  const std::string close = "</" + tag + ">";
-  for (size_t p = xml.find(open); p != std::string::npos; p = xml.find(open, p)) {
-    p += open.size();
-    size_t e = xml.find(close, p);
-    if (e == std::string::npos) break;
-    out.push_back(XmlUnescape(xml.substr(p, e - p)));
-    p = e + close.size();
-  }
-  return out;
-}
-
-std::string XmlFirst(const std::string& xml, const std::string& tag) {
-  auto all = XmlAll(xml, tag);
-  return all.empty() ? "" : all.front();
 }
 
 // A response body, at most kMaxSharedValueBytes: past that the transfer stops.

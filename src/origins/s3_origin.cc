@@ -1,0 +1,208 @@
+#include "origins/s3_origin.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "common/crypto.h"
+#include "kinds/weights/files/manifest.h"
+#include "origins/http_get.h"
+#include "stores/s3/s3_xml.h"
+#include "stores/s3/sigv4.h"
+#include "stores/store_url.h"
+
+namespace seedd {
+namespace {
+
+constexpr size_t kMaxObjects = 200000;
+constexpr int kMaxPages = 1000;
+
+bool IsLowerHexText(std::string_view s) { return IsLowerHex(s, s.size()); }
+
+class S3Origin final : public Origin {
+ public:
+  struct Config {
+    std::string url;
+    std::string bucket;
+    std::string prefix;  // "" or "dir/" (with its trailing slash)
+    std::string region = "us-east-1";
+    std::string endpoint;  // scheme://host[:port]
+    std::string host;      // Host header
+    bool path_style = true;
+  };
+  S3Origin(Config config, AwsCredentials creds, OriginAccess access)
+      : config_(std::move(config)), creds_(std::move(creds)), access_(std::move(access)) {}
+
+  Result<OriginModel> Resolve() override {
+    OriginModel model;
+    model.url = config_.url;
+    std::map<std::string, std::string> query = {{"list-type", "2"}, {"prefix", config_.prefix}};
+    std::set<std::string> paths;
+    Sha256 listing;
+    for (int page = 0;; ++page) {
+      if (page >= kMaxPages || model.files.size() > kMaxObjects) {
+        return Status::ResourceExhausted(config_.url + ": more than " +
+                                         std::to_string(kMaxObjects) + " objects");
+      }
+      Result<HttpResponse> r = Get(BucketPath(), query, {}, nullptr);
+      if (!r.ok()) return r.status();
+      if (r->status != 200) return ErrorFor("list", *r);
+      // Each <Contents> entry: its key, size and ETag.
+      const std::string& xml = r->body;
+      for (size_t p = xml.find("<Contents>"); p != std::string::npos;
+           p = xml.find("<Contents>", p + 1)) {
+        const size_t e = xml.find("</Contents>", p);
+        if (e == std::string::npos) break;
+        const std::string entry = xml.substr(p, e - p);
+        const std::string key = XmlFirst(entry, "Key");
+        const std::string size = XmlFirst(entry, "Size");
+        std::string etag = XmlFirst(entry, "ETag");
+        etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
+        if (key.size() <= config_.prefix.size() || key.back() == '/') continue;  // a "folder"
+        OriginFile f;
+        f.path = key.substr(config_.prefix.size());
+        if (Status st = ValidateRelativePath(f.path); !st.ok()) {
+          return Status::InvalidArgument(config_.url + ": object '" + key.substr(0, 200) +
+                                         "': " + st.message());
+        }
+        char* end = nullptr;
+        f.size = std::strtoull(size.c_str(), &end, 10);
+        if (size.empty() || *end != '\0') {
+          return Status::InvalidArgument(config_.url + ": object '" + key + "' has no size");
+        }
+        std::transform(etag.begin(), etag.end(), etag.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (etag.size() == 32 && IsLowerHexText(etag)) f.digest = "md5:" + etag;
+        if (!paths.insert(f.path).second) continue;
+        listing.Update(key + "\n" + size + "\n" + etag + "\n");
+        model.total_size += f.size;
+        model.files.push_back(std::move(f));
+      }
+      const std::string next = XmlFirst(xml, "NextContinuationToken");
+      if (XmlFirst(xml, "IsTruncated") != "true" || next.empty()) break;
+      query["continuation-token"] = next;
+    }
+    if (model.files.empty()) {
+      return Status::NotFound(config_.url + ": no object below the prefix '" + config_.prefix +
+                              "'");
+    }
+    model.version = "sha256:" + listing.HexDigest();
+    return model;
+  }
+
+  Result<std::string> Fetch(const OriginFile& file,
+                            const std::function<Status(std::string_view)>& sink) override {
+    Result<HttpResponse> r = Get(ObjectPath(config_.prefix + file.path), {},
+                                 {{"x-amz-checksum-mode", "ENABLED"}}, &sink);
+    if (!r.ok()) return r.status().WithContext(file.path);
+    if (r->status != 200) return ErrorFor("get " + file.path, *r);
+    // A checksum stored with the object is the stronger digest; an ETag is an
+    // MD5 only for objects not encrypted with KMS or a customer key.
+    auto checksum = r->headers.find("x-amz-checksum-sha256");
+    if (checksum != r->headers.end()) {
+      std::optional<std::string> raw = Base64Decode(checksum->second);
+      if (raw && raw->size() == 32) return "sha256:" + HexEncode(*raw);
+    }
+    auto sse = r->headers.find("x-amz-server-side-encryption");
+    if (sse != r->headers.end() && sse->second != "AES256") return std::string();
+    if (r->headers.count("x-amz-server-side-encryption-customer-algorithm") != 0) {
+      return std::string();
+    }
+    return file.digest;
+  }
+
+ private:
+  std::string BucketPath() const { return config_.path_style ? "/" + config_.bucket : "/"; }
+  std::string ObjectPath(const std::string& key) const {
+    const std::string object = AwsUriEncode(key, /*keep_slash=*/true);
+    return config_.path_style ? "/" + config_.bucket + "/" + object : "/" + object;
+  }
+
+  Result<HttpResponse> Get(const std::string& path, const std::map<std::string, std::string>& query,
+                           const std::map<std::string, std::string>& extra,
+                           const std::function<Status(std::string_view)>* sink) {
+    SignedRequest signed_req{"GET", config_.host, path, query, extra, Sha256Hex("")};
+    HttpRequest req;
+    req.url = config_.endpoint + path;
+    const std::string q = CanonicalQuery(query);
+    if (!q.empty()) req.url += "?" + q;
+    for (const auto& [k, v] : SignV4(signed_req, creds_, config_.region, std::time(nullptr))) {
+      req.headers.push_back(k + ": " + v);
+    }
+    req.ca_file = access_.ca_file;
+    req.stall_timeout = access_.stall_timeout;
+    req.max_body = 64 << 20;  // a listing page is about 1,000 keys
+    if (sink != nullptr) req.sink = *sink;
+    return HttpGet(req);
+  }
+
+  Status ErrorFor(const std::string& what, const HttpResponse& r) const {
+    const std::string code = XmlFirst(r.body, "Code");
+    const std::string message = XmlFirst(r.body, "Message");
+    const std::string text = config_.url + ": " + what + ": GET " + r.url + ": HTTP " +
+                             std::to_string(r.status) + (code.empty() ? "" : " " + code) +
+                             (message.empty() ? "" : ": " + message);
+    if (r.status == 404) return Status::NotFound(text);
+    if (r.status == 403 || r.status == 401) return Status::PermissionDenied(text);
+    if (r.status >= 500) return Status::Unavailable(text);
+    return Status::InvalidArgument(text);
+  }
+
+  const Config config_;
+  const AwsCredentials creds_;
+  const OriginAccess access_;
+};
+
+}  // namespace
+
+Result<OriginPtr> OpenS3Origin(std::string_view url, const OriginAccess& access) {
+  Result<StoreUrl> u = StoreUrl::Parse(url);
+  if (!u.ok()) return u.status();
+  if (u->scheme != "s3") return Status::InvalidArgument(std::string(url) + ": not an s3:// URL");
+  S3Origin::Config config;
+  config.url = std::string(url);
+  config.bucket = u->host;
+  if (config.bucket.size() < 3 || config.bucket.size() > 63 ||
+      config.bucket.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") !=
+          std::string::npos) {
+    return Status::InvalidArgument(std::string(url) + ": '" + config.bucket +
+                                   "' is not a bucket name (3-63 of a-z 0-9 - .)");
+  }
+  std::string prefix = u->path;
+  while (!prefix.empty() && prefix.front() == '/') prefix.erase(0, 1);
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  config.prefix = prefix.empty() ? "" : prefix + "/";
+  if (const char* r = std::getenv("AWS_REGION"); r != nullptr && *r) {
+    config.region = r;
+  } else if (const char* d = std::getenv("AWS_DEFAULT_REGION"); d != nullptr && *d) {
+    config.region = d;
+  }
+  for (const auto& [k, v] : u->query) {
+    if (k == "region") {
+      config.region = v;
+    } else if (k == "endpoint") {
+      config.endpoint = v;
+    } else {
+      return Status::InvalidArgument(std::string(url) + ": unknown parameter '" + k +
+                                     "' (endpoint, region)");
+    }
+  }
+  if (config.endpoint.empty()) {
+    config.path_style = false;
+    config.host = config.bucket + ".s3." + config.region + ".amazonaws.com";
+    config.endpoint = "https://" + config.host;
+  } else {
+    Result<StoreUrl> e = StoreUrl::Parse(config.endpoint);
+    if (!e.ok() || (e->scheme != "http" && e->scheme != "https") || e->host.empty()) {
+      return Status::InvalidArgument(std::string(url) + ": endpoint must be http(s)://HOST[:PORT]");
+    }
+    while (!config.endpoint.empty() && config.endpoint.back() == '/') config.endpoint.pop_back();
+    config.host = e->host + (e->port ? ":" + std::to_string(*e->port) : "");
+  }
+  Result<AwsCredentials> creds = LoadAwsCredentials();
+  if (!creds.ok()) return creds.status().WithContext(std::string(url));
+  return OriginPtr(std::make_unique<S3Origin>(std::move(config), std::move(*creds), access));
+}
+
+}  // namespace seedd
