@@ -90,6 +90,7 @@ bench: test-deps build
 	bash bench/weights.sh $(BUILD)/bin
 	bash bench/small_files.sh $(BUILD)/bin
 	bash bench/fanout.sh $(BUILD)/bin
+	bash bench/origins.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

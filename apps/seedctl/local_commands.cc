@@ -1,11 +1,13 @@
-// seedctl's local subcommands: manifest, store, gc.
+// seedctl's local subcommands: manifest, store, gc, push.
 #include <cstdio>
 #include <filesystem>
 
 #include "seedctl.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/daemon.h"
+#include "seedd/origins.h"
 #include "seedd/store_registry.h"
+#include "seedd/units.h"
 #include "seedd/weights.h"
 
 namespace seedctl {
@@ -177,6 +179,39 @@ int RunGc(const std::string& cache_dir, int keep_versions, bool dry_run) {
   }
   std::printf("%s %zu item(s), %.1f MiB, under %s\n", dry_run ? "would remove" : "removed",
               report->removed.size(), report->bytes / 1048576.0, (dir / "weights").c_str());
+  return kExitOk;
+}
+
+}  // namespace seedctl
+
+namespace seedctl {
+
+int RunPush(const std::string& url, const std::string& from, const seedd::OriginAccess& access) {
+  if (!seedd::IsOriginUrl(url) || url.rfind("oci://", 0) != 0) {
+    return Fail(url + ": push to oci://REGISTRY/REPOSITORY:TAG");
+  }
+  seedd::Result<std::filesystem::path> dir = seedd::ResolveModelDir(from);
+  if (!dir.ok()) return Fail("--from: " + dir.status().message());
+  int64_t last = -1;
+  seedd::Result<seedd::OriginPush> pushed =
+      seedd::PushToRegistry(url, *dir, access, [&](uint64_t done, uint64_t total) {
+        const int64_t percent = total == 0 ? 100 : static_cast<int64_t>(done * 100 / total);
+        if (percent / 10 == last / 10) return;
+        last = percent;
+        std::fprintf(stderr, "seedctl: pushing %s: %s of %s\n", url.c_str(),
+                     seedd::HumanBytes(done).c_str(), seedd::HumanBytes(total).c_str());
+      });
+  if (!pushed.ok()) {
+    return Fail(pushed.status().message(),
+                pushed.status().code() == seedd::StatusCode::kNotFound ? kExitMiss : kExitError);
+  }
+  std::printf(
+      "pushed %s (%llu files, %s; %s sent, the rest held by the repository already) as %s in %s\n"
+      "pin it: %s@%s\n",
+      pushed->url.c_str(), static_cast<unsigned long long>(pushed->files),
+      seedd::HumanBytes(pushed->total_bytes).c_str(), seedd::HumanBytes(pushed->bytes_sent).c_str(),
+      pushed->manifest.c_str(), seedd::HumanSeconds(pushed->seconds).c_str(),
+      pushed->url.substr(0, pushed->url.rfind(':')).c_str(), pushed->manifest.c_str());
   return kExitOk;
 }
 

@@ -172,6 +172,31 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bar", "lines", "json", "none"}));
 
+  std::string push_url;
+  std::string push_from;
+  std::string push_auth;
+  std::string push_ca;
+  CLI::App* push = app.add_subcommand(
+      "push",
+      "write a model directory to an OCI registry as a ModelPack artifact (one raw layer per "
+      "file, its path in org.cncf.model.filepath): what `seedd --model NAME=oci://...` and "
+      "modctl read; layers the repository holds already are not sent again");
+  push->add_option("url", push_url,
+                   "oci://REGISTRY[:PORT]/REPOSITORY:TAG (?plain-http=true for "
+                   "an HTTP registry that is not on the loopback)")
+      ->required();
+  push->add_option("--from", push_from,
+                   "the model directory, or hf:ORG/NAME[@REVISION] for a snapshot in the Hugging "
+                   "Face cache")
+      ->required();
+  push->add_option("--origin-auth", push_auth,
+                   "registry credentials: a file as `docker login`, `podman login` or `skopeo "
+                   "login` writes it ({\"auths\": {\"HOST:PORT\": {\"auth\": base64 of "
+                   "user:password}}})")
+      ->check(CLI::ExistingFile);
+  push->add_option("--origin-ca", push_ca, "PEM CA bundle trusted for an https registry")
+      ->check(CLI::ExistingFile);
+
   std::string manifest_dir;
   std::string manifest_model;
   std::string chunk_mib = "auto";
@@ -314,6 +339,12 @@ int main(int argc, char** argv) {
                                 manifest_digest, manifest_sign_key);
   if (key_fp->parsed()) return seedctl::RunKeyFingerprint(key_files);
   if (pull->parsed()) return seedctl::RunPull(pull_args);
+  if (push->parsed()) {
+    seedd::OriginAccess access;
+    access.auth_file = push_auth;
+    access.ca_file = push_ca;
+    return seedctl::RunPush(push_url, push_from, access);
+  }
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);
   if (status_cmd->parsed()) return seedctl::RunStatus(status_admin, status_json, status_timeout);
   for (const auto& [op, sub] : store_ops) {

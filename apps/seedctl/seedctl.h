@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "seedd/json_text.h"
+#include "seedd/origins.h"
 #include "seedd/seed_config.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
@@ -92,5 +93,7 @@ int RunKeyFingerprint(const std::vector<std::string>& files);
 int RunStore(const std::string& op, const std::string& url, const std::string& key_text,
              const std::string& file);
 int RunGc(const std::string& cache_dir, int keep_versions, bool dry_run);
+// Writes a model directory to an OCI registry as a ModelPack artifact.
+int RunPush(const std::string& url, const std::string& from, const seedd::OriginAccess& access);
 
 }  // namespace seedctl

@@ -9,7 +9,7 @@
 #include "common/crypto.h"
 #include "common/mutex.h"
 #include "kinds/weights/files/manifest.h"
-#include "origins/http_get.h"
+#include "origins/http_client.h"
 
 namespace seedd {
 namespace {
@@ -117,20 +117,147 @@ std::string UrlEncode(std::string_view s) {
   return out;
 }
 
+}  // namespace
+
+RegistrySession::RegistrySession(OciReference ref, OriginAccess access,
+                                 std::optional<std::string> basic)
+    : ref_(std::move(ref)), access_(std::move(access)), basic_(std::move(basic)) {}
+
+std::string RegistrySession::Base() const {
+  return std::string(ref_.plain_http ? "http://" : "https://") + ref_.registry + "/v2/" +
+         ref_.repository;
+}
+
+Result<HttpResponse> RegistrySession::Send(const std::string& url, HttpRequest req) {
+  req.url = url;
+  req.ca_file = access_.ca_file;
+  req.stall_timeout = access_.stall_timeout;
+  const std::vector<std::string> plain = req.headers;
+  std::string auth = Authorization();
+  if (!auth.empty()) req.headers.push_back(auth);
+  // A 401's body is kept, not streamed: the sink sees only a 2xx body.
+  Result<HttpResponse> r = HttpSend(req);
+  if (!r.ok() || r->status != 401) return r;
+  auto challenge = ParseAuthChallenge(r->headers["www-authenticate"]);
+  if (!challenge) {
+    return Status::Unauthenticated("GET " + url + ": " + DescribeResponse(*r) +
+                                   " with no challenge seedd can answer");
+  }
+  if (challenge->scheme == "basic") {
+    if (!basic_) {
+      return Status::Unauthenticated("GET " + url + ": the registry asks for credentials and " +
+                                     NoCredentials());
+    }
+    auth = "Authorization: Basic " + *basic_;
+  } else if (challenge->scheme == "bearer") {
+    Result<std::string> token = FetchToken(*challenge);
+    if (!token.ok()) return token.status();
+    auth = "Authorization: Bearer " + *token;
+  } else {
+    return Status::Unauthenticated("GET " + url + ": the registry asks for " + challenge->scheme +
+                                   " authentication, which seedd lacks");
+  }
+  {
+    MutexLock lock(mu_);
+    authorization_ = auth;
+  }
+  req.headers = plain;
+  req.headers.push_back(auth);
+  r = HttpSend(req);
+  if (r.ok() && r->status == 401) {
+    return Status::Unauthenticated(
+        "GET " + url + ": " + DescribeResponse(*r) +
+        (basic_ ? " (the credentials were refused)" : " (" + NoCredentials() + ")"));
+  }
+  return r;
+}
+
+std::string RegistrySession::NoCredentials() const {
+  return access_.auth_file.empty() ? "none were given (--origin-auth FILE)"
+                                   : access_.auth_file.string() + " has none for " + ref_.registry;
+}
+
+std::string RegistrySession::Authorization() {
+  MutexLock lock(mu_);
+  return authorization_;
+}
+
+Result<std::string> RegistrySession::FetchToken(const AuthChallenge& c) {
+  auto realm = c.params.find("realm");
+  if (realm == c.params.end() ||
+      (realm->second.rfind("https://", 0) != 0 && realm->second.rfind("http://", 0) != 0)) {
+    return Status::Unauthenticated(ref_.ToString() +
+                                   ": the registry's Bearer challenge names no http(s) realm");
+  }
+  std::string url = realm->second;
+  char sep = url.find('?') == std::string::npos ? '?' : '&';
+  auto service = c.params.find("service");
+  if (service != c.params.end()) {
+    url += sep + std::string("service=") + UrlEncode(service->second);
+    sep = '&';
+  }
+  auto scope = c.params.find("scope");
+  url += sep + std::string("scope=") +
+         UrlEncode(scope != c.params.end() ? scope->second
+                                           : "repository:" + ref_.repository + ":pull");
+  HttpRequest req;
+  req.url = url;
+  req.ca_file = access_.ca_file;
+  req.stall_timeout = access_.stall_timeout;
+  req.max_body = 1 << 20;
+  if (basic_) req.headers.push_back("Authorization: Basic " + *basic_);
+  Result<HttpResponse> r = HttpSend(req);
+  if (!r.ok()) return r.status().WithContext("token for " + ref_.ToString());
+  if (r->status != 200) {
+    return Status::Unauthenticated("token for " + ref_.ToString() + " from " + realm->second +
+                                   ": " + DescribeResponse(*r));
+  }
+  Json body = Json::parse(r->body, nullptr, false);
+  std::string token;
+  if (body.is_object()) {
+    if (body.contains("token") && body["token"].is_string()) token = body["token"];
+    if (token.empty() && body.contains("access_token") && body["access_token"].is_string()) {
+      token = body["access_token"];
+    }
+  }
+  if (token.empty() || token.size() > 64 * 1024 ||
+      token.find_first_of("\r\n") != std::string::npos) {
+    return Status::Unauthenticated("token for " + ref_.ToString() + " from " + realm->second +
+                                   ": the answer holds no usable token");
+  }
+  return token;
+}
+
+Status RegistrySession::ErrorFor(const std::string& what, const HttpResponse& r) const {
+  const std::string text = "GET " + r.url + " (" + what + "): " + DescribeResponse(r);
+  switch (r.status) {
+    case 404:
+      return Status::NotFound(text);
+    case 401:
+      return Status::Unauthenticated(text);
+    case 403:
+      return Status::PermissionDenied(text);
+    default:
+      return r.status >= 500 ? Status::Unavailable(text) : Status::InvalidArgument(text);
+  }
+}
+
+namespace {
+
 class OciOrigin final : public Origin {
  public:
-  OciOrigin(OciReference ref, OriginAccess access, std::optional<std::string> basic)
-      : ref_(std::move(ref)), access_(std::move(access)), basic_(std::move(basic)) {}
+  explicit OciOrigin(std::unique_ptr<RegistrySession> session)
+      : session_(std::move(session)), ref_(session_->ref()) {}
 
   Result<OriginModel> Resolve() override {
     const std::string reference = ref_.digest.empty() ? ref_.tag : ref_.digest;
-    const std::string url = Base() + "/manifests/" + reference;
+    const std::string url = session_->Base() + "/manifests/" + reference;
     HttpRequest req;
     req.headers.push_back(std::string(kAccept));
     req.max_body = kMaxManifestBytes;
-    Result<HttpResponse> r = Get(url, req);
+    Result<HttpResponse> r = session_->Send(url, req);
     if (!r.ok()) return r.status();
-    if (r->status != 200) return ErrorFor("the manifest of " + ref_.ToString(), *r);
+    if (r->status != 200) return session_->ErrorFor("the manifest of " + ref_.ToString(), *r);
     const std::string digest = "sha256:" + Sha256Hex(r->body);
     if (!ref_.digest.empty() && digest != ref_.digest) {
       return Status::DataLoss(ref_.ToString() + ": the registry sent a manifest whose digest is " +
@@ -159,143 +286,18 @@ class OciOrigin final : public Origin {
 
   Result<std::string> Fetch(const OriginFile& file,
                             const std::function<Status(std::string_view)>& sink) override {
-    const std::string url = Base() + "/blobs/" + file.digest;
+    const std::string url = session_->Base() + "/blobs/" + file.digest;
     HttpRequest req;
     req.sink = sink;
-    Result<HttpResponse> r = Get(url, req);
+    Result<HttpResponse> r = session_->Send(url, req);
     if (!r.ok()) return r.status().WithContext(file.path);
-    if (r->status != 200) return ErrorFor(file.path + " (" + file.digest + ")", *r);
+    if (r->status != 200) return session_->ErrorFor(file.path + " (" + file.digest + ")", *r);
     return file.digest;
   }
 
  private:
-  std::string Base() const {
-    return std::string(ref_.plain_http ? "http://" : "https://") + ref_.registry + "/v2/" +
-           ref_.repository;
-  }
-
-  // A GET with the registry's credentials: anonymous (or the token got before)
-  // first; a 401 is answered as its challenge asks, once.
-  Result<HttpResponse> Get(const std::string& url, HttpRequest req) {
-    req.url = url;
-    req.ca_file = access_.ca_file;
-    req.stall_timeout = access_.stall_timeout;
-    const std::vector<std::string> plain = req.headers;
-    std::string auth = Authorization();
-    if (!auth.empty()) req.headers.push_back(auth);
-    // A 401's body is kept, not streamed: the sink sees only a 2xx body.
-    Result<HttpResponse> r = HttpGet(req);
-    if (!r.ok() || r->status != 401) return r;
-    auto challenge = ParseAuthChallenge(r->headers["www-authenticate"]);
-    if (!challenge) {
-      return Status::Unauthenticated("GET " + url + ": " + DescribeResponse(*r) +
-                                     " with no challenge seedd can answer");
-    }
-    if (challenge->scheme == "basic") {
-      if (!basic_) {
-        return Status::Unauthenticated("GET " + url + ": the registry asks for credentials and " +
-                                       NoCredentials());
-      }
-      auth = "Authorization: Basic " + *basic_;
-    } else if (challenge->scheme == "bearer") {
-      Result<std::string> token = FetchToken(*challenge);
-      if (!token.ok()) return token.status();
-      auth = "Authorization: Bearer " + *token;
-    } else {
-      return Status::Unauthenticated("GET " + url + ": the registry asks for " + challenge->scheme +
-                                     " authentication, which seedd lacks");
-    }
-    {
-      MutexLock lock(mu_);
-      authorization_ = auth;
-    }
-    req.headers = plain;
-    req.headers.push_back(auth);
-    r = HttpGet(req);
-    if (r.ok() && r->status == 401) {
-      return Status::Unauthenticated(
-          "GET " + url + ": " + DescribeResponse(*r) +
-          (basic_ ? " (the credentials were refused)" : " (" + NoCredentials() + ")"));
-    }
-    return r;
-  }
-
-  std::string NoCredentials() const {
-    return access_.auth_file.empty()
-               ? "none were given (--origin-auth FILE)"
-               : access_.auth_file.string() + " has none for " + ref_.registry;
-  }
-
-  std::string Authorization() {
-    MutexLock lock(mu_);
-    return authorization_;
-  }
-
-  Result<std::string> FetchToken(const AuthChallenge& c) {
-    auto realm = c.params.find("realm");
-    if (realm == c.params.end() ||
-        (realm->second.rfind("https://", 0) != 0 && realm->second.rfind("http://", 0) != 0)) {
-      return Status::Unauthenticated(ref_.ToString() +
-                                     ": the registry's Bearer challenge names no http(s) realm");
-    }
-    std::string url = realm->second;
-    char sep = url.find('?') == std::string::npos ? '?' : '&';
-    auto service = c.params.find("service");
-    if (service != c.params.end()) {
-      url += sep + std::string("service=") + UrlEncode(service->second);
-      sep = '&';
-    }
-    auto scope = c.params.find("scope");
-    url += sep + std::string("scope=") +
-           UrlEncode(scope != c.params.end() ? scope->second
-                                             : "repository:" + ref_.repository + ":pull");
-    HttpRequest req;
-    req.url = url;
-    req.ca_file = access_.ca_file;
-    req.stall_timeout = access_.stall_timeout;
-    req.max_body = 1 << 20;
-    if (basic_) req.headers.push_back("Authorization: Basic " + *basic_);
-    Result<HttpResponse> r = HttpGet(req);
-    if (!r.ok()) return r.status().WithContext("token for " + ref_.ToString());
-    if (r->status != 200) {
-      return Status::Unauthenticated("token for " + ref_.ToString() + " from " + realm->second +
-                                     ": " + DescribeResponse(*r));
-    }
-    Json body = Json::parse(r->body, nullptr, false);
-    std::string token;
-    if (body.is_object()) {
-      if (body.contains("token") && body["token"].is_string()) token = body["token"];
-      if (token.empty() && body.contains("access_token") && body["access_token"].is_string()) {
-        token = body["access_token"];
-      }
-    }
-    if (token.empty() || token.size() > 64 * 1024 ||
-        token.find_first_of("\r\n") != std::string::npos) {
-      return Status::Unauthenticated("token for " + ref_.ToString() + " from " + realm->second +
-                                     ": the answer holds no usable token");
-    }
-    return token;
-  }
-
-  Status ErrorFor(const std::string& what, const HttpResponse& r) const {
-    const std::string text = "GET " + r.url + " (" + what + "): " + DescribeResponse(r);
-    switch (r.status) {
-      case 404:
-        return Status::NotFound(text);
-      case 401:
-        return Status::Unauthenticated(text);
-      case 403:
-        return Status::PermissionDenied(text);
-      default:
-        return r.status >= 500 ? Status::Unavailable(text) : Status::InvalidArgument(text);
-    }
-  }
-
-  const OciReference ref_;
-  const OriginAccess access_;
-  const std::optional<std::string> basic_;
-  Mutex mu_;
-  std::string authorization_ GUARDED_BY(mu_);
+  const std::unique_ptr<RegistrySession> session_;
+  const OciReference& ref_;
 };
 
 }  // namespace
@@ -490,7 +492,8 @@ Result<std::optional<std::string>> RegistryAuthFromJson(std::string_view text,
   return std::optional<std::string>();
 }
 
-Result<OriginPtr> OpenOciOrigin(const OciReference& ref, const OriginAccess& access) {
+Result<std::unique_ptr<RegistrySession>> OpenRegistrySession(const OciReference& ref,
+                                                             const OriginAccess& access) {
   std::optional<std::string> basic;
   if (!access.auth_file.empty()) {
     std::ifstream in(access.auth_file);
@@ -501,7 +504,13 @@ Result<OriginPtr> OpenOciOrigin(const OciReference& ref, const OriginAccess& acc
     if (!auth.ok()) return auth.status().WithContext(access.auth_file.string());
     basic = *auth;
   }
-  return OriginPtr(std::make_unique<OciOrigin>(ref, access, std::move(basic)));
+  return std::make_unique<RegistrySession>(ref, access, std::move(basic));
+}
+
+Result<OriginPtr> OpenOciOrigin(const OciReference& ref, const OriginAccess& access) {
+  Result<std::unique_ptr<RegistrySession>> session = OpenRegistrySession(ref, access);
+  if (!session.ok()) return session.status();
+  return OriginPtr(std::make_unique<OciOrigin>(std::move(*session)));
 }
 
 }  // namespace seedd

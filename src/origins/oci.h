@@ -15,15 +15,18 @@
 // the realm it names (with basic credentials for the registry, when the auth
 // file has some), a Basic challenge gets the credentials.
 //
-// Thread safety: OciOrigin's methods may be called concurrently (the token is
-// kept under a mutex).
+// Thread safety: RegistrySession's and OciOrigin's methods may be called
+// concurrently (the token is kept under a mutex).
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "common/mutex.h"
+#include "origins/http_client.h"
 #include "origins/origin.h"
 #include "seedd/json.h"
 
@@ -57,6 +60,41 @@ Result<std::vector<OriginFile>> OciManifestFiles(const Json& manifest);
 // it names none. InvalidArgument for a file that is not such JSON.
 Result<std::optional<std::string>> RegistryAuthFromJson(std::string_view text,
                                                         std::string_view registry);
+
+// Requests to one repository of a registry with its credentials: anonymous
+// (or the token got before) first; a 401 is answered as its challenge asks
+// (a Bearer token from the realm, or basic credentials), once.
+class RegistrySession {
+ public:
+  // `basic`: base64("user:password") for the registry, when the auth file has it.
+  RegistrySession(OciReference ref, OriginAccess access, std::optional<std::string> basic);
+  RegistrySession(const RegistrySession&) = delete;
+  RegistrySession& operator=(const RegistrySession&) = delete;
+
+  const OciReference& ref() const { return ref_; }
+  // scheme://REGISTRY/v2/REPOSITORY
+  std::string Base() const;
+  Result<HttpResponse> Send(const std::string& url, HttpRequest req);
+  // An answer other than the one expected, as a Status naming `what` and the URL:
+  // 404 NotFound, 401 Unauthenticated, 403 PermissionDenied, 5xx Unavailable.
+  Status ErrorFor(const std::string& what, const HttpResponse& r) const;
+
+ private:
+  std::string NoCredentials() const;
+  std::string Authorization();
+  Result<std::string> FetchToken(const AuthChallenge& c);
+
+  const OciReference ref_;
+  const OriginAccess access_;
+  const std::optional<std::string> basic_;
+  Mutex mu_;
+  std::string authorization_ GUARDED_BY(mu_);
+};
+
+// A session to `ref`'s repository, with the auth file's credentials for its
+// registry (an unreadable or malformed file is an error naming it).
+Result<std::unique_ptr<RegistrySession>> OpenRegistrySession(const OciReference& ref,
+                                                             const OriginAccess& access);
 
 Result<OriginPtr> OpenOciOrigin(const OciReference& ref, const OriginAccess& access);
 

@@ -6,6 +6,7 @@
 
 #include "origins/materialize.h"
 #include "origins/oci.h"
+#include "origins/oci_push.h"
 #include "origins/s3_origin.h"
 #include "stores/store_url.h"
 
@@ -63,6 +64,12 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   copy.files_unverified = stats.files_unverified;
   copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return copy;
+}
+
+Result<OriginPush> PushToRegistry(std::string_view url, const std::filesystem::path& dir,
+                                  const OriginAccess& access,
+                                  const std::function<void(uint64_t, uint64_t)>& progress) {
+  return PushModelPackDir(url, dir, access, progress);
 }
 
 }  // namespace seedd

@@ -7,7 +7,7 @@
 
 #include "common/crypto.h"
 #include "kinds/weights/files/manifest.h"
-#include "origins/http_get.h"
+#include "origins/http_client.h"
 #include "stores/s3/s3_xml.h"
 #include "stores/s3/sigv4.h"
 #include "stores/store_url.h"
@@ -134,7 +134,7 @@ class S3Origin final : public Origin {
     req.stall_timeout = access_.stall_timeout;
     req.max_body = 64 << 20;  // a listing page is about 1,000 keys
     if (sink != nullptr) req.sink = *sink;
-    return HttpGet(req);
+    return HttpSend(req);
   }
 
   Status ErrorFor(const std::string& what, const HttpResponse& r) const {

@@ -56,6 +56,7 @@ sed -E 's/^# ([a-z][a-z-]* = )/\1/' "$example" |
 mkdir -p "$r/etc/seedd/tls" "$r/models/llama-3-8b" "$r/var/cache"
 echo '{}' > "$r/models/llama-3-8b/config.json"
 echo '{}' > "$r/etc/seedd/compile-factors.json"
+echo '{"auths": {}}' > "$r/etc/seedd/registry-auth.json"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=ca \
   -keyout "$r/etc/seedd/tls/ca.key" -out "$r/etc/seedd/tls/ca.crt" 2> /dev/null
 openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=seedd.internal \

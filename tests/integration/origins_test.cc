@@ -103,6 +103,25 @@ TEST_F(OriginsTest, AModelPackPushedBySkopeoIsServedByADaemonAndPulledThroughThe
   EXPECT_TRUE(Has(again->Stderr(), "is held already")) << again->Stderr();
 }
 
+// --check-config reads an origin URL's form without reaching the upstream: a
+// malformed one is named, a well-formed one is OK with nothing listening.
+TEST_F(OriginsTest, CheckConfigNamesAMalformedOriginUrlWithoutReachingTheUpstream) {
+  auto bad = RunCommand({SEEDD_BIN, "--token-file", token_file().string(), "--cache-dir",
+                         (dir_.path() / "cache").string(), "--model",
+                         "m=oci://registry.internal/Models/M:v1", "--check-config"});
+  EXPECT_EQ(bad.status, 1) << bad.err;
+  EXPECT_TRUE(Has(bad.err,
+                  "--model m: oci://registry.internal/Models/M:v1: 'Models/M' is not a "
+                  "repository"))
+      << bad.err;
+  auto good = RunCommand({SEEDD_BIN, "--token-file", token_file().string(), "--cache-dir",
+                          (dir_.path() / "cache").string(), "--model",
+                          "m=oci://127.0.0.1:1/models/m:v1", "--model",
+                          "n=s3://bucket/models/n?endpoint=http://127.0.0.1:1", "--check-config"});
+  EXPECT_EQ(good.status, 0) << good.err;
+  EXPECT_EQ(good.out, "seedd: configuration OK\n");
+}
+
 TEST_F(OriginsTest, ABlobChangedUpstreamAfterItsDigestWasRecordedIsRefusedNamingTheFile) {
   OciRegistryServer registry;
   auto model = AModel();
@@ -347,6 +366,74 @@ TEST_F(S3OriginTest, ARevisionUnderANewPrefixFetchesOnlyTheObjectsThatChanged) {
   EXPECT_EQ(Files(second->dir), v2);
   EXPECT_EQ(second->bytes_fetched, 1u << 20);
   EXPECT_EQ(second->files_unverified, 0u);
+}
+
+}  // namespace
+}  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// seedctl push writes a directory as a ModelPack artifact that skopeo (a
+// third-party client) copies and seedd reads back byte for byte; a second push
+// of the same files sends no layer again.
+TEST_F(OriginsTest, SeedctlPushWritesAModelPackThatSkopeoCopiesAndSeeddReadsBack) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  for (const auto& [path, bytes] : model) {
+    fs::create_directories((dir_.path() / "src" / path).parent_path());
+    std::ofstream(dir_.path() / "src" / path, std::ios::binary) << bytes;
+  }
+  const std::string url = "oci://" + registry.host() + "/pushed/model:v1";
+  auto pushed = RunCommand({SEEDCTL_BIN, "push", url, "--from", (dir_.path() / "src").string()});
+  ASSERT_EQ(pushed.status, 0) << pushed.err;
+  EXPECT_TRUE(Has(pushed.out, "pushed " + url + " (5 files")) << pushed.out;
+  const std::string pin = pushed.out.substr(pushed.out.find("pin it: ") + 8);
+  auto again = RunCommand({SEEDCTL_BIN, "push", "oci://" + registry.host() + "/pushed/model:v2",
+                           "--from", (dir_.path() / "src").string()});
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_TRUE(Has(again.out, "; 0 B sent")) << again.out;
+
+  auto copied = RunCommand({"/usr/bin/skopeo", "copy", "-q", "--src-tls-verify=false",
+                            "docker://" + registry.host() + "/pushed/model:v1",
+                            "dir:" + (dir_.path() / "skopeo").string()});
+  ASSERT_EQ(copied.status, 0) << copied.err;
+  EXPECT_TRUE(fs::exists(dir_.path() / "skopeo" / "manifest.json"));
+
+  Result<OriginCopy> copy =
+      CopyFromOrigin(pin.substr(0, pin.find('\n')), dir_.path() / "origins", OriginAccess{});
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(copy->dir), model);
+}
+
+TEST_F(OriginsTest, SeedctlPushToARegistryWithBasicAuthNeedsTheCredentialsFile) {
+  OciRegistryServer registry("seedd", "seedd-test-password");
+  fs::create_directories(dir_.path() / "src");
+  std::ofstream(dir_.path() / "src" / "w.bin") << RandomBytes(4096, 5);
+  const std::string url = "oci://" + registry.host() + "/pushed/model:v1?plain-http=false";
+  const std::vector<std::string> base = {SEEDCTL_BIN,
+                                         "push",
+                                         url,
+                                         "--from",
+                                         (dir_.path() / "src").string(),
+                                         "--origin-ca",
+                                         registry.ca_file().string()};
+  auto anonymous = RunCommand(base);
+  EXPECT_EQ(anonymous.status, 4) << anonymous.err;
+  EXPECT_TRUE(Has(anonymous.err, "--origin-auth")) << anonymous.err;
+  const fs::path auth = dir_.path() / "auth.json";
+  std::ofstream(auth) << R"({"auths": {")" << registry.host() << R"(": {"auth": ")"
+                      << Base64Encode("seedd:seedd-test-password") << R"("}}})";
+  auto argv = base;
+  argv.insert(argv.end(), {"--origin-auth", auth.string()});
+  auto pushed = RunCommand(argv);
+  ASSERT_EQ(pushed.status, 0) << pushed.err;
+  OriginAccess access;
+  access.auth_file = auth;
+  access.ca_file = registry.ca_file();
+  Result<OriginCopy> copy = CopyFromOrigin(url, dir_.path() / "origins", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(copy->dir).at("w.bin"), RandomBytes(4096, 5));
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
-#include "origins/http_get.h"
+#include "origins/http_client.h"
 
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace seedd {
@@ -62,7 +65,7 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
 
 }  // namespace
 
-Result<HttpResponse> HttpGet(const HttpRequest& request) {
+Result<HttpResponse> HttpSend(const HttpRequest& request) {
   static const bool curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   if (!curl_ready) return Status::Internal("libcurl could not be initialised");
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
@@ -71,11 +74,48 @@ Result<HttpResponse> HttpGet(const HttpRequest& request) {
   Transfer t{&request, &response, Status::Ok()};
   curl_slist* headers = nullptr;
   for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+  if (request.method == "PUT" || request.method == "POST") {
+    headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+  }
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers,
                                                                           curl_slist_free_all);
   CURL* c = curl.get();
   curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  // The body to send, from memory or a file, and its length up front.
+  std::FILE* upload = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> upload_closer(nullptr, std::fclose);
+  if (request.method == "GET") {
+    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+  } else if (request.method == "HEAD") {
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (request.method == "PUT" || request.method == "POST") {
+    if (!request.upload_file.empty()) {
+      upload = std::fopen(request.upload_file.c_str(), "rb");
+      if (upload == nullptr) {
+        return Status::NotFound("cannot read " + request.upload_file.string() + ": " +
+                                std::strerror(errno));
+      }
+      upload_closer.reset(upload);
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(request.upload_file, ec);
+      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(c, CURLOPT_READDATA, upload);  // curl's default reader: fread
+      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+      if (request.method == "POST") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
+    } else if (request.method == "POST") {
+      curl_easy_setopt(c, CURLOPT_POST, 1L);
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                       static_cast<curl_off_t>(request.upload_body.size()));
+    } else {
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                       static_cast<curl_off_t>(request.upload_body.size()));
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+    }
+  } else {
+    return Status::InvalidArgument("HTTP method " + request.method);
+  }
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
@@ -100,10 +140,11 @@ Result<HttpResponse> HttpGet(const HttpRequest& request) {
   if (rc != CURLE_OK) {
     if (!t.sink_status.ok()) return t.sink_status;
     if (t.too_large) {
-      return Status::ResourceExhausted("GET " + request.url + ": the answer is larger than " +
+      return Status::ResourceExhausted(request.method + " " + request.url +
+                                       ": the answer is larger than " +
                                        std::to_string(request.max_body) + " bytes");
     }
-    const std::string what = "GET " + request.url + ": " + curl_easy_strerror(rc);
+    const std::string what = request.method + " " + request.url + ": " + curl_easy_strerror(rc);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return Status::DeadlineExceeded(what + " (nothing for " +
                                       std::to_string(request.stall_timeout.count() / 1000) + " s)");
@@ -114,6 +155,14 @@ Result<HttpResponse> HttpGet(const HttpRequest& request) {
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   response.status = status;
   return response;
+}
+
+std::string ResolveUrl(const std::string& base, const std::string& location) {
+  if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) return location;
+  const size_t scheme = base.find("://");
+  const size_t path = base.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+  const std::string origin = path == std::string::npos ? base : base.substr(0, path);
+  return origin + (location.empty() || location.front() != '/' ? "/" : "") + location;
 }
 
 std::string DescribeResponse(const HttpResponse& r) {

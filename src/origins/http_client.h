@@ -1,10 +1,11 @@
-// Bounded HTTP(S) GETs for upstream origins (libcurl): a small body into memory
-// or a large one handed to a sink piece by piece, every response header kept,
-// a stalled transfer cut off. Redirects are followed (a registry sends blobs
-// from object storage); credentials set here are not sent to another host.
+// Bounded HTTP(S) requests for upstream origins (libcurl): a small body into
+// memory or a large one handed to a sink piece by piece, an upload from memory
+// or a file, every response header kept, a stalled transfer cut off. Redirects
+// are followed (a registry sends blobs from object storage); credentials set
+// here are not sent to another host.
 //
-// Thread safety: HttpGet is a function of its arguments; each call uses its own
-// handle.
+// Thread safety: HttpSend is a function of its arguments; each call uses its
+// own handle.
 #pragma once
 
 #include <chrono>
@@ -21,7 +22,11 @@
 namespace seedd {
 
 struct HttpRequest {
+  std::string method = "GET";  // GET, HEAD, POST, PUT
   std::string url;
+  // A POST's or PUT's body: `upload_file` when set, else `upload_body`.
+  std::string upload_body;
+  std::filesystem::path upload_file;
   std::vector<std::string> headers;  // "Name: value"
   std::filesystem::path ca_file;     // trust this bundle instead of the system's
   // A transfer slower than 1 KiB/s for this long ends (an upstream that stalls).
@@ -44,10 +49,13 @@ struct HttpResponse {
   std::string url;  // after redirects
 };
 
-// Performs the GET. Transport failures (refused, a name that does not resolve,
+// Performs the request. Transport failures (refused, a name that does not resolve,
 // TLS, a stall) are Unavailable or DeadlineExceeded naming the URL; any HTTP
 // status is a response.
-Result<HttpResponse> HttpGet(const HttpRequest& request);
+Result<HttpResponse> HttpSend(const HttpRequest& request);
+// A path of `url` (after a registry's Location header, say) resolved against
+// `base` ("http://host:port"): absolute URLs are kept.
+std::string ResolveUrl(const std::string& base, const std::string& location);
 
 // "401 Unauthorized: <first line of the body's error message>", for errors.
 std::string DescribeResponse(const HttpResponse& response);

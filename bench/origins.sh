@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# origins: a model of SIZE_MIB (default 256) in ten files, pushed as a ModelPack
+# artifact (one raw layer per file) to a loopback OCI registry (Debian's
+# docker-registry) with skopeo. Measured, medians of REPS (default 3):
+#  - a daemon fetching it at start (`seedd --model m=oci://...`, every file
+#    verified against its layer digest, fsynced, then indexed into chunk digests)
+#    against skopeo copying the same artifact to a directory in the same run
+#    (the registry's own client; no index, no fsync);
+#  - a new revision that rewrote one file of ten (10% of the bytes): the bytes
+#    fetched from upstream over the model's (target <= 0.15), the rest copied
+#    from the version held.
+# Usage: bench/origins.sh BIN_DIR
+set -euo pipefail
+bin="$(cd "$1" && pwd)"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+size_mib="${SIZE_MIB:-256}"
+reps="${REPS:-3}"
+source "$root/scripts/seedd_lib.sh"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
+
+port="$(free_port)"
+cat > "$work/registry.yml" <<YML
+version: 0.1
+log:
+  level: error
+storage:
+  filesystem:
+    rootdirectory: $work/registry
+http:
+  addr: 127.0.0.1:$port
+YML
+docker-registry serve "$work/registry.yml" > "$work/registry.log" 2>&1 &
+pids+=($!)
+wait_port "$port"
+
+echo "origins: a ${size_mib} MiB model in 10 files, two revisions (one file rewritten)"
+python3 - "$work" "$size_mib" <<'PY'
+import hashlib, json, os, sys
+work, mib = sys.argv[1], int(sys.argv[2])
+size = mib * (1 << 20) // 10
+files = {f"model-{i:05d}-of-00010.bin": os.urandom(size) for i in range(10)}
+files["config.json"] = b'{"architectures": ["Bench"]}'
+def layout(name, files):
+    d = os.path.join(work, name)
+    os.makedirs(d + "/blobs/sha256")
+    def blob(b):
+        h = hashlib.sha256(b).hexdigest()
+        with open(f"{d}/blobs/sha256/{h}", "wb") as f:
+            f.write(b)
+        return {"digest": "sha256:" + h, "size": len(b)}
+    layers = []
+    for p, b in sorted(files.items()):
+        l = blob(b)
+        l["mediaType"] = "application/vnd.cncf.model.weight.v1.raw"
+        l["annotations"] = {"org.cncf.model.filepath": p}
+        layers.append(l)
+    cfg = blob(json.dumps({"descriptor": {"name": "bench"}}).encode())
+    cfg["mediaType"] = "application/vnd.cncf.model.config.v1+json"
+    m = blob(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                         "config": cfg, "layers": layers}).encode())
+    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
+    m["annotations"] = {"org.opencontainers.image.ref.name": "latest"}
+    with open(d + "/oci-layout", "w") as f:
+        f.write('{"imageLayoutVersion":"1.0.0"}')
+    with open(d + "/index.json", "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [m]}, f)
+layout("v1", files)
+files["model-00003-of-00010.bin"] = os.urandom(size)
+layout("v2", files)
+PY
+for v in v1 v2; do
+  skopeo copy -q --dest-tls-verify=false "oci:$work/$v:latest" "docker://127.0.0.1:$port/bench/model:$v"
+done
+
+# seconds of `seedd --model` start to ready, and its "Fetched" line's figures.
+fetch() {  # NAME TAG
+  local t0 t1
+  t0=$(date +%s.%N)
+  start_seedd "$1" --model "m=oci://127.0.0.1:$port/bench/model:$2" --log-level info
+  t1=$(date +%s.%N)
+  kill "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null || true
+  awk "BEGIN {print $t1 - $t0}"
+}
+to_bytes() {  # "1.50 MiB" -> bytes
+  python3 -c 'import sys; n, u = sys.argv[1], sys.argv[2]; print(int(float(n) * {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}[u]))' "$1" "$2"
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+seedd_s=(); skopeo_s=(); fetched_ratio=()
+model_bytes=$((size_mib * 1048576 / 10 * 10 + 28))
+for r in $(seq 1 "$reps"); do
+  rm -rf "$work/skopeo-$r"
+  t0=$(date +%s.%N)
+  skopeo copy -q --src-tls-verify=false "docker://127.0.0.1:$port/bench/model:v1" "dir:$work/skopeo-$r"
+  t1=$(date +%s.%N)
+  skopeo_s+=("$(awk "BEGIN {print $t1 - $t0}")")
+  rm -rf "$work/skopeo-$r"
+  seedd_s+=("$(fetch "run-$r" v1)")
+  fetch "run-$r" v2 > /dev/null
+  line=$(grep "Fetched model m" "$work/run-$r.err" | tail -1)
+  up=$(echo "$line" | sed -n 's/.* files, \([0-9.]*\) \([KMG]*i*B\) from upstream.*/\1 \2/p')
+  fetched=$(to_bytes $up)
+  fetched_ratio+=("$(awk "BEGIN {print $fetched / $model_bytes}")")
+  echo "  run $r: skopeo ${skopeo_s[-1]} s, seedd ${seedd_s[-1]} s; revision: $up from upstream"
+  rm -rf "$work/run-$r"
+done
+s=$(median "${seedd_s[@]}"); k=$(median "${skopeo_s[@]}"); f=$(median "${fetched_ratio[@]}")
+printf 'origins: fetch at start %.2f s (seedd, verified, fsynced, indexed) vs %.2f s (skopeo copy): %.2fx\n' "$s" "$k" "$(awk "BEGIN {print $s / $k}")"
+printf 'origins: a revision rewriting 10%% of the bytes fetched %.3f of the model from upstream (target <= 0.15)\n' "$f"
