@@ -83,7 +83,10 @@ TEST_F(OriginsTest, AModelPackPushedBySkopeoIsServedByADaemonAndPulledThroughThe
   std::string relay_addr;
   auto relay = StartDaemon({"--source", origin_addr, "--pull", "m", "--log-level", "info"},
                            &relay_addr, dir_.path() / "relay-cache");
-  auto pulled = RunCommand(PullArgs(relay_addr, dir_.path() / "into", {"--wait", "60"}));
+  // --verify sha256 checks every file against the manifest's SHA-256, which for
+  // a model from a registry is its layer digest: verified from registry to engine.
+  auto pulled = RunCommand(
+      PullArgs(relay_addr, dir_.path() / "into", {"--wait", "60", "--verify", "sha256"}));
   ASSERT_EQ(pulled.status, 0) << pulled.err;
   EXPECT_EQ(Files(dir_.path() / "into"), model);
 
@@ -244,7 +247,7 @@ TEST_F(OriginsTest, APinnedManifestDigestIsFetchedAndAnotherDigestIsNotFound) {
 }
 
 TEST_F(OriginsTest, ARegistryWithBasicAuthOverTlsNeedsTheCredentialsFileAndTheTrustedCa) {
-  OciRegistryServer registry("seedd", "seedd-test-password");
+  OciRegistryServer registry(OciRegistryServer::Auth::kBasicOverTls);
   const auto model = AModel();
   // skopeo reads the CA from a directory of *.crt files.
   const fs::path certs = dir_.path() / "certs";
@@ -374,6 +377,38 @@ TEST_F(S3OriginTest, ARevisionUnderANewPrefixFetchesOnlyTheObjectsThatChanged) {
 namespace seedd {
 namespace {
 
+// The registry token protocol (Docker Hub, GHCR, Harbor): a 401 names the token
+// realm; the token is asked for there with the auth file's basic credentials and
+// the scope the challenge names, then sent as a Bearer token. Pushing asks for
+// pull and push.
+TEST_F(OriginsTest, ARegistryWithTokenAuthIsReachedWithATokenFromItsRealm) {
+  OciRegistryServer registry(OciRegistryServer::Auth::kToken);
+  const auto model = AModel();
+  for (const auto& [path, bytes] : model) {
+    fs::create_directories((dir_.path() / "src" / path).parent_path());
+    std::ofstream(dir_.path() / "src" / path, std::ios::binary) << bytes;
+  }
+  const std::string url = "oci://" + registry.host() + "/models/test:v1";
+  const fs::path auth = dir_.path() / "auth.json";
+  std::ofstream(auth) << R"({"auths": {")" << registry.host() << R"(": {"auth": ")"
+                      << Base64Encode("seedd:seedd-test-password") << R"("}}})";
+  auto anonymous = RunCommand({SEEDCTL_BIN, "push", url, "--from", (dir_.path() / "src").string()});
+  EXPECT_EQ(anonymous.status, 4) << anonymous.err;
+  EXPECT_TRUE(Has(anonymous.err, "token for " + url)) << anonymous.err;
+  EXPECT_TRUE(Has(anonymous.err, "HTTP 401")) << anonymous.err;
+  auto pushed = RunCommand({SEEDCTL_BIN, "push", url, "--from", (dir_.path() / "src").string(),
+                            "--origin-auth", auth.string()});
+  ASSERT_EQ(pushed.status, 0) << pushed.err;
+  OriginAccess access;
+  access.auth_file = auth;
+  Result<OriginCopy> copy = CopyFromOrigin(url, dir_.path() / "origins", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(copy->dir), model);
+  const std::string log = testing::ReadAll(registry.token_log());
+  EXPECT_TRUE(Has(log, R"("scope": ["repository:models/test:pull,push"]}, "basic": true)")) << log;
+  EXPECT_TRUE(Has(log, R"("scope": ["repository:models/test:pull"]}, "basic": true)")) << log;
+}
+
 // seedctl push writes a directory as a ModelPack artifact that skopeo (a
 // third-party client) copies and seedd reads back byte for byte; a second push
 // of the same files sends no layer again.
@@ -407,7 +442,7 @@ TEST_F(OriginsTest, SeedctlPushWritesAModelPackThatSkopeoCopiesAndSeeddReadsBack
 }
 
 TEST_F(OriginsTest, SeedctlPushToARegistryWithBasicAuthNeedsTheCredentialsFile) {
-  OciRegistryServer registry("seedd", "seedd-test-password");
+  OciRegistryServer registry(OciRegistryServer::Auth::kBasicOverTls);
   fs::create_directories(dir_.path() / "src");
   std::ofstream(dir_.path() / "src" / "w.bin") << RandomBytes(4096, 5);
   const std::string url = "oci://" + registry.host() + "/pushed/model:v1?plain-http=false";

@@ -86,24 +86,36 @@ constexpr const char* kTestPasswordHash =
     "$2b$05$RrXrCiEecNlWcwcby65hQeW5Rl5Yuztfw0MoFxpH7o63XnzEdDoO2";
 }  // namespace
 
-OciRegistryServer::OciRegistryServer(const std::string& user, const std::string& password)
-    : port_(FreePort()) {
+OciRegistryServer::OciRegistryServer(Auth auth) : port_(FreePort()) {
+  namespace fs = std::filesystem;
   std::ofstream config(dir_.path() / "config.yml");
   config << "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: "
          << (dir_.path() / "data").string() << "\nhttp:\n  addr: 127.0.0.1:" << port_ << "\n";
-  if (!user.empty()) {
-    if (password != "seedd-test-password") {
-      throw std::runtime_error("OciRegistryServer knows the hash of seedd-test-password only");
-    }
+  if (auth == Auth::kBasicOverTls) {
     std::string error;
     if (!MakeTestPki(dir_.path() / "pki", &error)) throw std::runtime_error(error);
-    std::filesystem::copy_file(dir_.path() / "pki" / "ca.crt", ca_file());
-    std::ofstream(dir_.path() / "htpasswd") << user << ":" << kTestPasswordHash << "\n";
+    fs::copy_file(dir_.path() / "pki" / "ca.crt", ca_file());
+    std::ofstream(dir_.path() / "htpasswd") << "seedd:" << kTestPasswordHash << "\n";
     config << "  tls:\n    certificate: " << (dir_.path() / "pki" / "server.crt").string()
            << "\n    key: " << (dir_.path() / "pki" / "server.key").string()
            << "\nauth:\n  htpasswd:\n    realm: seedd-test\n    path: "
            << (dir_.path() / "htpasswd").string() << "\n";
-    tls_ = true;
+  } else if (auth == Auth::kToken) {
+    const fs::path key = dir_.path() / "token.key";
+    const fs::path cert = dir_.path() / "token.crt";
+    RunResult made = RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048",
+                                 "-nodes", "-keyout", key.string(), "-out", cert.string(), "-days",
+                                 "2", "-subj", "/CN=seedd-test-token"});
+    if (made.status != 0) throw std::runtime_error("openssl: " + made.err);
+    const uint16_t token_port = FreePort();
+    token_service_ = std::make_unique<Process>(std::vector<std::string>{
+        "/usr/bin/python3", SEEDD_SOURCE_DIR "/tests/support/token_server.py",
+        std::to_string(token_port), key.string(), cert.string(), "seedd-test-issuer",
+        "seedd-test-registry", token_log().string(), "seedd:seedd-test-password"});
+    if (!WaitForPort(token_port)) throw std::runtime_error("the token service did not start");
+    config << "auth:\n  token:\n    realm: http://127.0.0.1:" << token_port
+           << "/token\n    service: seedd-test-registry\n    issuer: seedd-test-issuer\n"
+           << "    rootcertbundle: " << cert.string() << "\n";
   }
   config.close();
   process_ = std::make_unique<Process>(std::vector<std::string>{
@@ -111,7 +123,10 @@ OciRegistryServer::OciRegistryServer(const std::string& user, const std::string&
   if (!WaitForPort(port_)) throw std::runtime_error("docker-registry did not start");
 }
 
-OciRegistryServer::~OciRegistryServer() { StopProcess(&process_); }
+OciRegistryServer::~OciRegistryServer() {
+  StopProcess(&process_);
+  StopProcess(&token_service_);
+}
 
 std::filesystem::path OciRegistryServer::BlobData(const std::string& digest) const {
   const std::string hex = digest.substr(digest.find(':') + 1);

@@ -56,15 +56,21 @@ class S3Server {
 };
 
 // docker-registry on a free loopback port, storing below a temporary directory.
-// With `user`: basic authentication (htpasswd, bcrypt) over TLS with a test CA
-// (ca_file()); registries refuse authentication without TLS.
+// kBasicOverTls: basic authentication (htpasswd, bcrypt) over TLS with a test CA
+// (ca_file()); registries refuse basic authentication without TLS. kToken: the
+// registry token protocol over HTTP, tokens (RS256 JWTs) from a token service
+// (support/token_server.py) that asks for basic credentials itself. Either way
+// the user is "seedd", the password "seedd-test-password".
 class OciRegistryServer {
  public:
-  explicit OciRegistryServer(const std::string& user = "", const std::string& password = "");
+  enum class Auth { kNone, kBasicOverTls, kToken };
+  explicit OciRegistryServer(Auth auth = Auth::kNone);
   ~OciRegistryServer();
   uint16_t port() const { return port_; }
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
   std::filesystem::path ca_file() const { return dir_.path() / "ca.pem"; }
+  // With kToken: one JSON line per token request ({"path", "query", "basic"}).
+  std::filesystem::path token_log() const { return dir_.path() / "tokens.log"; }
   // Where the registry keeps blob `digest` ("sha256:<hex>"): changing it there
   // makes an upstream whose bytes no longer match their digest.
   std::filesystem::path BlobData(const std::string& digest) const;
@@ -72,8 +78,8 @@ class OciRegistryServer {
  private:
   TempDir dir_;
   uint16_t port_;
-  bool tls_ = false;
   std::unique_ptr<Process> process_;
+  std::unique_ptr<Process> token_service_;
 };
 
 // Writes `files` (path -> bytes) as a ModelPack artifact in an OCI image layout
