@@ -14,6 +14,7 @@
 #include "common/metrics.h"
 #include "daemon/compile_cache_plane.h"
 #include "daemon/daemon_rep.h"
+#include "daemon/origin_models.h"
 #include "daemon/pull_at_start.h"
 #include "seedd/artifact_kind.h"
 #include "seedd/catalog.h"
@@ -70,52 +71,6 @@ Result<Catalog> ListCatalog(const std::filesystem::path& cache_dir,
 
 bool IsWildcard(const HostPort& hp) {
   return hp.host.empty() || hp.host == "0.0.0.0" || hp.host == "::";
-}
-
-// The model an origin URL names, fetched (or found held already) below
-// <cache>/weights/origins/NAME/; the other models' copies there lend files with
-// the same digest.
-Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
-                                               const std::string& name, const std::string& url) {
-  const std::filesystem::path origins = options.cache_dir / "weights" / "origins";
-  std::vector<std::filesystem::path> others;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(origins, ec)) {
-    if (e.is_directory(ec) && e.path().filename() != name) others.push_back(e.path());
-  }
-  Logger().info("Fetching model {} from {}", name, url);
-  auto last = std::make_shared<std::atomic<int64_t>>(0);
-  const auto start = std::chrono::steady_clock::now();
-  Result<OriginCopy> copy = CopyFromOrigin(
-      url, origins / name, options.origin_access, others,
-      [name, last, start](uint64_t done, uint64_t total) {
-        // A line every 5 s of a long fetch.
-        const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::steady_clock::now() - start)
-                                .count();
-        int64_t seen = last->load();
-        if (now < seen + 5 || !last->compare_exchange_strong(seen, now)) return;
-        Logger().info("Fetching model {}: {} of {}", name, HumanBytes(done), HumanBytes(total));
-      });
-  if (!copy.ok()) return copy.status();
-  if (copy->already_here) {
-    Logger().info("Model {} ({} {}) is held already in {}", name, url, copy->version,
-                  copy->dir.string());
-  } else {
-    Logger().info("Fetched model {} ({}): {} files, {} from upstream, {} reused locally, in {}; {}",
-                  name, copy->version, copy->files, HumanBytes(copy->bytes_fetched),
-                  HumanBytes(copy->bytes_reused), HumanSeconds(copy->seconds),
-                  copy->files_unverified == 0 ? "every file matched its upstream digest"
-                                              : "the others matched their upstream digests");
-    if (copy->files_unverified > 0) {
-      Logger().warn(
-          "Model {}: {} of {} files had no upstream digest (multipart objects uploaded without "
-          "a checksum): kept as the transport delivered them; upload with --checksum-algorithm "
-          "SHA256 to have them verified",
-          name, copy->files_unverified, copy->files);
-    }
-  }
-  return copy->dir;
 }
 
 }  // namespace
@@ -229,6 +184,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   WeightInstallOptions weight_install;
   auto board = std::make_shared<PullBoard>();
   std::shared_ptr<DaemonCompileCachePlane> compile_plane;
+  // Origin models another daemon of the fleet fetched: pulled at start (NAME@ROOT
+  // and the daemons holding it).
+  std::vector<std::pair<std::string, std::vector<HostPort>>> origin_pulls;
   // Compile caches too large to travel inline travel on the weights data plane.
   if (!options.models.empty() || !options.pulls.empty() || !options.compile_caches.empty()) {
     std::vector<ServedModel> served;
@@ -240,15 +198,28 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     build.chunk_digest = *algo;
     build.sign_key = sign_key;
     for (const auto& [name, spec] : options.models) {
-      Result<std::filesystem::path> dir = IsOriginUrl(spec.string())
-                                              ? FetchOriginModel(options, name, spec.string())
-                                              : ResolveModelDir(spec.string());
+      std::function<void(const std::string&)> publish;
+      Result<std::filesystem::path> dir = Status::Internal("unset");
+      if (IsOriginUrl(spec.string())) {
+        Result<OriginModelPlan> plan =
+            PlanOriginModel(options, name, spec.string(), registry, cancel);
+        if (!plan.ok()) return plan.status().WithContext("--model " + name);
+        if (!plan->dir.has_value()) {  // pulled at start from the fleet
+          origin_pulls.push_back({plan->pull, plan->sources});
+          continue;
+        }
+        dir = *plan->dir;
+        publish = plan->publish;
+      } else {
+        dir = ResolveModelDir(spec.string());
+      }
       if (!dir.ok()) return dir.status().WithContext("--model " + name);
       Result<IndexedModel> m = IndexModel(name, *dir, build);
       if (!m.ok()) return m.status().WithContext("--model " + name);
       Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
                     dir->string(), m->manifest.files.size(), m->manifest.total_size,
                     m->manifest.root_digest);
+      if (publish) publish(m->manifest.root_digest);
       served.push_back(ServeIndexed(std::move(*m)));
     }
     WeightServerOptions serving;
@@ -297,6 +268,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->weight_install_ = std::move(weight_install);
   rep->compile_plane_ = std::move(compile_plane);
   rep->cancel_ = std::move(cancel);
+  rep->origin_pulls_ = std::move(origin_pulls);
   rep->registry_ = std::move(registry);
   rep->tokens_ = std::move(tokens);
   rep->trust_ = std::move(trust);
@@ -451,23 +423,34 @@ Result<std::optional<HostPort>> Daemon::Start() {
     metrics::Warmup("compile_cache", SourceLabel(report->source), took);
     rep_->RecordWarmup({kind, "done", report->source, "", took});
   }
-  if (!rep_->options_.pulls.empty()) {
+  // The --pull list, then origin models another daemon fetched for the fleet
+  // (from the daemons holding them rather than --source).
+  std::vector<std::pair<std::string, std::vector<HostPort>>> all_pulls;
+  for (const std::string& pull : rep_->options_.pulls) all_pulls.push_back({pull, {}});
+  all_pulls.insert(all_pulls.end(), rep_->origin_pulls_.begin(), rep_->origin_pulls_.end());
+  if (!all_pulls.empty()) {
     // Listening already: what is verified is relayed to other fetchers while the
     // pull runs.
-    for (const std::string& pull : rep_->options_.pulls) {
+    for (const auto& [pull, holders] : all_pulls) {
+      DaemonOptions pull_options = rep_->options_;
+      WeightInstallOptions install = rep_->weight_install_;
+      if (!holders.empty()) {
+        pull_options.seed.source = holders.front();
+        pull_options.more_sources.assign(holders.begin() + 1, holders.end());
+        install.sources = holders;
+      }
       const std::string name = SplitPin(pull).first;
       if (rep_->cancel_->load()) return Status::Cancelled("stopped before pulling model " + name);
       const std::string kind = "weight_shards " + name;
       rep_->RecordWarmup({kind, "running", "", "", 0});
       const auto began = std::chrono::steady_clock::now();
-      Status pulled =
-          PullAtStart(rep_->options_, pull, relay, rep_->weights_, rep_->weight_install_);
+      Status pulled = PullAtStart(pull_options, pull, relay, rep_->weights_, install);
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       if (!pulled.ok()) {
         metrics::Warmup("weight_shards", "failed", took);
         rep_->RecordWarmup({kind, "failed", "", pulled.message(), took});
-        return pulled.WithContext("--pull " + pull);
+        return pulled.WithContext((holders.empty() ? "--pull " : "--model ") + pull);
       }
       // Fetched when its pull is on the board as done; else a local copy was served.
       bool fetched = false;

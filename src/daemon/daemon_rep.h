@@ -29,8 +29,10 @@ struct Daemon::Rep {
   WeightInstallOptions weight_install_;                 // how --pull installs what it pulls
   std::shared_ptr<DaemonCompileCachePlane> compile_plane_;  // null likewise
   std::shared_ptr<std::atomic<bool>> cancel_;
-  std::shared_ptr<TokenRing> tokens_;             // shared with the transport and the pulls
-  std::shared_ptr<SwarmRegistry> registry_;       // null without --registry
+  std::shared_ptr<TokenRing> tokens_;        // shared with the transport and the pulls
+  std::shared_ptr<SwarmRegistry> registry_;  // null without --registry
+  // Origin models fetched for the fleet by another daemon: NAME@ROOT and holders.
+  std::vector<std::pair<std::string, std::vector<HostPort>>> origin_pulls_;
   std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
   std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
   std::shared_ptr<const TrustedKeys> trust_;      // null without --trust-key

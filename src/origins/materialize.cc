@@ -197,6 +197,11 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
 
 }  // namespace
 
+bool HoldsVersion(const std::filesystem::path& root, const OriginModel& model) {
+  const std::string hex = HexOf(model.version);
+  return IsLowerHex(hex, 64) && RecordedCopy(root, hex, model);
+}
+
 Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel& model,
                                                const std::filesystem::path& root,
                                                const MaterializeOptions& options,

@@ -45,6 +45,9 @@ struct MaterializeStats {
   bool already_here = false;  // a recorded copy of this version was reused whole
 };
 
+// Whether root/<version hex>/ holds `model` as its record says (nothing to fetch).
+bool HoldsVersion(const std::filesystem::path& root, const OriginModel& model);
+
 // The directory holding `model` (see above). A file whose bytes do not hash to
 // its upstream digest is DataLoss naming the file, the expected and the actual
 // digest; nothing is then left under the final name.

@@ -473,3 +473,71 @@ TEST_F(OriginsTest, SeedctlPushToARegistryWithBasicAuthNeedsTheCredentialsFile) 
 
 }  // namespace
 }  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// Daemons configured alike (the same --model URL and --registry, started at
+// once) fetch the version from upstream once: the first to claim it in the
+// registry fetches it and publishes its root digest; the others pull it from
+// the fleet, and every one then serves the same bytes.
+TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullItFromEachOther) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
+  std::vector<std::unique_ptr<testing::Process>> daemons;
+  for (int i = 0; i < 3; ++i) {
+    std::string unused;
+    daemons.push_back(StartDaemon(
+        {"--model", url, "--registry", redis.url(), "--log-level", "info"}, &unused,
+        dir_.path() / ("cache-" + std::to_string(i)), "127.0.0.1:0", /*wait_ready=*/false));
+  }
+  std::vector<std::string> addrs;
+  for (auto& d : daemons) addrs.push_back(ReadyAddress(*d));
+  int upstream = 0;
+  int from_fleet = 0;
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    auto pulled = RunCommand(PullArgs(addrs[i], dir_.path() / ("into-" + std::to_string(i))));
+    ASSERT_EQ(pulled.status, 0) << pulled.err;
+    EXPECT_EQ(Files(dir_.path() / ("into-" + std::to_string(i))), model);
+    daemons[i]->Signal(SIGTERM);
+    ASSERT_TRUE(daemons[i]->Wait(std::chrono::seconds(20)).has_value());
+    const std::string log = daemons[i]->Stderr();
+    upstream += Has(log, "Fetched model m (sha256:");
+    from_fleet += Has(log, "was fetched from upstream by another daemon of the fleet");
+  }
+  EXPECT_EQ(upstream, 1);
+  EXPECT_EQ(from_fleet, 2);
+}
+
+// A claim whose holder died (here: set by hand, with a short life) lapses and
+// the waiting daemon takes the fetch over.
+TEST_F(OriginsTest, AFleetFetchWhoseDaemonDiedIsTakenOverOnceItsClaimLapses) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string digest = Push(registry, "models/test:v1", model);
+  auto claimed =
+      RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
+                  "seedd:origin-lease:" + digest.substr(7), "a-daemon-that-died", "PX", "1500"});
+  ASSERT_EQ(claimed.status, 0) << claimed.err;
+  std::string addr;
+  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
+                             "--registry", redis.url(), "--log-level", "info"},
+                            &addr, dir_.path() / "cache");
+  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+  daemon->Signal(SIGTERM);
+  ASSERT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
+  const std::string log = daemon->Stderr();
+  EXPECT_TRUE(Has(log, "another daemon of the fleet is fetching")) << log;
+  EXPECT_TRUE(
+      Has(log, "fetching oci://" + registry.host() + "/models/test:v1 from upstream for the fleet"))
+      << log;
+}
+
+}  // namespace
+}  // namespace seedd

@@ -55,6 +55,56 @@ Status SwarmRegistry::Announce(const std::string& root, const std::string& addr,
   return Status::Ok();
 }
 
+Result<bool> SwarmRegistry::Claim(const std::string& name, const std::string& holder,
+                                  std::chrono::milliseconds ttl) {
+  Result<RedisReply> r = client_->Command({"SET", client_->config().prefix + "seedd:" + name,
+                                           holder, "NX", "PX", std::to_string(ttl.count())});
+  if (!r.ok()) return r.status();
+  if ((*r)->type == REDIS_REPLY_NIL) return false;
+  if ((*r)->type != REDIS_REPLY_STATUS) return RedisClient::Unexpected("SET", r->get());
+  return true;
+}
+
+Result<bool> SwarmRegistry::Renew(const std::string& name, const std::string& holder,
+                                  std::chrono::milliseconds ttl) {
+  // Compare and extend in one step: a lapsed claim taken by another stays theirs.
+  static constexpr std::string_view kScript =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+      "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+  Result<RedisReply> r =
+      client_->Command({"EVAL", kScript, "1", client_->config().prefix + "seedd:" + name, holder,
+                        std::to_string(ttl.count())});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("EVAL", r->get());
+  return (*r)->integer == 1;
+}
+
+Status SwarmRegistry::Release(const std::string& name, const std::string& holder) {
+  static constexpr std::string_view kScript =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+      "return redis.call('DEL', KEYS[1]) else return 0 end";
+  Result<RedisReply> r = client_->Command(
+      {"EVAL", kScript, "1", client_->config().prefix + "seedd:" + name, holder});
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Status SwarmRegistry::Put(const std::string& name, const std::string& value,
+                          std::chrono::milliseconds ttl) {
+  Result<RedisReply> r = client_->Command({"SET", client_->config().prefix + "seedd:" + name,
+                                           value, "PX", std::to_string(ttl.count())});
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name) {
+  Result<RedisReply> r = client_->Command({"GET", client_->config().prefix + "seedd:" + name});
+  if (!r.ok()) return r.status();
+  if ((*r)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
+  if ((*r)->type != REDIS_REPLY_STRING || (*r)->len > 1024) {
+    return RedisClient::Unexpected("GET", r->get());
+  }
+  return std::optional<std::string>(std::string((*r)->str, (*r)->len));
+}
+
 Result<std::vector<std::string>> SwarmRegistry::Holders(const std::string& root,
                                                         const std::string& except, size_t limit) {
   const std::string key = Key(root);

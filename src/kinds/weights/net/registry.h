@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,21 @@ class SwarmRegistry {
   Result<std::vector<std::string>> Holders(const std::string& root, const std::string& except,
                                            size_t limit);
   std::string Describe() const;
+
+  // Small shared facts beside the swarms (keys <prefix>seedd:NAME): which daemon
+  // goes upstream for a model version, and what it became. Values from the
+  // registry are peer input: the caller validates them.
+  // NAME for `holder` for `ttl`, unless another holds it: true when this one does.
+  Result<bool> Claim(const std::string& name, const std::string& holder,
+                     std::chrono::milliseconds ttl);
+  // Extends `holder`'s claim on NAME: false when it lapsed (another may hold it).
+  Result<bool> Renew(const std::string& name, const std::string& holder,
+                     std::chrono::milliseconds ttl);
+  // Drops `holder`'s claim on NAME (not another's).
+  Status Release(const std::string& name, const std::string& holder);
+  Status Put(const std::string& name, const std::string& value, std::chrono::milliseconds ttl);
+  // NAME's value (at most 1 KiB), or nullopt.
+  Result<std::optional<std::string>> Get(const std::string& name);
 
  private:
   explicit SwarmRegistry(std::unique_ptr<RedisClient> client);
