@@ -8,13 +8,19 @@
 #    (the registry's own client; no index, no fsync);
 #  - a new revision that rewrote one file of ten (10% of the bytes): the bytes
 #    fetched from upstream over the model's (target <= 0.15), the rest copied
-#    from the version held.
+#    from the version held;
+#  - FLEET (default 8) daemons configured alike (the same --model URL and
+#    --registry, a real redis-server), started at once: the bytes the registry
+#    sent (its access log's blob GETs) over the model's (target <= 1.05), and
+#    the time until the last is ready over one daemon's fetch alone (loopback,
+#    unshaped: the fleet's pulls share this machine's 2 cores and disk).
 # Usage: bench/origins.sh BIN_DIR
 set -euo pipefail
 bin="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 size_mib="${SIZE_MIB:-256}"
 reps="${REPS:-3}"
+fleet="${FLEET:-8}"
 source "$root/scripts/seedd_lib.sh"
 (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
 
@@ -23,6 +29,8 @@ cat > "$work/registry.yml" <<YML
 version: 0.1
 log:
   level: error
+  accesslog:
+    disabled: false
 storage:
   filesystem:
     rootdirectory: $work/registry
@@ -31,6 +39,7 @@ http:
 YML
 docker-registry serve "$work/registry.yml" > "$work/registry.log" 2>&1 &
 pids+=($!)
+start_redis
 wait_port "$port"
 
 echo "origins: a ${size_mib} MiB model in 10 files, two revisions (one file rewritten)"
@@ -108,3 +117,41 @@ done
 s=$(median "${seedd_s[@]}"); k=$(median "${skopeo_s[@]}"); f=$(median "${fetched_ratio[@]}")
 printf 'origins: fetch at start %.2f s (seedd, verified, fsynced, indexed) vs %.2f s (skopeo copy): %.2fx\n' "$s" "$k" "$(awk "BEGIN {print $s / $k}")"
 printf 'origins: a revision rewriting 10%% of the bytes fetched %.3f of the model from upstream (target <= 0.15)\n' "$f"
+
+# The fleet: FLEET daemons configured alike, started at once.
+blob_bytes() {  # bytes of blob GETs answered 200 in the registry's access log so far
+  grep -o '"GET /v2/bench/model/blobs/sha256:[0-9a-f]* HTTP/1.1" 200 [0-9]*' "$work/registry.log" |
+    awk '{s += $NF} END {print s + 0}'
+}
+fleet_s=(); fleet_up=()
+for r in $(seq 1 "$reps"); do
+  redis-cli -p "$redis_port" FLUSHALL > /dev/null
+  before=$(blob_bytes)
+  t0=$(date +%s.%N)
+  fleet_pids=()
+  for i in $(seq 1 "$fleet"); do
+    "$bin/seedd" --listen 127.0.0.1:0 --token-file "$work/token" --cache-dir "$work/fleet-$r-$i" \
+      --model "m=oci://127.0.0.1:$port/bench/model:v1" --registry "redis://127.0.0.1:$redis_port" \
+      > "$work/fleet-$r-$i.out" 2> "$work/fleet-$r-$i.err" &
+    fleet_pids+=($!)
+    pids+=($!)
+  done
+  for i in $(seq 1 "$fleet"); do
+    for _ in $(seq 1 60000); do
+      grep -q "serving on" "$work/fleet-$r-$i.out" 2> /dev/null && break
+      kill -0 "${fleet_pids[$((i - 1))]}" 2> /dev/null || { cat "$work/fleet-$r-$i.err" >&2; exit 1; }
+      sleep 0.01
+    done
+  done
+  t1=$(date +%s.%N)
+  kill "${fleet_pids[@]}"
+  wait "${fleet_pids[@]}" 2> /dev/null || true
+  fleet_s+=("$(awk "BEGIN {print $t1 - $t0}")")
+  fleet_up+=("$(awk "BEGIN {print ($(blob_bytes) - $before) / $model_bytes}")")
+  upstream=$(grep -l "from upstream, " "$work"/fleet-"$r"-*.err | wc -l)
+  echo "  fleet run $r: ${fleet_s[-1]} s, registry sent ${fleet_up[-1]} x the model; $upstream daemon(s) fetched from upstream"
+  rm -rf "$work"/fleet-"$r"-*
+done
+fs=$(median "${fleet_s[@]}"); fu=$(median "${fleet_up[@]}")
+printf 'origins: %d daemons configured alike: the registry sent %.3fx the model (target <= 1.05); the last ready in %.2f s, %.2fx one daemon alone (%.2f s)\n' \
+  "$fleet" "$fu" "$fs" "$(awk "BEGIN {print $fs / $s}")" "$s"
