@@ -8,9 +8,9 @@
 #include "common/crypto.h"
 #include "kinds/weights/files/manifest.h"
 #include "origins/http_client.h"
+#include "stores/s3/s3_location.h"
 #include "stores/s3/s3_xml.h"
 #include "stores/s3/sigv4.h"
-#include "stores/store_url.h"
 
 namespace seedd {
 namespace {
@@ -157,49 +157,21 @@ class S3Origin final : public Origin {
 }  // namespace
 
 Result<OriginPtr> OpenS3Origin(std::string_view url, const OriginAccess& access) {
-  Result<StoreUrl> u = StoreUrl::Parse(url);
-  if (!u.ok()) return u.status();
-  if (u->scheme != "s3") return Status::InvalidArgument(std::string(url) + ": not an s3:// URL");
+  std::map<std::string, std::string> extra;
+  Result<S3Location> loc = ParseS3Location(url, &extra);
+  if (!loc.ok()) return loc.status().WithContext(std::string(url));
+  if (!extra.empty()) {
+    return Status::InvalidArgument(std::string(url) + ": unknown parameter '" +
+                                   extra.begin()->first + "' (endpoint, region)");
+  }
   S3Origin::Config config;
   config.url = std::string(url);
-  config.bucket = u->host;
-  if (config.bucket.size() < 3 || config.bucket.size() > 63 ||
-      config.bucket.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") !=
-          std::string::npos) {
-    return Status::InvalidArgument(std::string(url) + ": '" + config.bucket +
-                                   "' is not a bucket name (3-63 of a-z 0-9 - .)");
-  }
-  std::string prefix = u->path;
-  while (!prefix.empty() && prefix.front() == '/') prefix.erase(0, 1);
-  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  config.prefix = prefix.empty() ? "" : prefix + "/";
-  if (const char* r = std::getenv("AWS_REGION"); r != nullptr && *r) {
-    config.region = r;
-  } else if (const char* d = std::getenv("AWS_DEFAULT_REGION"); d != nullptr && *d) {
-    config.region = d;
-  }
-  for (const auto& [k, v] : u->query) {
-    if (k == "region") {
-      config.region = v;
-    } else if (k == "endpoint") {
-      config.endpoint = v;
-    } else {
-      return Status::InvalidArgument(std::string(url) + ": unknown parameter '" + k +
-                                     "' (endpoint, region)");
-    }
-  }
-  if (config.endpoint.empty()) {
-    config.path_style = false;
-    config.host = config.bucket + ".s3." + config.region + ".amazonaws.com";
-    config.endpoint = "https://" + config.host;
-  } else {
-    Result<StoreUrl> e = StoreUrl::Parse(config.endpoint);
-    if (!e.ok() || (e->scheme != "http" && e->scheme != "https") || e->host.empty()) {
-      return Status::InvalidArgument(std::string(url) + ": endpoint must be http(s)://HOST[:PORT]");
-    }
-    while (!config.endpoint.empty() && config.endpoint.back() == '/') config.endpoint.pop_back();
-    config.host = e->host + (e->port ? ":" + std::to_string(*e->port) : "");
-  }
+  config.bucket = loc->bucket;
+  config.prefix = loc->prefix.empty() ? "" : loc->prefix + "/";
+  config.region = loc->region;
+  config.endpoint = loc->endpoint;
+  config.host = loc->host;
+  config.path_style = loc->path_style;
   Result<AwsCredentials> creds = LoadAwsCredentials();
   if (!creds.ok()) return creds.status().WithContext(std::string(url));
   return OriginPtr(std::make_unique<S3Origin>(std::move(config), std::move(*creds), access));

@@ -17,6 +17,7 @@
 #include "common/crypto.h"
 #include "common/mutex.h"
 #include "stores/backends.h"
+#include "stores/s3/s3_location.h"
 #include "stores/s3/s3_xml.h"
 #include "stores/s3/sigv4.h"
 #include "stores/store_url.h"
@@ -327,49 +328,24 @@ class S3Store final : public ArtifactStore {
 Result<ArtifactStorePtr> OpenS3Store(std::string_view url) {
   static const bool curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   if (!curl_ready) return Status::Internal("libcurl failed to initialise");
-  Result<StoreUrl> u = StoreUrl::Parse(url);
-  if (!u.ok()) return u.status();
+  std::map<std::string, std::string> extra;
+  Result<S3Location> loc = ParseS3Location(url, &extra);
+  if (!loc.ok()) return loc.status();
   S3Config config;
-  config.bucket = u->host;
-  if (config.bucket.size() < 3 || config.bucket.size() > 63) {
-    return Status::InvalidArgument("s3:// needs a bucket name of 3-63 characters");
-  }
-  for (char c : config.bucket) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
-      return Status::InvalidArgument("invalid bucket name '" + config.bucket + "'");
-    }
-  }
-  config.prefix = u->path;
-  while (!config.prefix.empty() && config.prefix.front() == '/') config.prefix.erase(0, 1);
-  while (!config.prefix.empty() && config.prefix.back() == '/') config.prefix.pop_back();
-  if (const char* r = std::getenv("AWS_REGION"); r != nullptr && *r)
-    config.region = r;
-  else if (const char* d = std::getenv("AWS_DEFAULT_REGION"); d != nullptr && *d)
-    config.region = d;
-  for (const auto& [k, v] : u->query) {
-    if (k == "region") {
-      config.region = v;
-    } else if (k == "endpoint") {
-      config.endpoint = v;
-    } else if (k == "timeout_ms") {
+  config.bucket = loc->bucket;
+  config.prefix = loc->prefix;
+  config.region = loc->region;
+  config.endpoint = loc->endpoint;
+  config.host = loc->host;
+  config.path_style = loc->path_style;
+  for (const auto& [k, v] : extra) {
+    if (k == "timeout_ms") {
       config.timeout_ms = std::strtol(v.c_str(), nullptr, 10);
       if (config.timeout_ms <= 0) return Status::InvalidArgument("timeout_ms must be positive");
     } else {
       return Status::InvalidArgument("unknown s3 parameter '" + k +
                                      "' (known: endpoint, region, timeout_ms)");
     }
-  }
-  if (config.endpoint.empty()) {
-    config.path_style = false;
-    config.host = config.bucket + ".s3." + config.region + ".amazonaws.com";
-    config.endpoint = "https://" + config.host;
-  } else {
-    Result<StoreUrl> e = StoreUrl::Parse(config.endpoint);
-    if (!e.ok() || (e->scheme != "http" && e->scheme != "https") || e->host.empty()) {
-      return Status::InvalidArgument("endpoint must be http://HOST[:PORT] or https://HOST[:PORT]");
-    }
-    while (!config.endpoint.empty() && config.endpoint.back() == '/') config.endpoint.pop_back();
-    config.host = e->host + (e->port ? ":" + std::to_string(*e->port) : "");
   }
   Result<AwsCredentials> creds = LoadAwsCredentials();
   if (!creds.ok()) return creds.status();
