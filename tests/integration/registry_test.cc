@@ -33,6 +33,31 @@ class RegistryTest : public testing::WeightsFixture {
   testing::RedisServer redis_;  // started by its constructor
 };
 
+// The claims origin models are fetched under: one holder at a time; only the
+// holder renews or releases; a claim not renewed lapses and another takes it.
+TEST_F(RegistryTest, AClaimHasOneHolderWhoAloneRenewsOrReleasesItAndItLapsesUnrenewed) {
+  auto registry = Open();
+  ASSERT_TRUE(*registry->Claim("origin-lease:v1", "a", milliseconds(60000)));
+  EXPECT_FALSE(*registry->Claim("origin-lease:v1", "b", milliseconds(60000)));
+  EXPECT_TRUE(*registry->Renew("origin-lease:v1", "a", milliseconds(60000)));
+  EXPECT_FALSE(*registry->Renew("origin-lease:v1", "b", milliseconds(60000)));
+  ASSERT_OK(registry->Release("origin-lease:v1", "b"));  // not b's: kept
+  EXPECT_EQ(registry->Get("origin-lease:v1")->value_or(""), "a");
+  ASSERT_OK(registry->Release("origin-lease:v1", "a"));
+  EXPECT_FALSE(registry->Get("origin-lease:v1")->has_value());
+
+  ASSERT_TRUE(*registry->Claim("origin-lease:v2", "a", milliseconds(300)));
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_FALSE(*registry->Renew("origin-lease:v2", "a", milliseconds(60000)));
+  EXPECT_TRUE(*registry->Claim("origin-lease:v2", "b", milliseconds(60000)));
+
+  ASSERT_OK(registry->Put("origin-root:v1", std::string(64, 'a'), milliseconds(60000)));
+  EXPECT_EQ(registry->Get("origin-root:v1")->value_or(""), std::string(64, 'a'));
+  // A value longer than any the registry writes is refused, not read.
+  ASSERT_OK(registry->Put("origin-root:v2", std::string(4096, 'a'), milliseconds(60000)));
+  EXPECT_FALSE(registry->Get("origin-root:v2").ok());
+}
+
 TEST_F(RegistryTest, HoldersAreListedUntilTheirEntriesExpire) {
   auto registry = Open();
   ASSERT_OK(registry->Announce("aa", "127.0.0.2:1", milliseconds(400)));
