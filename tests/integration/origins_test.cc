@@ -18,6 +18,7 @@
 
 #include "common/crypto.h"
 #include "support/daemon_process.h"
+#include "support/fake_http.h"
 #include "support/servers.h"
 
 namespace seedd {
@@ -537,6 +538,55 @@ TEST_F(OriginsTest, AFleetFetchWhoseDaemonDiedIsTakenOverOnceItsClaimLapses) {
   EXPECT_TRUE(
       Has(log, "fetching oci://" + registry.host() + "/models/test:v1 from upstream for the fleet"))
       << log;
+}
+
+}  // namespace
+}  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// An object uploaded in parts has no MD5 ETag; the x-amz-checksum-sha256 it was
+// uploaded with (sent back on a GET with x-amz-checksum-mode) is checked
+// instead. s3rver does not store checksums: a scripted HTTP server answers the
+// listing and the GET as S3 does.
+TEST(S3OriginChecksums, AMultipartObjectIsCheckedAgainstItsSha256ChecksumAndRefusedWhenItDiffers) {
+  setenv("AWS_ACCESS_KEY_ID", "test", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
+  const std::string body = RandomBytes(100000, 7);
+  auto answers = [&](const std::string& checksum_of) {
+    const std::string listing =
+        "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>false</IsTruncated><Contents>"
+        "<Key>m/w.bin</Key><Size>100000</Size><ETag>&quot;0123456789abcdef0123456789abcdef-2"
+        "&quot;</ETag></Contents></ListBucketResult>";
+    std::string sha;
+    const std::string hex = Sha256Hex(checksum_of);
+    for (size_t i = 0; i < hex.size(); i += 2) {
+      sha += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    return std::vector<std::string>{
+        testing::FakeHttpServer::Response(200, "OK", listing),
+        "HTTP/1.1 200 OK\r\nx-amz-checksum-sha256: " + Base64Encode(sha) +
+            "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body};
+  };
+  testing::TempDir dir;
+  {
+    testing::FakeHttpServer s3(answers(body));
+    Result<OriginCopy> copy =
+        CopyFromOrigin("s3://bucket/m?endpoint=" + s3.endpoint(), dir.path() / "a", OriginAccess{});
+    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    EXPECT_EQ(copy->files_unverified, 0u);
+    EXPECT_EQ(testing::ReadAll(copy->dir / "w.bin"), body);
+  }
+  {
+    testing::FakeHttpServer s3(answers("other bytes"));
+    Result<OriginCopy> copy =
+        CopyFromOrigin("s3://bucket/m?endpoint=" + s3.endpoint(), dir.path() / "b", OriginAccess{});
+    ASSERT_FALSE(copy.ok());
+    EXPECT_EQ(copy.status().code(), StatusCode::kDataLoss) << copy.status().ToString();
+    EXPECT_TRUE(Has(copy.status().message(), "w.bin: digest sha256:" + Sha256Hex(body)))
+        << copy.status().ToString();
+  }
 }
 
 }  // namespace
