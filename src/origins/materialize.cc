@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -224,6 +225,18 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   if (std::filesystem::exists(final_dir, ec)) {
     std::filesystem::remove_all(final_dir, ec);
     std::filesystem::remove(RecordPath(root, hex), ec);
+  }
+  // Enough space for the whole model (copies of held files take space too),
+  // before any byte moves: a listing may name more than the disk holds.
+  struct statvfs fs {};
+  if (::statvfs(root.c_str(), &fs) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (free_bytes < model.total_size) {
+      return Status::ResourceExhausted("not enough space in " + root.string() + " for " +
+                                       model.url + ": " + std::to_string(model.total_size) +
+                                       " bytes needed, " + std::to_string(free_bytes) +
+                                       " available");
+    }
   }
   const std::filesystem::path staging = root / (".staging-" + hex + "-" + RandomHexOrDie(4));
   if (!std::filesystem::create_directory(staging, ec)) {

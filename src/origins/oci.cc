@@ -454,6 +454,10 @@ Result<std::vector<OriginFile>> OciManifestFiles(const Json& manifest) {
       return Status::InvalidArgument(name + ": path '" + path.substr(0, 200) +
                                      "': " + st.message());
     }
+    if (IsReservedPath(path)) {
+      return Status::InvalidArgument(name + ": path '" + path +
+                                     "' uses a name seedd keeps for itself (.seedd-*)");
+    }
     if (!paths.insert(path).second) {
       return Status::InvalidArgument(name + ": path '" + path + "' is named twice");
     }

@@ -62,6 +62,10 @@ class S3Origin final : public Origin {
         if (key.size() <= config_.prefix.size() || key.back() == '/') continue;  // a "folder"
         OriginFile f;
         f.path = key.substr(config_.prefix.size());
+        if (IsReservedPath(f.path)) {
+          return Status::InvalidArgument(config_.url + ": object '" + key +
+                                         "' uses a name seedd keeps for itself (.seedd-*)");
+        }
         if (Status st = ValidateRelativePath(f.path); !st.ok()) {
           return Status::InvalidArgument(config_.url + ": object '" + key.substr(0, 200) +
                                          "': " + st.message());

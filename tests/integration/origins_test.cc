@@ -5,10 +5,13 @@
 
 #include <netinet/in.h>
 #include <openssl/evp.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -173,6 +176,24 @@ TEST_F(OriginsTest, AMissingTagOrRepositoryIsNotFoundNamingTheUrlAndTheAnswer) {
         << copy.status().ToString();
     EXPECT_TRUE(Has(copy.status().message(), "HTTP 404")) << copy.status().ToString();
   }
+}
+
+// A listing that names more than the disk holds is refused before a byte moves.
+TEST_F(OriginsTest, AModelLargerThanTheFreeSpaceIsRefusedBeforeAnyByteMoves) {
+  OciRegistryServer registry;
+  Push(registry, "models/test:v1", AModel());
+  // A 1 MiB tmpfs: the model is 4.2 MiB.
+  const fs::path small = dir_.path() / "small";
+  fs::create_directories(small);
+  ASSERT_EQ(::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
+  Result<OriginCopy> copy =
+      CopyFromOrigin("oci://" + registry.host() + "/models/test:v1", small / "m", OriginAccess{});
+  const auto left = std::distance(fs::directory_iterator(small / "m"), fs::directory_iterator());
+  ::umount(small.c_str());
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kResourceExhausted) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "not enough space")) << copy.status().ToString();
+  EXPECT_EQ(left, 0);
 }
 
 TEST_F(OriginsTest, AnUnreachableRegistryIsUnavailableNamingTheUrl) {

@@ -118,6 +118,7 @@ TEST(OciManifest, RefusesLayersWithoutSafePathsOrSha256DigestsAndArchives) {
       {Manifest({Layer("/etc/passwd")}), "path '/etc/passwd'"},
       {Manifest({Layer("a", kDigest, "other.annotation")}), "names no file path"},
       {Manifest({Layer("a"), Layer("a")}), "named twice"},
+      {Manifest({Layer("sub/.seedd-journal")}), "keeps for itself"},
       {Manifest({Layer("a", "md5:" + std::string(32, 'a'))}), "is not sha256"},
       {Manifest({Layer("a", kDigest, "org.cncf.model.filepath",
                        "application/vnd.cncf.model.weight.v1.tar")}),
