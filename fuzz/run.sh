@@ -6,7 +6,7 @@ build="$1"
 seconds="$2"
 root="$(cd "$(dirname "$0")" && pwd)"
 for target in frame_request_fuzz artifact_payload_fuzz store_url_fuzz manifest_fuzz \
-  safetensors_fuzz records_fuzz catalog_fuzz; do
+  safetensors_fuzz records_fuzz catalog_fuzz origin_fuzz; do
   corpus="$(mktemp -d)"
   echo "fuzz: $target for ${seconds}s"
   "$build/bin/$target" -max_total_time="$seconds" -max_len=70000 -rss_limit_mb=2048 \
