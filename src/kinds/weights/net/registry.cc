@@ -83,15 +83,15 @@ Status SwarmRegistry::Release(const std::string& name, const std::string& holder
   static constexpr std::string_view kScript =
       "if redis.call('GET', KEYS[1]) == ARGV[1] then "
       "return redis.call('DEL', KEYS[1]) else return 0 end";
-  Result<RedisReply> r = client_->Command(
-      {"EVAL", kScript, "1", client_->config().prefix + "seedd:" + name, holder});
+  Result<RedisReply> r =
+      client_->Command({"EVAL", kScript, "1", client_->config().prefix + "seedd:" + name, holder});
   return r.ok() ? Status::Ok() : r.status();
 }
 
 Status SwarmRegistry::Put(const std::string& name, const std::string& value,
                           std::chrono::milliseconds ttl) {
-  Result<RedisReply> r = client_->Command({"SET", client_->config().prefix + "seedd:" + name,
-                                           value, "PX", std::to_string(ttl.count())});
+  Result<RedisReply> r = client_->Command({"SET", client_->config().prefix + "seedd:" + name, value,
+                                           "PX", std::to_string(ttl.count())});
   return r.ok() ? Status::Ok() : r.status();
 }
 
