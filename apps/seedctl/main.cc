@@ -137,7 +137,12 @@ int main(int argc, char** argv) {
       ->required();
   pull->add_flag("--replace", pull_args.replace,
                  "--into may hold other files: the new model replaces them (a directory is "
-                 "swapped atomically; a mount point's entries are replaced one by one)");
+                 "swapped atomically; a mount point's entries are replaced one by one; chunks it "
+                 "holds already are copied, not fetched)");
+  pull->add_option("--reuse-from", pull_args.reuse_from,
+                   "a directory laid out as the model (an earlier version of it): chunks it holds "
+                   "at the same path and offset, checked against the new manifest, are copied "
+                   "from there instead of fetched (repeatable)");
   pull->add_option("--connections", pull_args.connections, "data connections per source")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -189,7 +190,8 @@ void PrintSummary(const PullArgs& args, const seedd::Manifest& m, const seedd::F
   size_t seeds = 0;
   size_t relays = 0;
   for (const auto& used : stats.used) (used.seed ? seeds : relays) += 1;
-  const uint64_t moved = m.total_size - std::min(m.total_size, stats.bytes_resumed);
+  const uint64_t local = stats.bytes_resumed + stats.bytes_reused;
+  const uint64_t moved = m.total_size - std::min(m.total_size, local);
   std::printf(
       "pulled %s (%zu files, %s) from %zu source(s) and %zu relay(s) into %s in %s (%s); %s "
       "from relays, %llu chunk(s) resumed, %llu refetched, %llu hole(s)\n",
@@ -200,6 +202,11 @@ void PrintSummary(const PullArgs& args, const seedd::Manifest& m, const seedd::F
       static_cast<unsigned long long>(stats.chunks_resumed),
       static_cast<unsigned long long>(stats.chunks_rejected),
       static_cast<unsigned long long>(stats.chunks_holes));
+  if (stats.bytes_reused > 0) {
+    std::printf("%s reused locally (%llu chunk(s) copied from files held here, not fetched)\n",
+                seedd::HumanBytes(stats.bytes_reused).c_str(),
+                static_cast<unsigned long long>(stats.chunks_reused));
+  }
   if (!stats.sources_dropped.empty()) {
     std::string names;
     for (const auto& n : stats.sources_dropped) names += (names.empty() ? "" : ", ") + n;
@@ -241,6 +248,13 @@ int RunPull(const PullArgs& args) {
   options.max_neighbours = args.max_neighbours;
   options.verify_sha256 = args.verify == "sha256";
   options.replace = args.replace;
+  for (const std::string& dir : args.reuse_from) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return Fail("--reuse-from " + dir + ": not a directory");
+    }
+    options.reuse_from.emplace_back(dir);
+  }
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   options.cancel = stop.cancel();
   Progress progress(ModeOf(args.progress));
@@ -274,6 +288,7 @@ int RunPull(const PullArgs& args) {
                       {"bytes_received", s.bytes_received},
                       {"bytes_from_peers", s.bytes_from_peers},
                       {"bytes_resumed", s.bytes_resumed},
+                      {"bytes_reused", s.bytes_reused},
                       {"chunks_rejected", s.chunks_rejected},
                       {"sources_dropped", s.sources_dropped}});
     } else {

@@ -81,6 +81,7 @@ struct PullArgs {
   double timeout_s = 15;
   std::string progress = "auto";  // auto, bar, lines, json or none
   bool replace = false;
+  std::vector<std::string> reuse_from;
   std::string root_digest;              // a pin: any other version is refused
   std::vector<std::string> trust_keys;  // Ed25519 public keys: only manifests they signed
 };

@@ -246,6 +246,8 @@ struct FetchStats {
   uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
   uint64_t chunks_holes = 0;      // all zeros: not sent, not written
   uint64_t bytes_resumed = 0;     // of the chunks_resumed
+  uint64_t chunks_reused = 0;     // copied from files held here (PullOptions::reuse_from)
+  uint64_t bytes_reused = 0;      // of the chunks_reused
   bool up_to_date = false;        // `into` held this version already: nothing moved
   uint64_t requests = 0;          // chunk requests sent
   uint64_t requests_ahead = 0;    // of which while the chunk before was still arriving
@@ -260,7 +262,7 @@ struct FetchStats {
 struct PullProgress {
   uint64_t verified_bytes = 0;  // of the model, resumed chunks included
   uint64_t total_bytes = 0;
-  uint64_t resumed_bytes = 0;  // verified by an earlier, interrupted pull
+  uint64_t resumed_bytes = 0;  // verified by an earlier, interrupted pull, or copied locally
   size_t sources = 0;          // seeds and relays that delivered a verified chunk so far
 };
 
@@ -279,6 +281,10 @@ struct PullOptions {
   size_t max_neighbours = 16;  // sources and relays fetched from at once
   bool verify_sha256 = false;  // also check every file's SHA-256 before committing
   bool replace = false;        // `into` may hold other files: replaced by the model
+  // Directories laid out as the model (an earlier version's copy): chunks they
+  // hold at the same path and offset whose bytes match the manifest's digests
+  // are copied from there instead of fetched. `into` is one too when replaced.
+  std::vector<std::filesystem::path> reuse_from;
   // Sources that do not answer, or fail mid-pull, are tried again (backoff 0.5 s
   // doubling to 30 s) until this long after the call.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};

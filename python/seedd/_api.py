@@ -280,6 +280,8 @@ class PullStats:
     chunks_resumed: int
     chunks_holes: int  # all zeros: not sent, not written
     requests: int
+    chunks_reused: int = 0  # copied from files held here (reuse_from), not fetched
+    bytes_reused: int = 0
     sources_dropped: list[str] = field(default_factory=list)
     peers: list[str] = field(default_factory=list)  # relays learnt on the way
     used: list[dict[str, Any]] = field(default_factory=list)  # {name, seed, bytes}
@@ -312,6 +314,7 @@ def pull(
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None,
     trust_keys: Iterable[str | os.PathLike[str]] = (),
+    reuse_from: Iterable[str | os.PathLike[str]] = (),
 ) -> PullStats:
     """Pull ``model``'s weights from seedd daemons into the directory ``into``.
 
@@ -327,7 +330,10 @@ def pull(
     ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``). ``trust_keys``:
     Ed25519 public keys (PEM files); only a manifest signed by one of them (the
     publishing daemon's ``--sign-key``) is pulled, anything else raises
-    ``FailedPrecondition`` naming the signer's key.
+    ``FailedPrecondition`` naming the signer's key. ``reuse_from``: directories
+    laid out as the model (an earlier version): chunks they hold at the same
+    path and offset, checked against the manifest, are copied from there
+    instead of fetched (so is ``into`` when ``replace`` swaps it).
 
     Every chunk is verified before it lands; the files appear under ``into``
     only once all are (a pull interrupted, by Ctrl-C too, keeps what it
@@ -364,6 +370,10 @@ def pull(
         tls_cert=os.fspath(tls_cert or env_tls.cert or ""),
         tls_key=os.fspath(tls_key or env_tls.key or ""),
         trust_keys=[os.fspath(k) for k in keys],
+        reuse_from=[
+            os.fspath(d)
+            for d in ([reuse_from] if isinstance(reuse_from, (str, os.PathLike)) else reuse_from)
+        ],
     )
     if options["tls_cert"] and not options["tls_ca"]:
         raise ValueError("a TLS client certificate needs tls_ca (the CA of the daemons)")

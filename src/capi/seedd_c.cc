@@ -253,6 +253,8 @@ seedd::Json StatsOf(const seedd::PullResult& r) {
           {"chunks_rejected", s.chunks_rejected},
           {"chunks_resumed", s.chunks_resumed},
           {"chunks_holes", s.chunks_holes},
+          {"chunks_reused", s.chunks_reused},
+          {"bytes_reused", s.bytes_reused},
           {"requests", s.requests},
           {"sources_dropped", s.sources_dropped},
           {"peers", s.peers},
@@ -406,6 +408,7 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   o.verify_sha256 = f.Bool("verify_sha256", false);
   o.connections = static_cast<int>(f.Count("connections", 4, 64));
   o.max_neighbours = f.Count("max_neighbours", 16, 1024);
+  for (const std::string& dir : f.Texts("reuse_from")) o.reuse_from.emplace_back(dir);
   const std::string ca = f.Text("tls_ca"), cert = f.Text("tls_cert"), key = f.Text("tls_key");
   const std::vector<std::string> trust = f.Texts("trust_keys");
   if (!f.status.ok()) return FailArgument(f.status, error);

@@ -91,6 +91,30 @@ TEST_F(ModelVersionsTest, ANewCheckpointWithTheSameShapesReplacesTheOldAfterARes
   EXPECT_TRUE(SameTree(step2, dir_.path() / "from-target"));
 }
 
+// The daemon's version before a new checkpoint lends every chunk the two share
+// (here all but the rewritten shard's): only the shard crosses the network.
+TEST_F(ModelVersionsTest, ANewCheckpointFetchesOnlyWhatChangedAndCopiesTheRestFromTheCache) {
+  const auto cache = dir_.path() / "target";
+  HostPort at;
+  {
+    auto target = StartPuller(Serve(model_), cache, &at);
+    ASSERT_OK(target);
+  }
+  daemons_.back()->Stop();
+  const auto step2 = NextCheckpoint();
+  HostPort second = Serve(step2);
+  const Manifest v2 = ManifestFrom(second);
+  size_t shared = 0;
+  for (const ManifestChunk& c : v2.chunks) shared += c.file != "model.safetensors";
+  testing::LogCapture logs;
+  auto target = StartPuller(second, cache, &at);
+  ASSERT_OK(target);
+  EXPECT_TRUE(SameTree(step2, Current(cache)));
+  EXPECT_TRUE(logs.Contains(spdlog::level::info, "Model tiny: " + std::to_string(shared) + " of " +
+                                                     std::to_string(v2.chunks.size()) + " chunks"))
+      << logs.Dump();
+}
+
 TEST_F(ModelVersionsTest, AModifiedLocalCopyIsFetchedAgain) {
   const auto cache = dir_.path() / "target";
   HostPort origin = Serve(model_);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +17,7 @@ namespace {
 
 using testing::SameTree;
 using testing::WeightsFixture;
+using testing::WriteRandom;
 
 class PullModelTest : public WeightsFixture {
  protected:
@@ -103,6 +105,79 @@ TEST_F(PullModelTest, EachFailureHasItsCodeAndWritesNothing) {
       << r.status().message();
   EXPECT_GE(retries, 1);
   EXPECT_FALSE(std::filesystem::exists(into));
+}
+
+// A new revision that rewrote one region of one file: every other chunk is
+// copied from the earlier version's directory, checked, and only the changed
+// chunks cross the network; a basis whose bytes were altered lends nothing.
+TEST_F(PullModelTest, ANewRevisionFetchesOnlyTheChunksThatChangedAndCopiesTheRest) {
+  const std::filesystem::path v1 = dir_.path() / "v1";
+  const HostPort first = Serve(model_);
+  ASSERT_TRUE(PullModel("tiny", v1, Pull(first.ToString())).ok());
+
+  // Revision 2: 300 KB rewritten in the middle of blob.bin (2 of its 10 chunks).
+  const std::filesystem::path v2 = dir_.path() / "v2";
+  std::filesystem::copy(model_, v2, std::filesystem::copy_options::recursive);
+  {
+    std::fstream f(v2 / "blob.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(600000);
+    const std::string changed(300000, 'x');
+    f.write(changed.data(), static_cast<std::streamsize>(changed.size()));
+  }
+  const HostPort second = Serve(v2);
+  const Manifest m2 = ManifestFrom(second);
+  uint64_t changed_bytes = 0;
+  for (const ManifestChunk& c : m2.chunks) {
+    if (c.file == "blob.bin" && c.offset < 900000 && c.offset + c.length > 600000) {
+      changed_bytes += c.length;
+    }
+  }
+  ASSERT_GT(changed_bytes, 0u);
+
+  PullOptions o = Pull(second.ToString());
+  o.reuse_from = {v1};
+  const std::filesystem::path into = dir_.path() / "v2-pulled";
+  Result<PullResult> r = PullModel("tiny", into, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameTree(v2, into));
+  EXPECT_EQ(r->manifest.root_digest, m2.root_digest);
+  EXPECT_EQ(r->stats.bytes_reused + changed_bytes, m2.total_size);
+  EXPECT_EQ(r->stats.bytes_received, changed_bytes);
+  EXPECT_EQ(r->stats.chunks_reused + 2, m2.chunks.size());
+
+  // A basis altered behind seedd's back: its bytes fail the digests, so the
+  // altered chunks are fetched, never copied.
+  const std::filesystem::path tampered = dir_.path() / "tampered";
+  std::filesystem::copy(v1, tampered, std::filesystem::copy_options::recursive);
+  {
+    std::fstream f(tampered / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000000);
+    f.write("tampered", 8);
+  }
+  o.reuse_from = {tampered};
+  const std::filesystem::path into2 = dir_.path() / "v2-from-tampered";
+  Result<PullResult> r2 = PullModel("tiny", into2, o);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_TRUE(SameTree(v2, into2));
+  EXPECT_EQ(r2->stats.bytes_received, changed_bytes + 256 * 1024);
+}
+
+// --replace of a directory holding the earlier version: that directory is the
+// basis, so a revision moves only what changed into it.
+TEST_F(PullModelTest, ReplacingAnEarlierVersionCopiesWhatItShares) {
+  const std::filesystem::path into = dir_.path() / "engine";
+  ASSERT_TRUE(PullModel("tiny", into, Pull(Serve(model_).ToString())).ok());
+  const std::filesystem::path v2 = dir_.path() / "v2";
+  std::filesystem::copy(model_, v2, std::filesystem::copy_options::recursive);
+  WriteRandom(v2 / "tokenizer" / "tokenizer.json", 1200, 9);
+  const HostPort second = Serve(v2);
+  PullOptions o = Pull(second.ToString());
+  o.replace = true;
+  Result<PullResult> r = PullModel("tiny", into, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameTree(v2, into));
+  EXPECT_EQ(r->stats.bytes_received, 1200u);
+  EXPECT_EQ(r->stats.bytes_reused + 1200, r->manifest.total_size);
 }
 
 TEST_F(PullModelTest, CancellingStopsAPullInProgress) {

@@ -66,6 +66,24 @@ def test_a_pull_lands_the_model_verified_with_its_statistics(served, tmp_path):
     assert again.up_to_date and again.bytes_received == 0
 
 
+def test_reuse_from_copies_what_an_earlier_version_shares(start, seedd_bin, tmp_path):
+    # An earlier version held locally; the new one changed config.json only.
+    model = make_model(str(tmp_path / "model"))
+    earlier = tmp_path / "earlier"
+    subprocess.run(["cp", "-r", model, str(earlier)], check=True)
+    with open(os.path.join(model, "sub", "config.json"), "w") as f:
+        f.write('{"layers": 3}')
+    daemon = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir",
+                    str(tmp_path / "cache"), "--model", f"tiny={model}", "--chunk-mib", "0.25",
+                    "--log-level", "warn"])
+    stats = seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN,
+                       reuse_from=[earlier])
+    assert same_tree(model, tmp_path / "out")
+    assert stats.bytes_received == len('{"layers": 3}')
+    assert stats.bytes_reused == 3 * 1024 * 1024 + 17
+    assert stats.chunks_reused == 13
+
+
 def test_a_pin_to_another_version_moves_nothing(served, tmp_path):
     daemon, _ = served
     with pytest.raises(seedd.Error) as e:

@@ -194,15 +194,15 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
     options.max_neighbours = o.max_neighbours;
     options.verify_sha256 = o.verify_sha256;
     options.replace = o.replace;
+    options.reuse_from = o.reuse_from;
     options.cancel = o.cancel;
     result.stats = FetchStats{};
     ProgressLog log(model, m.total_size);
     options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
-      log.Update(done, result.stats.bytes_resumed, result.stats.used.size());
-      if (o.progress) {
-        o.progress(
-            PullProgress{done, m.total_size, result.stats.bytes_resumed, result.stats.used.size()});
-      }
+      // Chunks copied locally count as resumed: not moved over the network.
+      const uint64_t local = result.stats.bytes_resumed + result.stats.bytes_reused;
+      log.Update(done, local, result.stats.used.size());
+      if (o.progress) o.progress(PullProgress{done, m.total_size, local, result.stats.used.size()});
     };
     SEEDD_RETURN_IF_ERROR(FetchModel(m, plan.sources, into, options, &result.stats));
     result.manifest = m;

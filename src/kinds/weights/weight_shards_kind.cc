@@ -90,6 +90,12 @@ Status FetchPulled(const std::shared_ptr<WeightServer>& server, const WeightInst
     return server->Peers(root, self, limit);
   };
   fetch.verified = std::make_shared<ChunkSet>(manifest.chunks.size());
+  // The version served before this one: what a new revision shares with it is
+  // copied from there, not fetched.
+  std::error_code ec;
+  const std::filesystem::path current =
+      std::filesystem::canonical(dir.parent_path() / "current", ec);
+  if (!ec && current != dir) fetch.reuse_from.push_back(current);
   fetch.staged = [&](const std::filesystem::path& staging) {
     // Other fetchers may take what is verified already from here.
     Manifest partial = manifest;
@@ -103,12 +109,12 @@ Status FetchPulled(const std::shared_ptr<WeightServer>& server, const WeightInst
   if (install.board != nullptr) install.board->Started(manifest);
   // Called with the fetch's lock held: stats are stable.
   fetch.progress = [&](uint64_t verified) {
-    log.Update(verified, stats.bytes_resumed, stats.used.size());
+    log.Update(verified, stats.bytes_resumed + stats.bytes_reused, stats.used.size());
     if (install.board == nullptr) return;
     size_t seeds = 0;
     for (const SourceUse& u : stats.used) seeds += u.seed;
-    install.board->Progress(manifest.model, verified, stats.bytes_resumed, seeds,
-                            stats.used.size() - seeds);
+    install.board->Progress(manifest.model, verified, stats.bytes_resumed + stats.bytes_reused,
+                            seeds, stats.used.size() - seeds);
   };
   const auto start = std::chrono::steady_clock::now();
   Status fetched = FetchModel(manifest, install.sources, dir, fetch, &stats);
@@ -120,14 +126,17 @@ Status FetchPulled(const std::shared_ptr<WeightServer>& server, const WeightInst
                    {"seconds", secs},
                    {"bytes_from_relays", stats.bytes_from_peers},
                    {"relays", stats.peers.size()},
-                   {"chunks_resumed", stats.chunks_resumed}};
+                   {"chunks_resumed", stats.chunks_resumed},
+                   {"bytes_reused", stats.bytes_reused}};
   Logger().info(
-      "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks; {} requests, {} "
-      "sent ahead, {} answered busy, {} claimed; {} connections refused by a full source)",
+      "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks, {} reused locally; {} "
+      "requests, {} sent ahead, {} answered busy, {} claimed; {} connections refused by a full "
+      "source)",
       manifest.model, HumanBytes(manifest.total_size), HumanSeconds(secs),
       HumanRate(static_cast<double>(manifest.total_size) / std::max(secs, 1e-9)),
-      HumanBytes(stats.bytes_from_peers), stats.peers.size(), stats.chunks_resumed, stats.requests,
-      stats.requests_ahead, stats.answered_busy, stats.answered_claimed, stats.refused_full);
+      HumanBytes(stats.bytes_from_peers), stats.peers.size(), stats.chunks_resumed,
+      HumanBytes(stats.bytes_reused), stats.requests, stats.requests_ahead, stats.answered_busy,
+      stats.answered_claimed, stats.refused_full);
   return Status::Ok();
 }
 }  // namespace

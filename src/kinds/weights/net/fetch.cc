@@ -40,13 +40,20 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
   core_.SetSelf(o.relay);
 }
 
-void Fetch::Prepare(const std::vector<uint32_t>& resumed) {
+void Fetch::Prepare(const std::vector<uint32_t>& resumed, const std::vector<uint32_t>& reused) {
   MutexLock lock(mu_);  // before any thread starts: for the analysis
   for (uint32_t i : resumed) {
     core_.Resumed(i);
     verified_bytes_ += m_.chunks[i].length;
     ++stats_->chunks_resumed;
     stats_->bytes_resumed += m_.chunks[i].length;
+    if (options_.verified) options_.verified->Set(i);
+  }
+  for (uint32_t i : reused) {
+    core_.Resumed(i);
+    verified_bytes_ += m_.chunks[i].length;
+    ++stats_->chunks_reused;
+    stats_->bytes_reused += m_.chunks[i].length;
     if (options_.verified) options_.verified->Set(i);
   }
 }

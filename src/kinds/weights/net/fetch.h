@@ -68,8 +68,9 @@ class Fetch {
  public:
   Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchStats* s);
 
-  // `resumed` chunks were verified by an earlier run.
-  void Prepare(const std::vector<uint32_t>& resumed);
+  // `resumed` chunks were verified by an earlier run, `reused` copied from files
+  // held here (files/reuse.h).
+  void Prepare(const std::vector<uint32_t>& resumed, const std::vector<uint32_t>& reused = {});
   // Fetches from `seeds` and the relays learnt on the way until every chunk is
   // verified, no known source has the missing ones, a local error, or a stop.
   void Run(const std::vector<HostPort>& seeds);

@@ -1,6 +1,7 @@
 #include "kinds/weights/net/fetcher.h"
 
 #include "kinds/weights/files/destination.h"
+#include "kinds/weights/files/reuse.h"
 #include "kinds/weights/files/staging.h"
 #include "kinds/weights/net/fetch.h"
 #include "seedd/logging.h"
@@ -26,9 +27,22 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   Staging staging(manifest, plan->staging);
   Result<std::vector<uint32_t>> resumed = staging.Open();
   if (!resumed.ok()) return resumed.status();
+  std::vector<std::filesystem::path> bases = options.reuse_from;
+  // `into` itself when its files are being replaced by this version.
+  if (plan->placement == Placement::kReplaceDir || plan->placement == Placement::kReplaceEntries) {
+    bases.push_back(into);
+  }
+  ReuseStats reuse;
+  Result<std::vector<uint32_t>> reused =
+      ReuseLocalChunks(manifest, staging, *resumed, bases, &reuse);
+  if (!reused.ok()) return reused.status().WithContext("copying chunks held locally");
+  if (reuse.chunks > 0) {
+    Logger().info("Model {}: {} of {} chunks ({}) copied from files held here, not fetched",
+                  manifest.model, reuse.chunks, manifest.chunks.size(), HumanBytes(reuse.bytes));
+  }
   if (options.staged) options.staged(plan->staging);
   Fetch fetch(manifest, staging, options, stats);
-  fetch.Prepare(*resumed);
+  fetch.Prepare(*resumed, *reused);
   fetch.Run(sources);
   if (fetch.Cancelled()) {
     const uint64_t kept = fetch.VerifiedBytes();

@@ -84,6 +84,10 @@ struct FetchOptions : FetchPolicy {
   std::shared_ptr<const std::atomic<bool>> cancel;
   // `into` may hold other files: they are replaced by the model (see FetchModel).
   bool replace = false;
+  // Directories laid out as the model (an earlier version's copy): chunks whose
+  // bytes they hold at the same path and offset, checked against the manifest,
+  // are copied from there instead of fetched (files/reuse.h).
+  std::vector<std::filesystem::path> reuse_from;
 };
 
 // Fetches the files of `manifest` into `into` from the seeds `sources` and from
