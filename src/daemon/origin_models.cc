@@ -125,10 +125,25 @@ Result<OriginModelPlan> PlanOriginModel(const DaemonOptions& options, const std:
                                         const std::shared_ptr<std::atomic<bool>>& cancel) {
   Result<OriginPtr> origin = OpenOrigin(url, options.origin_access);
   if (!origin.ok()) return origin.status();
-  Result<OriginModel> model = (*origin)->Resolve();
-  if (!model.ok()) return model.status();
   OriginModelPlan plan;
   const std::filesystem::path root = options.cache_dir / "weights" / "origins" / name;
+  Result<OriginModel> model = (*origin)->Resolve();
+  if (!model.ok()) {
+    // An upstream that cannot be reached (down, a network partition) does not
+    // stop a restart: the copy fetched last, still as recorded, is served.
+    const StatusCode code = model.status().code();
+    if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) {
+      return model.status();
+    }
+    Result<HeldCopy> held = LatestHeldCopy(root, (*origin)->Url());
+    if (!held.ok()) return model.status();
+    Logger().warn(
+        "Model {}: the upstream cannot be reached ({}); serving the copy fetched from it earlier, "
+        "version {} in {}, which may not be the newest",
+        name, model.status().message(), held->version, held->dir.string());
+    plan.dir = held->dir;
+    return plan;
+  }
   if (registry == nullptr || HoldsVersion(root, *model)) {
     Result<std::filesystem::path> dir = FetchOriginModel(options, name, url, **origin, *model);
     if (!dir.ok()) return dir.status();

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -197,6 +198,37 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
 }
 
 }  // namespace
+
+Result<HeldCopy> LatestHeldCopy(const std::filesystem::path& root, const std::string& url) {
+  std::optional<HeldCopy> best;
+  std::filesystem::file_time_type best_time;
+  std::error_code ec;
+  const std::string suffix = ".seedd-origin.json";
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
+      continue;
+    }
+    const std::string hex = name.substr(0, name.size() - suffix.size());
+    Result<Json> record = ReadRecord(e.path());
+    if (!IsLowerHex(hex, 64) || !record.ok() || record->value("url", std::string()) != url) {
+      continue;
+    }
+    const std::string version = record->value("version", std::string());
+    if (HexOf(version) != hex) continue;
+    bool unchanged = true;
+    for (const Json& f : (*record)["files"]) unchanged = unchanged && Unchanged(root / hex, f);
+    const std::filesystem::file_time_type written = e.last_write_time(ec);
+    if (!unchanged || ec) continue;
+    if (!best.has_value() || written > best_time) {
+      best = HeldCopy{root / hex, version};
+      best_time = written;
+    }
+  }
+  if (!best.has_value())
+    return Status::NotFound("no copy of " + url + " is held in " + root.string());
+  return *best;
+}
 
 bool HoldsVersion(const std::filesystem::path& root, const OriginModel& model) {
   const std::string hex = HexOf(model.version);

@@ -48,6 +48,15 @@ struct MaterializeStats {
 // Whether root/<version hex>/ holds `model` as its record says (nothing to fetch).
 bool HoldsVersion(const std::filesystem::path& root, const OriginModel& model);
 
+// The copy below `root` fetched last from `url` whose files are all as recorded
+// (what a daemon serves when its upstream cannot be reached): its directory and
+// upstream version. NotFound when there is none.
+struct HeldCopy {
+  std::filesystem::path dir;
+  std::string version;
+};
+Result<HeldCopy> LatestHeldCopy(const std::filesystem::path& root, const std::string& url);
+
 // The directory holding `model` (see above). A file whose bytes do not hash to
 // its upstream digest is DataLoss naming the file, the expected and the actual
 // digest; nothing is then left under the final name.

@@ -111,6 +111,8 @@ class OciOrigin final : public Origin {
   explicit OciOrigin(std::unique_ptr<RegistrySession> session)
       : session_(std::move(session)), ref_(session_->ref()) {}
 
+  std::string Url() const override { return ref_.ToString(); }
+
   Result<OriginModel> Resolve() override {
     const std::string reference = ref_.digest.empty() ? ref_.tag : ref_.digest;
     const std::string url = session_->Base() + "/manifests/" + reference;

@@ -49,6 +49,9 @@ class Origin {
   // have, Unauthenticated or PermissionDenied when it refuses, Unavailable when
   // it cannot be reached; each error names the URL and what it answered.
   virtual Result<OriginModel> Resolve() = 0;
+  // The URL as Resolve's model names it (OriginModel::url), without asking the
+  // upstream.
+  virtual std::string Url() const = 0;
   // Sends `file`'s bytes to `sink` as they come (unverified: the caller hashes
   // them) and returns the digest they must have: the file's, or one the upstream
   // sent with them (S3's x-amz-checksum-sha256); empty when the upstream gives

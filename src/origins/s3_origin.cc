@@ -34,6 +34,8 @@ class S3Origin final : public Origin {
   S3Origin(Config config, AwsCredentials creds, OriginAccess access)
       : config_(std::move(config)), creds_(std::move(creds)), access_(std::move(access)) {}
 
+  std::string Url() const override { return config_.url; }
+
   Result<OriginModel> Resolve() override {
     OriginModel model;
     model.url = config_.url;

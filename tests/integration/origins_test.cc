@@ -110,6 +110,42 @@ TEST_F(OriginsTest, AModelPackPushedBySkopeoIsServedByADaemonAndPulledThroughThe
   EXPECT_TRUE(Has(again->Stderr(), "is held already")) << again->Stderr();
 }
 
+// A restart while the registry is down serves the copy fetched earlier (as
+// recorded) and says so; with nothing held, the daemon does not start.
+TEST_F(OriginsTest, ARestartWithTheRegistryDownServesTheCopyFetchedEarlierAndSaysSo) {
+  const auto model = AModel();
+  auto registry = std::make_unique<OciRegistryServer>();
+  Push(*registry, "models/test:v1", model);
+  const std::string url = "m=oci://" + registry->host() + "/models/test:v1";
+  std::string origin_addr;
+  {
+    auto first = StartDaemon({"--model", url, "--log-level", "info"}, &origin_addr,
+                             dir_.path() / "origin-cache");
+    first->Signal(SIGTERM);
+    ASSERT_TRUE(first->Wait(std::chrono::seconds(20)).has_value());
+  }
+  registry.reset();  // down
+
+  auto again = StartDaemon({"--model", url, "--log-level", "info"}, &origin_addr,
+                           dir_.path() / "origin-cache");
+  auto pulled = RunCommand(PullArgs(origin_addr, dir_.path() / "into", {"--wait", "30"}));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+  again->Signal(SIGTERM);
+  ASSERT_TRUE(again->Wait(std::chrono::seconds(20)).has_value());
+  EXPECT_TRUE(Has(again->Stderr(), "the upstream cannot be reached")) << again->Stderr();
+  EXPECT_TRUE(Has(again->Stderr(), "serving the copy fetched from it earlier")) << again->Stderr();
+
+  // Another cache, nothing held: the daemon exits naming the URL.
+  std::string unused;
+  auto none = StartDaemon({"--model", url}, &unused, dir_.path() / "empty-cache", "127.0.0.1:0",
+                          /*wait_ready=*/false);
+  const auto exited = none->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_NE(*exited, 0);
+  EXPECT_TRUE(Has(none->Stderr(), "/v2/models/test/manifests/v1")) << none->Stderr();
+}
+
 // --check-config reads an origin URL's form without reaching the upstream: a
 // malformed one is named, a well-formed one is OK with nothing listening.
 TEST_F(OriginsTest, CheckConfigNamesAMalformedOriginUrlWithoutReachingTheUpstream) {
