@@ -123,14 +123,28 @@ int main(int argc, char** argv) {
       "pull",
       "fetch a model's files from seedd daemons into a directory: verified per chunk, "
       "resumable (rerun after an interruption), from several sources at once");
-  pull->add_option("--source", pull_args.sources,
-                   "HOST:PORT of a daemon serving the model (repeatable)")
-      ->required()
-      ->take_all();
+  CLI::Option* pull_source =
+      pull->add_option("--source", pull_args.sources,
+                       "HOST:PORT of a daemon serving the model (repeatable)")
+          ->take_all();
   pull->add_option("--token-file", pull_args.token_file,
                    "path of a file holding the shared token (default: the SEEDD_TOKEN "
                    "environment variable, which holds the token itself, not a path)");
-  pull->add_option("--model", pull_args.model, "the model's name on the daemons")->required();
+  CLI::Option* pull_model =
+      pull->add_option("--model", pull_args.model, "the model's name on the daemons");
+  CLI::Option* pull_from = pull->add_option(
+      "--from", pull_args.from,
+      "instead of --source and --model: fetch the model from where it lives, "
+      "oci://REGISTRY/REPOSITORY:TAG|@sha256:DIGEST (a ModelPack or an artifact of titled "
+      "layers) or s3://BUCKET/PREFIX?endpoint=...&region=..., every file checked against its "
+      "upstream digest; no daemon needed");
+  pull_from->excludes(pull_source)->excludes(pull_model);
+  pull->add_option("--origin-auth", pull_args.origin_auth,
+                   "with --from oci://: registry credentials, a file as `docker login` writes it")
+      ->check(CLI::ExistingFile);
+  pull->add_option("--origin-ca", pull_args.origin_ca,
+                   "with --from: PEM CA bundle trusted for an https registry or endpoint")
+      ->check(CLI::ExistingFile);
   pull->add_option("--into", pull_args.into,
                    "the directory the files end up directly under: a new one, an empty one (a "
                    "volume's mount point), or one holding this version already (nothing moves)")
@@ -343,7 +357,16 @@ int main(int argc, char** argv) {
     return seedctl::RunManifest(manifest_dir, manifest_model, seedd::ChunkBytesOfFlag(chunk_mib),
                                 manifest_digest, manifest_sign_key);
   if (key_fp->parsed()) return seedctl::RunKeyFingerprint(key_files);
-  if (pull->parsed()) return seedctl::RunPull(pull_args);
+  if (pull->parsed()) {
+    if (!pull_args.from.empty()) return seedctl::RunOriginPull(pull_args);
+    if (pull_args.sources.empty() || pull_args.model.empty()) {
+      std::fprintf(stderr,
+                   "seedctl pull: name the daemons and the model (--source HOST:PORT --model "
+                   "NAME), or where the model lives (--from oci://... or s3://...)\n");
+      return 2;
+    }
+    return seedctl::RunPull(pull_args);
+  }
   if (push->parsed()) {
     seedd::OriginAccess access;
     access.auth_file = push_auth;

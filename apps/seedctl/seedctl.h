@@ -84,8 +84,14 @@ struct PullArgs {
   std::vector<std::string> reuse_from;
   std::string root_digest;              // a pin: any other version is refused
   std::vector<std::string> trust_keys;  // Ed25519 public keys: only manifests they signed
+  // Or straight from where the model lives (oci://, s3://), with no daemon.
+  std::string from;
+  std::string origin_auth;
+  std::string origin_ca;
 };
 int RunPull(const PullArgs& args);
+// seedctl pull --from URL: the model fetched from its upstream into args.into.
+int RunOriginPull(const PullArgs& args);
 
 int RunManifest(const std::string& spec, std::string model, uint64_t chunk_bytes,
                 const std::string& chunk_digest, const std::string& sign_key);

@@ -146,6 +146,50 @@ TEST_F(OriginsTest, ARestartWithTheRegistryDownServesTheCopyFetchedEarlierAndSay
   EXPECT_TRUE(Has(none->Stderr(), "/v2/models/test/manifests/v1")) << none->Stderr();
 }
 
+// seedctl pull --from takes the upstream's URL: no daemon, every file checked
+// against its layer digest, nothing left beside the directory; a directory
+// holding other files is refused before anything moves, or swapped with
+// --replace.
+TEST_F(OriginsTest, SeedctlPullFromARegistryUrlFetchesTheModelWithNoDaemon) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  const std::string url = "oci://" + registry.host() + "/models/test:v1";
+  const fs::path into = dir_.path() / "engine" / "model";
+  fs::create_directories(into);  // a volume's mount point: exists, empty
+  auto pulled = RunCommand({SEEDCTL_BIN, "pull", "--from", url, "--into", into.string()});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(into), model);
+  EXPECT_TRUE(Has(pulled.out, "every file matched its upstream digest")) << pulled.out;
+  std::vector<std::string> beside;
+  for (const auto& e : fs::directory_iterator(into.parent_path())) {
+    beside.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(beside, std::vector<std::string>{"model"});
+
+  auto model2 = model;
+  model2["config.json"] = R"({"architectures": ["Test2"]})";
+  Push(registry, "models/test:v2", model2);
+  const std::string url2 = "oci://" + registry.host() + "/models/test:v2";
+  auto refused = RunCommand({SEEDCTL_BIN, "pull", "--from", url2, "--into", into.string()});
+  EXPECT_EQ(refused.status, 4);
+  EXPECT_TRUE(Has(refused.err, "pass --replace")) << refused.err;
+  EXPECT_EQ(Files(into), model);
+  auto replaced =
+      RunCommand({SEEDCTL_BIN, "pull", "--from", url2, "--into", into.string(), "--replace"});
+  ASSERT_EQ(replaced.status, 0) << replaced.err;
+  EXPECT_EQ(Files(into), model2);
+
+  auto missing = RunCommand({SEEDCTL_BIN, "pull", "--from", url + "-missing", "--into",
+                             (dir_.path() / "other").string()});
+  EXPECT_EQ(missing.status, 3) << missing.err;
+  EXPECT_TRUE(Has(missing.err, "/v2/models/test/manifests/v1-missing")) << missing.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "other"));
+  auto both = RunCommand({SEEDCTL_BIN, "pull", "--from", url, "--source", "127.0.0.1:1", "--into",
+                          (dir_.path() / "other").string()});
+  EXPECT_EQ(both.status, 2) << both.err;
+}
+
 // --check-config reads an origin URL's form without reaching the upstream: a
 // malformed one is named, a well-formed one is OK with nothing listening.
 TEST_F(OriginsTest, CheckConfigNamesAMalformedOriginUrlWithoutReachingTheUpstream) {
