@@ -131,7 +131,7 @@ for r in $(seq 1 "$reps"); do
   fleet_pids=()
   for i in $(seq 1 "$fleet"); do
     "$bin/seedd" --listen 127.0.0.1:0 --token-file "$work/token" --cache-dir "$work/fleet-$r-$i" \
-      --model "m=oci://127.0.0.1:$port/bench/model:v1" --registry "redis://127.0.0.1:$redis_port" \
+      --log-level info --model "m=oci://127.0.0.1:$port/bench/model:v1" --registry "redis://127.0.0.1:$redis_port" \
       > "$work/fleet-$r-$i.out" 2> "$work/fleet-$r-$i.err" &
     fleet_pids+=($!)
     pids+=($!)
@@ -148,8 +148,11 @@ for r in $(seq 1 "$reps"); do
   wait "${fleet_pids[@]}" 2> /dev/null || true
   fleet_s+=("$(awk "BEGIN {print $t1 - $t0}")")
   fleet_up+=("$(awk "BEGIN {print ($(blob_bytes) - $before) / $model_bytes}")")
-  upstream=$(grep -l "from upstream, " "$work"/fleet-"$r"-*.err | wc -l)
-  echo "  fleet run $r: ${fleet_s[-1]} s, registry sent ${fleet_up[-1]} x the model; $upstream daemon(s) fetched from upstream"
+  # "X from upstream (N files), Y from the fleet (M files)" per daemon.
+  upstream=$(grep -ho 'from upstream ([0-9]* files)' "$work"/fleet-"$r"-*.err | tr -d '(' |
+    awk '{s += $3; if ($3 > 0) d++} END {printf "%d file(s) from upstream, by %d daemon(s)", s, d}')
+  echo "  fleet run $r: ${fleet_s[-1]} s, registry sent ${fleet_up[-1]} x the model; $upstream"
+  if [ -n "${KEEP_LOGS:-}" ]; then mkdir -p "$KEEP_LOGS" && cp "$work"/fleet-"$r"-*.err "$KEEP_LOGS"/; fi
   rm -rf "$work"/fleet-"$r"-*
 done
 fs=$(median "${fleet_s[@]}"); fu=$(median "${fleet_up[@]}")

@@ -187,6 +187,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   // Origin models another daemon of the fleet fetched: pulled at start (NAME@ROOT
   // and the daemons holding it).
   std::vector<std::pair<std::string, std::vector<HostPort>>> origin_pulls;
+  // Origin models nobody fetched yet: fetched at start together with the fleet.
+  std::vector<Daemon::Rep::FleetFetch> fleet_fetches;
+  BuildOptions weight_build;
   // Compile caches too large to travel inline travel on the weights data plane.
   if (!options.models.empty() || !options.pulls.empty() || !options.compile_caches.empty()) {
     std::vector<ServedModel> served;
@@ -197,19 +200,21 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     if (!algo.ok()) return algo.status();
     build.chunk_digest = *algo;
     build.sign_key = sign_key;
+    weight_build = build;
     for (const auto& [name, spec] : options.models) {
-      std::function<void(const std::string&)> publish;
       Result<std::filesystem::path> dir = Status::Internal("unset");
       if (IsOriginUrl(spec.string())) {
-        Result<OriginModelPlan> plan =
-            PlanOriginModel(options, name, spec.string(), registry, cancel);
+        Result<OriginModelPlan> plan = PlanOriginModel(options, name, spec.string(), registry);
         if (!plan.ok()) return plan.status().WithContext("--model " + name);
+        if (plan->fleet.has_value()) {  // fetched at start with the fleet
+          fleet_fetches.push_back({name, spec.string(), std::move(*plan->fleet)});
+          continue;
+        }
         if (!plan->dir.has_value()) {  // pulled at start from the fleet
           origin_pulls.push_back({plan->pull, plan->sources});
           continue;
         }
         dir = *plan->dir;
-        publish = plan->publish;
       } else {
         dir = ResolveModelDir(spec.string());
       }
@@ -219,7 +224,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", name,
                     dir->string(), m->manifest.files.size(), m->manifest.total_size,
                     m->manifest.root_digest);
-      if (publish) publish(m->manifest.root_digest);
       served.push_back(ServeIndexed(std::move(*m)));
     }
     WeightServerOptions serving;
@@ -269,6 +273,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->compile_plane_ = std::move(compile_plane);
   rep->cancel_ = std::move(cancel);
   rep->origin_pulls_ = std::move(origin_pulls);
+  rep->fleet_fetches_ = std::move(fleet_fetches);
+  rep->weight_build_ = std::move(weight_build);
   rep->registry_ = std::move(registry);
   rep->tokens_ = std::move(tokens);
   rep->trust_ = std::move(trust);
@@ -422,6 +428,33 @@ Result<std::optional<HostPort>> Daemon::Start() {
                   report->by_reference ? "; its files on the data plane" : "", took);
     metrics::Warmup("compile_cache", SourceLabel(report->source), took);
     rep_->RecordWarmup({kind, "done", report->source, "", took});
+  }
+  // Origin models fetched with the fleet: each file served as soon as it is here.
+  for (const Rep::FleetFetch& f : rep_->fleet_fetches_) {
+    const std::string kind = "weight_shards " + f.name;
+    rep_->RecordWarmup({kind, "running", "", "", 0});
+    const auto began = std::chrono::steady_clock::now();
+    FleetContext fleet{rep_->registry_, rep_->weights_, rep_->weight_install_, rep_->weight_build_,
+                       relay};
+    Result<std::filesystem::path> dir =
+        FetchWithFleet(rep_->options_, f.name, f.url, f.model, fleet);
+    Result<IndexedModel> m = dir.ok() ? IndexModel(f.name, *dir, rep_->weight_build_)
+                                      : Result<IndexedModel>(dir.status());
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (!m.ok()) {
+      metrics::Warmup("weight_shards", "failed", took);
+      rep_->RecordWarmup({kind, "failed", "", m.status().message(), took});
+      return m.status().WithContext("--model " + f.name);
+    }
+    Logger().info("Serving model {} from {}: {} files, {} bytes, root digest {}", f.name,
+                  dir->string(), m->manifest.files.size(), m->manifest.total_size,
+                  m->manifest.root_digest);
+    const std::string root = m->manifest.root_digest;
+    rep_->weights_->Publish(ServeIndexed(std::move(*m)));
+    PublishOriginRoot(*rep_->registry_, f.name, f.model.version, root);
+    metrics::Warmup("weight_shards", "peer", took);
+    rep_->RecordWarmup({kind, "done", "upstream and fleet", "", took});
   }
   // The --pull list, then origin models another daemon fetched for the fleet
   // (from the daemons holding them rather than --source).

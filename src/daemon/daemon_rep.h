@@ -15,6 +15,7 @@
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/net/registry.h"
 #include "kinds/weights/weight_shards_kind.h"
+#include "origins/origin.h"
 #include "seedd/daemon.h"
 
 namespace seedd {
@@ -33,6 +34,13 @@ struct Daemon::Rep {
   std::shared_ptr<SwarmRegistry> registry_;  // null without --registry
   // Origin models fetched for the fleet by another daemon: NAME@ROOT and holders.
   std::vector<std::pair<std::string, std::vector<HostPort>>> origin_pulls_;
+  // Origin models fetched at start together with the fleet (origin_models.h).
+  struct FleetFetch {
+    std::string name, url;
+    OriginModel model;
+  };
+  std::vector<FleetFetch> fleet_fetches_;
+  BuildOptions weight_build_;                     // how served models are indexed
   std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
   std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
   std::shared_ptr<const TrustedKeys> trust_;      // null without --trust-key

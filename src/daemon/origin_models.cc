@@ -1,16 +1,29 @@
 #include "daemon/origin_models.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "common/crypto.h"
+#include "common/errno_status.h"
+#include "common/file_util.h"
 #include "common/mutex.h"
+#include "common/unique_fd.h"
+#include "kinds/weights/files/file_digests.h"
 #include "kinds/weights/net/registry.h"
 #include "origins/materialize.h"
 #include "origins/origin.h"
+#include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "seedd/units.h"
+#include "seedd/weights.h"
 
 namespace seedd {
 namespace {
@@ -18,7 +31,6 @@ namespace {
 constexpr std::chrono::milliseconds kLeaseTtl{30000};
 constexpr std::chrono::milliseconds kLeaseRenew{10000};
 constexpr std::chrono::milliseconds kRootTtl{24 * 3600 * 1000};
-constexpr std::chrono::milliseconds kPoll{500};
 
 // Keeps a claim in the registry renewed until destroyed.
 class LeaseRenewer {
@@ -68,9 +80,10 @@ class LeaseRenewer {
 // The model an origin URL names, fetched (or found held already) below
 // <cache>/weights/origins/NAME/; the other models' copies there lend files with
 // the same digest.
-Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
-                                               const std::string& name, const std::string& url,
-                                               Origin& origin, const OriginModel& model) {
+Result<std::filesystem::path> FetchOriginModel(
+    const DaemonOptions& options, const std::string& name, const std::string& url, Origin& origin,
+    const OriginModel& model, MaterializeOptions materialize = {},
+    const std::function<std::string()>& fleet_said = {}) {
   const std::filesystem::path origins = options.cache_dir / "weights" / "origins";
   std::vector<std::filesystem::path> others;
   std::error_code ec;
@@ -80,7 +93,6 @@ Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
   Logger().info("Fetching model {} from {}", name, url);
   auto last = std::make_shared<std::atomic<int64_t>>(0);
   const auto start = std::chrono::steady_clock::now();
-  MaterializeOptions materialize;
   materialize.reuse_from = others;
   materialize.progress = [name, last, start](uint64_t done, uint64_t total) {
     // A line every 5 s of a long fetch.
@@ -102,8 +114,9 @@ Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
                   dir->string());
     return dir;
   }
-  Logger().info("Fetched model {} ({}): {} files, {} from upstream, {} reused locally, in {}; {}",
-                name, model.version, stats.files, HumanBytes(stats.bytes_fetched),
+  Logger().info("Fetched model {} ({}): {} files, {}{} reused locally, in {}; {}", name,
+                model.version, stats.files,
+                fleet_said ? fleet_said() : HumanBytes(stats.bytes_fetched) + " from upstream, ",
                 HumanBytes(stats.bytes_reused), HumanSeconds(seconds),
                 stats.files_unverified == 0 ? "every file matched its upstream digest"
                                             : "the others matched their upstream digests");
@@ -117,16 +130,384 @@ Result<std::filesystem::path> FetchOriginModel(const DaemonOptions& options,
   return dir;
 }
 
+constexpr size_t kMaxPartRecord = 64 << 20;  // a part's manifest: 64 MiB at most
+
+std::string HexOfVersion(const std::string& version) {
+  return version.substr(version.find(':') + 1);
+}
+
+BuildOptions PartBuild(BuildOptions build, const OriginModel& model) {
+  if (build.chunk_size == 0) build.chunk_size = AutoChunkBytes(model.total_size);
+  build.sign_key = nullptr;  // parts are checked against upstream digests, not signatures
+  return build;
+}
+
+// The upstream as the fleet shares it: each file from the daemon that claimed
+// it in the registry (fetched from upstream there) or from upstream here when
+// this daemon claims it first. Every file still lands through MaterializeModel,
+// which checks it against its upstream digest.
+class FleetOrigin final : public Origin {
+ public:
+  FleetOrigin(const DaemonOptions& options, std::string name, OriginPtr upstream,
+              const OriginModel& model, FleetContext fleet, std::filesystem::path parts)
+      : options_(options),
+        name_(std::move(name)),
+        upstream_(std::move(upstream)),
+        model_(model),
+        hex_(HexOfVersion(model.version)),
+        fleet_(std::move(fleet)),
+        parts_(std::move(parts)),
+        holder_(RandomHexOrDie(8)),
+        part_build_(PartBuild(fleet_.build, model)) {
+    for (size_t i = 0; i < model_.files.size(); ++i) index_.emplace(model_.files[i].path, i);
+  }
+
+  std::string Url() const override { return upstream_->Url(); }
+  Result<OriginModel> Resolve() override { return upstream_->Resolve(); }
+
+  // Called when FetchLocal found that this daemon claimed the file: fetched
+  // from upstream here.
+  Result<std::string> Fetch(const OriginFile& file,
+                            const std::function<Status(std::string_view)>& sink) override {
+    const auto it = index_.find(file.path);
+    if (it == index_.end()) return Status::Internal("no file " + file.path + " in the listing");
+    const size_t k = it->second;
+    Claim claim;
+    {
+      MutexLock lock(mu_);
+      auto c = claiming_.find(k);
+      if (c == claiming_.end()) return Status::Internal(file.path + " was not claimed here");
+      claim = std::move(c->second);
+      claiming_.erase(c);
+    }
+    return FetchUpstream(k, file, std::move(claim), sink);
+  }
+
+  // The file from the daemon that fetched it from upstream, once published
+  // there; nullopt when this daemon claimed it first (then Fetch brings it).
+  Result<std::optional<LocalBytes>> FetchLocal(const OriginFile& file) override {
+    const auto it = index_.find(file.path);
+    if (it == index_.end()) return Status::Internal("no file " + file.path + " in the listing");
+    const size_t k = it->second;
+    const std::string part_key = "origin-part:" + hex_ + ":" + std::to_string(k);
+    const std::string lease_key = "origin-lease:" + hex_ + ":" + std::to_string(k);
+    const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
+    // When a published part was first seen with nobody holding it (max: not so).
+    auto no_holders_since = std::chrono::steady_clock::time_point::max();
+    bool said = false;
+    for (;;) {
+      if (fleet_.install.cancel != nullptr && fleet_.install.cancel->load()) {
+        return Status::Cancelled("stopped while fetching " + file.path + " with the fleet");
+      }
+      Result<std::optional<std::string>> published = fleet_.registry->Get(part_key, kMaxPartRecord);
+      if (!published.ok()) return published.status().WithContext("--registry");
+      std::optional<Part> part;
+      if (published->has_value()) {
+        Result<Part> parsed = ParsePart(**published, file);
+        if (parsed.ok()) {
+          part = std::move(*parsed);
+        } else {
+          Logger().warn("Model {}: ignoring the registry's {}: {}", name_, part_key,
+                        parsed.status().message());
+        }
+      }
+      if (part.has_value()) {
+        Result<std::vector<std::string>> holders =
+            fleet_.registry->Holders(part->manifest.root_digest, fleet_.relay, 16);
+        if (holders.ok() && !holders->empty()) {
+          no_holders_since = std::chrono::steady_clock::time_point::max();
+          Result<std::filesystem::path> pulled = PullPart(k, file, *part, *holders);
+          if (pulled.ok()) {
+            return std::optional<LocalBytes>(
+                LocalBytes{*pulled, file.digest.empty() ? part->expected : file.digest});
+          }
+          if (pulled.status().code() == StatusCode::kCancelled) return pulled.status();
+          Logger().warn("Model {}: pulling {} from the fleet failed ({}); trying again", name_,
+                        file.path, pulled.status().message());
+        } else if (no_holders_since == std::chrono::steady_clock::time_point::max()) {
+          no_holders_since = std::chrono::steady_clock::now();
+        }
+      }
+      // Not published (or published by daemons all gone for 5 s): the first to
+      // claim the file fetches it from upstream.
+      const bool orphaned = part.has_value() &&
+                            no_holders_since != std::chrono::steady_clock::time_point::max() &&
+                            std::chrono::steady_clock::now() - no_holders_since > kOrphaned;
+      if (!part.has_value() || orphaned) {
+        Result<std::optional<Claim>> claim = ClaimFile(k);
+        if (!claim.ok()) return claim.status();
+        if (claim->has_value()) {
+          MutexLock lock(mu_);
+          claiming_[k] = std::move(**claim);
+          return std::optional<LocalBytes>();
+        }
+      }
+      if (!said) {
+        Logger().info(
+            "Model {}: {} is being fetched from upstream by another daemon of the fleet; "
+            "waiting to pull it from there",
+            name_, file.path);
+        said = true;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status::DeadlineExceeded(
+            "waited --pull-timeout (" + std::to_string(options_.pull_timeout.count()) +
+            " s) for the fleet's fetch of " + file.path + " of " + model_.url);
+      }
+      std::this_thread::sleep_for(kPartPoll);
+    }
+  }
+
+  // MaterializeOptions::landed: the file is complete and checked; it is served as
+  // a part from here on, and published when fetched from upstream here.
+  void Landed(size_t k, const std::filesystem::path& path) {
+    const OriginFile& file = model_.files[k];
+    const std::filesystem::path dir = parts_ / std::to_string(k);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directories((dir / file.path).parent_path(), ec);
+    std::filesystem::create_hard_link(path, dir / file.path, ec);
+    if (ec) {
+      Logger().warn("Model {}: cannot serve {} to the fleet before the model is complete: {}",
+                    name_, file.path, ec.message());
+      return;
+    }
+    std::optional<Claimed> claimed;
+    std::optional<Manifest> pulled;
+    std::filesystem::path pull_dir;
+    {
+      MutexLock lock(mu_);
+      if (auto c = claimed_.find(k); c != claimed_.end()) {
+        claimed = std::move(c->second);
+        claimed_.erase(c);
+      }
+      if (auto p = pulled_.find(k); p != pulled_.end()) {
+        pulled = std::move(p->second.first);
+        pull_dir = std::move(p->second.second);
+        pulled_.erase(p);
+      }
+    }
+    if (pulled.has_value()) {
+      Know(k, *pulled);
+      // The part's manifest as pulled: the same bytes, served from here now.
+      ServedModel served;
+      served.manifest = std::move(*pulled);
+      served.dir = dir;
+      struct stat st {};
+      if (::stat((dir / file.path).c_str(), &st) == 0) {
+        served.files[file.path] =
+            IndexedFile{file.path, static_cast<uint64_t>(st.st_size), MtimeNs(st)};
+      }
+      served.pulled = true;
+      fleet_.server->Publish(std::move(served));
+      std::filesystem::remove_all(pull_dir, ec);
+      return;
+    }
+    Result<IndexedModel> indexed = IndexModel(PartName(k), dir, part_build_);
+    if (!indexed.ok()) {
+      Logger().warn("Model {}: cannot serve {} to the fleet before the model is complete: {}",
+                    name_, file.path, indexed.status().message());
+      if (claimed.has_value()) Release(claimed->claim);
+      return;
+    }
+    Know(k, indexed->manifest);
+    const Json record = {{"manifest", indexed->manifest.ToJson()},
+                         {"expected", claimed.has_value() ? claimed->expected : file.digest}};
+    fleet_.server->Publish(ServeIndexed(std::move(*indexed)));
+    if (!claimed.has_value()) return;  // copied from a local copy: the fleet is not waiting on it
+    Status put = fleet_.registry->Put("origin-part:" + hex_ + ":" + std::to_string(k),
+                                      DumpJson(record), kRootTtl);
+    if (!put.ok()) {
+      Logger().warn("Model {}: could not publish {} in the registry: {}", name_, file.path,
+                    put.message());
+    }
+    Release(claimed->claim);
+  }
+
+  // The digests of every file landed, for the model's index in `dir` (its final
+  // directory) not to read them again: a part's chunks are the model's.
+  void RememberDigests(const std::filesystem::path& dir) {
+    MutexLock lock(mu_);
+    for (const auto& [k, d] : digests_) {
+      ::seedd::RememberDigests(dir / model_.files[k].path, part_build_, d);
+    }
+  }
+
+  // "N from upstream, M from the fleet, ".
+  std::string Said() const {
+    return HumanBytes(from_upstream_.load()) + " from upstream (" +
+           std::to_string(files_upstream_.load()) + " files), " + HumanBytes(from_fleet_.load()) +
+           " from the fleet (" + std::to_string(files_fleet_.load()) + " files), ";
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kPartPoll{200};
+  static constexpr std::chrono::milliseconds kOrphaned{5000};
+  // Files fetched from upstream at once across the fleet: few, so that the
+  // first files are complete (and swarmed) early rather than all at the end.
+  static constexpr int kUpstreamStreams = 2;
+
+  struct Part {
+    Manifest manifest;
+    std::string expected;
+  };
+  // A file's claim and the upstream slot it uses, renewed until released.
+  struct Claim {
+    std::string who;
+    std::vector<std::string> names;
+    std::vector<std::shared_ptr<LeaseRenewer>> renewers;
+  };
+  struct Claimed {
+    Claim claim;
+    std::string expected;
+  };
+
+  // The digests of file `k` as `part` (its one-file manifest) gives them, when
+  // chunked as the whole model is.
+  void Know(size_t k, const Manifest& part) {
+    if (part.chunk_size != part_build_.chunk_size ||
+        part.chunk_digest != part_build_.chunk_digest || part.files.size() != 1) {
+      return;
+    }
+    FileDigests d;
+    d.size = part.files[0].size;
+    d.sha256 = part.files[0].sha256;
+    for (const ManifestChunk& c : part.chunks) d.chunks.push_back(c.digest);
+    MutexLock lock(mu_);
+    digests_[k] = std::move(d);
+  }
+
+  std::string PartName(size_t k) const {
+    return "seedd-part-" + hex_.substr(0, 16) + "-" + std::to_string(k);
+  }
+
+  // A part record from the registry (peer input): a manifest of one file, this
+  // one, of its size.
+  Result<Part> ParsePart(const std::string& text, const OriginFile& file) const {
+    Result<Json> j = ParseJson(text);
+    if (!j.ok()) return j.status();
+    if (!j->is_object() || !j->contains("manifest") || !j->contains("expected") ||
+        !(*j)["expected"].is_string()) {
+      return Status::InvalidArgument("not a part record ({\"manifest\", \"expected\"})");
+    }
+    Result<Manifest> m = ParseManifest((*j)["manifest"]);
+    if (!m.ok()) return m.status();
+    if (m->files.size() != 1 || m->files[0].path != file.path || m->files[0].size != file.size) {
+      return Status::InvalidArgument("its manifest is not of " + file.path + " (" +
+                                     std::to_string(file.size) + " bytes) alone");
+    }
+    return Part{std::move(*m), (*j)["expected"].get<std::string>()};
+  }
+
+  // Pulls `part` from `holders` (relaying it meanwhile); returns the file.
+  Result<std::filesystem::path> PullPart(size_t k, const OriginFile& file, const Part& part,
+                                         const std::vector<std::string>& holders) {
+    WeightInstallOptions install = fleet_.install;
+    install.sources.clear();
+    for (const std::string& h : holders) {
+      if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) install.sources.push_back(*hp);
+    }
+    install.board = nullptr;
+    // One part at a time: each pull already fetches from many peers at once,
+    // and pulls side by side only share this host's link and cores.
+    MutexLock one(pull_mu_);
+    // One place per file: a pull that failed mid-way resumes from its journal.
+    const std::filesystem::path dir = parts_ / ("pull-" + std::to_string(k));
+    SEEDD_RETURN_IF_ERROR(FetchAndRelay(fleet_.server, install, part.manifest, fleet_.relay, dir));
+    from_fleet_ += file.size;
+    ++files_fleet_;
+    MutexLock lock(mu_);
+    pulled_[k] = {part.manifest, dir};
+    return dir / file.path;
+  }
+
+  // One of the fleet's kUpstreamStreams slots, then file `k`; each held (and
+  // renewed) until released. nullopt when either is held by another.
+  Result<std::optional<Claim>> ClaimFile(size_t k) {
+    const std::string who = holder_ + "/" + std::to_string(k);
+    const std::string lease = "origin-lease:" + hex_ + ":" + std::to_string(k);
+    for (int s = 0; s < kUpstreamStreams; ++s) {
+      const std::string slot = "origin-slot:" + hex_ + ":" + std::to_string(s);
+      Result<bool> got = fleet_.registry->Claim(slot, who, kLeaseTtl);
+      if (!got.ok()) return got.status().WithContext("--registry");
+      if (!*got) continue;
+      Result<bool> file = fleet_.registry->Claim(lease, who, kLeaseTtl);
+      if (!file.ok() || !*file) {
+        (void)fleet_.registry->Release(slot, who);
+        if (!file.ok()) return file.status().WithContext("--registry");
+        return std::optional<Claim>();
+      }
+      Claim c;
+      c.who = who;
+      c.names = {slot, lease};
+      for (const std::string& name : c.names) {
+        c.renewers.push_back(std::make_shared<LeaseRenewer>(fleet_.registry, name, who));
+      }
+      return std::optional<Claim>(std::move(c));
+    }
+    return std::optional<Claim>();
+  }
+
+  void Release(Claim& claim) {
+    claim.renewers.clear();
+    for (const std::string& name : claim.names) (void)fleet_.registry->Release(name, claim.who);
+  }
+
+  Result<std::string> FetchUpstream(size_t k, const OriginFile& file, Claim claim,
+                                    const std::function<Status(std::string_view)>& sink) {
+    Result<std::string> expected = upstream_->Fetch(file, [&](std::string_view piece) {
+      from_upstream_ += piece.size();
+      return sink(piece);
+    });
+    if (!expected.ok()) {
+      Release(claim);  // another daemon may try at once
+      return expected.status();
+    }
+    ++files_upstream_;
+    MutexLock lock(mu_);
+    claimed_[k] = Claimed{std::move(claim), *expected};
+    return expected;
+  }
+
+  const DaemonOptions& options_;
+  const std::string name_;
+  const OriginPtr upstream_;
+  const OriginModel model_;
+  const std::string hex_;
+  const FleetContext fleet_;
+  const std::filesystem::path parts_;
+  const std::string holder_;
+  // Parts are chunked as the whole model: their digests are the model's.
+  const BuildOptions part_build_;
+  std::map<std::string, size_t> index_;
+  std::atomic<uint64_t> from_upstream_{0};
+  std::atomic<uint64_t> from_fleet_{0};
+  std::atomic<uint64_t> files_upstream_{0};
+  std::atomic<uint64_t> files_fleet_{0};
+  Mutex pull_mu_;
+  Mutex mu_;
+  std::map<size_t, Claimed> claimed_ GUARDED_BY(mu_);
+  std::map<size_t, std::pair<Manifest, std::filesystem::path>> pulled_ GUARDED_BY(mu_);
+  std::map<size_t, FileDigests> digests_ GUARDED_BY(mu_);
+  std::map<size_t, Claim> claiming_ GUARDED_BY(mu_);  // claimed by FetchLocal, for Fetch
+};
+
 }  // namespace
 
 Result<OriginModelPlan> PlanOriginModel(const DaemonOptions& options, const std::string& name,
                                         const std::string& url,
-                                        const std::shared_ptr<SwarmRegistry>& registry,
-                                        const std::shared_ptr<std::atomic<bool>>& cancel) {
+                                        const std::shared_ptr<SwarmRegistry>& registry) {
   Result<OriginPtr> origin = OpenOrigin(url, options.origin_access);
   if (!origin.ok()) return origin.status();
   OriginModelPlan plan;
   const std::filesystem::path root = options.cache_dir / "weights" / "origins" / name;
+  // Parts of a fetch with the fleet that ended with the daemon: served no more.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    if (e.path().filename().string().rfind(".parts-", 0) == 0) {
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
   Result<OriginModel> model = (*origin)->Resolve();
   if (!model.ok()) {
     // An upstream that cannot be reached (down, a network partition) does not
@@ -150,74 +531,69 @@ Result<OriginModelPlan> PlanOriginModel(const DaemonOptions& options, const std:
     plan.dir = *dir;
     return plan;
   }
-  const std::string hex = model->version.substr(model->version.find(':') + 1);
-  const std::string lease = "origin-lease:" + hex;
-  const std::string published_key = "origin-root:" + hex;
-  const std::string holder = RandomHexOrDie(8);
-  const auto deadline = std::chrono::steady_clock::now() + options.pull_timeout;
-  bool waiting_said = false;
-  for (;;) {
-    if (cancel != nullptr && cancel->load()) {
-      return Status::Cancelled("stopped while waiting for the fleet's fetch of " + url);
-    }
-    // Fetched for the fleet already: pulled from the daemons holding it.
-    Result<std::optional<std::string>> published = registry->Get(published_key);
-    if (!published.ok()) return published.status().WithContext("--registry");
-    if (published->has_value() && IsLowerHex(**published, 64)) {
-      Result<std::vector<std::string>> holders = registry->Holders(**published, "", 16);
-      if (holders.ok()) {
-        for (const std::string& h : *holders) {
-          if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) plan.sources.push_back(*hp);
-        }
-      }
-      if (!plan.sources.empty()) {
-        plan.pull = name + "@" + **published;
-        Logger().info(
-            "Model {}: {} ({}) was fetched from upstream by another daemon of the fleet; pulling "
-            "root digest {} from {} daemon(s) holding it",
-            name, url, model->version, **published, plan.sources.size());
-        return plan;
+  // Fetched for the fleet already: pulled whole from the daemons holding it.
+  const std::string hex = HexOfVersion(model->version);
+  Result<std::optional<std::string>> published = registry->Get("origin-root:" + hex);
+  if (!published.ok()) return published.status().WithContext("--registry");
+  if (published->has_value() && IsLowerHex(**published, 64)) {
+    Result<std::vector<std::string>> holders = registry->Holders(**published, "", 16);
+    if (holders.ok()) {
+      for (const std::string& h : *holders) {
+        if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) plan.sources.push_back(*hp);
       }
     }
-    // Else the first to claim the version fetches it; a claim whose holder died
-    // lapses and is taken here.
-    Result<bool> claimed = registry->Claim(lease, holder, kLeaseTtl);
-    if (!claimed.ok()) return claimed.status().WithContext("--registry");
-    if (*claimed) {
-      auto renewer = std::make_shared<LeaseRenewer>(registry, lease, holder);
-      Logger().info("Model {}: fetching {} from upstream for the fleet (claimed in the registry)",
-                    name, url);
-      Result<std::filesystem::path> dir = FetchOriginModel(options, name, url, **origin, *model);
-      if (!dir.ok()) {
-        renewer.reset();
-        (void)registry->Release(lease, holder);  // another daemon may try at once
-        return dir.status();
-      }
-      plan.dir = *dir;
-      // Kept renewed until the root digest is published (after indexing); the
-      // claim then lapses while the model is announced.
-      plan.publish = [registry, published_key, renewer, name](const std::string& root_digest) {
-        Status st = registry->Put(published_key, root_digest, kRootTtl);
-        if (!st.ok()) {
-          Logger().warn("Model {}: could not publish root digest {} in the registry: {}", name,
-                        root_digest, st.message());
-        }
-      };
+    if (!plan.sources.empty()) {
+      plan.pull = name + "@" + **published;
+      Logger().info(
+          "Model {}: {} ({}) was fetched from upstream by the fleet; pulling root digest {} from "
+          "{} daemon(s) holding it",
+          name, url, model->version, **published, plan.sources.size());
       return plan;
     }
-    if (!waiting_said) {
-      Logger().info(
-          "Model {}: another daemon of the fleet is fetching {} ({}) from upstream; waiting to "
-          "pull it from the fleet",
-          name, url, model->version);
-      waiting_said = true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::DeadlineExceeded("waited --pull-timeout (" +
-                                      std::to_string(options.pull_timeout.count()) +
-                                      " s) for the fleet's fetch of " + url);
-    }
-    std::this_thread::sleep_for(kPoll);
+  }
+  plan.fleet = std::move(*model);
+  return plan;
+}
+
+Result<std::filesystem::path> FetchWithFleet(const DaemonOptions& options, const std::string& name,
+                                             const std::string& url, const OriginModel& model,
+                                             const FleetContext& fleet) {
+  Result<OriginPtr> upstream = OpenOrigin(url, options.origin_access);
+  if (!upstream.ok()) return upstream.status();
+  const std::filesystem::path root = options.cache_dir / "weights" / "origins" / name;
+  const std::filesystem::path parts = root / (".parts-" + HexOfVersion(model.version));
+  std::error_code ec;
+  std::filesystem::create_directories(parts, ec);
+  if (ec) return Status::IoError("create " + parts.string() + ": " + ec.message());
+  auto origin =
+      std::make_shared<FleetOrigin>(options, name, std::move(*upstream), model, fleet, parts);
+  Logger().info(
+      "Model {}: fetching {} ({}) with the fleet: each file from upstream once, "
+      "served as soon as it is complete",
+      name, url, model.version);
+  if (fleet.relay.empty()) {
+    Logger().warn(
+        "Model {}: this daemon announces nothing (a wildcard --listen without --advertise): the "
+        "fleet cannot pull the files it fetches, and fetches them from upstream again",
+        name);
+  }
+  MaterializeOptions materialize;
+  materialize.landed = [origin](size_t k, const std::filesystem::path& path) {
+    origin->Landed(k, path);
+  };
+  Result<std::filesystem::path> dir =
+      FetchOriginModel(options, name, url, *origin, model, std::move(materialize),
+                       [origin] { return origin->Said(); });
+  if (dir.ok()) origin->RememberDigests(*dir);
+  return dir;
+}
+
+void PublishOriginRoot(SwarmRegistry& registry, const std::string& name, const std::string& version,
+                       const std::string& root) {
+  Status st = registry.Put("origin-root:" + HexOfVersion(version), root, kRootTtl);
+  if (!st.ok()) {
+    Logger().warn("Model {}: could not publish root digest {} in the registry: {}", name, root,
+                  st.message());
   }
 }
 

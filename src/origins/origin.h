@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,16 @@ class Origin {
   // error from `sink` ends the transfer with it.
   virtual Result<std::string> Fetch(const OriginFile& file,
                                     const std::function<Status(std::string_view)>& sink) = 0;
+  // A complete copy of `file` this origin keeps on this host (on the file
+  // system of the model's cache), linked into place and checked instead of
+  // fetched, with the digest it must have; nullopt (the default): Fetch it.
+  struct LocalBytes {
+    std::filesystem::path path;
+    std::string expected;
+  };
+  virtual Result<std::optional<LocalBytes>> FetchLocal(const OriginFile& /*file*/) {
+    return std::optional<LocalBytes>();
+  }
 };
 using OriginPtr = std::unique_ptr<Origin>;
 

@@ -69,13 +69,9 @@ std::vector<PullBoard::Entry> PullBoard::Snapshot() const {
   }
   return out;
 }
-namespace {
-
-// Fetches `manifest` into `dir` from the sources and relays, serving what is
-// verified so far from the staging directory meanwhile.
-Status FetchPulled(const std::shared_ptr<WeightServer>& server, const WeightInstallOptions& install,
-                   const Manifest& manifest, const std::string& relay,
-                   const std::filesystem::path& dir) {
+Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
+                     const WeightInstallOptions& install, const Manifest& manifest,
+                     const std::string& relay, const std::filesystem::path& dir) {
   FetchOptions fetch;
   fetch.token = install.token;
   fetch.tokens = install.tokens;
@@ -139,7 +135,6 @@ Status FetchPulled(const std::shared_ptr<WeightServer>& server, const WeightInst
       stats.answered_claimed, stats.refused_full);
   return Status::Ok();
 }
-}  // namespace
 
 Status InstallPulledModel(const std::shared_ptr<WeightServer>& server,
                           const WeightInstallOptions& install, const Manifest& manifest,
@@ -169,7 +164,7 @@ Status InstallPulledModel(const std::shared_ptr<WeightServer>& server,
     }
   }
   if (!served.has_value()) {
-    SEEDD_RETURN_IF_ERROR(FetchPulled(server, install, manifest, relay, dir));
+    SEEDD_RETURN_IF_ERROR(FetchAndRelay(server, install, manifest, relay, dir));
     Result<ServedModel> fetched = RecordLocalCopy(dir, manifest);
     if (!fetched.ok()) return fetched.status();
     served = std::move(*fetched);

@@ -94,6 +94,14 @@ Status InstallPulledModel(const std::shared_ptr<WeightServer>& server,
                           const WeightInstallOptions& install, const Manifest& manifest,
                           const std::string& relay);
 
+// Fetches `manifest` into `dir` from install.sources and the relays (announcing
+// `relay`), serving what is verified so far through `server` under
+// manifest.model meanwhile; the version before it in <dir>/../current lends
+// the chunks it shares. Nothing is switched or recorded.
+Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
+                     const WeightInstallOptions& install, const Manifest& manifest,
+                     const std::string& relay, const std::filesystem::path& dir);
+
 SeedablePtr NewWeightShardsSeedable(std::shared_ptr<WeightServer> server,
                                     WeightInstallOptions install = {});
 

@@ -200,6 +200,13 @@ std::string ChunkHasher::HexDigest() const {
   return HexBytes(c.digest, sizeof(c.digest));
 }
 
+void RememberDigests(const std::filesystem::path& abs, const BuildOptions& options,
+                     const FileDigests& d) {
+  struct stat st {};
+  if (::stat(abs.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != d.size) return;
+  StoreCache(options, abs, st, CachedDigests{d.chunks, d.sha256});
+}
+
 Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOptions& options,
                                BuildStats* stats) {
   Result<FileReader> reader = FileReader::Open(abs);

@@ -30,6 +30,12 @@ struct FileDigests {
 Result<FileDigests> DigestFile(const std::filesystem::path& abs, const BuildOptions& options,
                                BuildStats* stats = nullptr);
 
+// Records `d` (digests of `abs` known otherwise, e.g. from a manifest its bytes
+// were verified against) in options.digest_cache for the file as it is now, so
+// that DigestFile does not read it again. Nothing without a digest cache.
+void RememberDigests(const std::filesystem::path& abs, const BuildOptions& options,
+                     const FileDigests& d);
+
 // XXH3-128 of `data`, canonical hex.
 std::string Xxh3Hex(std::string_view data);
 

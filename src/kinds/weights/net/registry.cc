@@ -95,11 +95,11 @@ Status SwarmRegistry::Put(const std::string& name, const std::string& value,
   return r.ok() ? Status::Ok() : r.status();
 }
 
-Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name) {
+Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name, size_t max_bytes) {
   Result<RedisReply> r = client_->Command({"GET", client_->config().prefix + "seedd:" + name});
   if (!r.ok()) return r.status();
   if ((*r)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
-  if ((*r)->type != REDIS_REPLY_STRING || (*r)->len > 1024) {
+  if ((*r)->type != REDIS_REPLY_STRING || (*r)->len > max_bytes) {
     return RedisClient::Unexpected("GET", r->get());
   }
   return std::optional<std::string>(std::string((*r)->str, (*r)->len));

@@ -59,8 +59,8 @@ class SwarmRegistry {
   // Drops `holder`'s claim on NAME (not another's).
   Status Release(const std::string& name, const std::string& holder);
   Status Put(const std::string& name, const std::string& value, std::chrono::milliseconds ttl);
-  // NAME's value (at most 1 KiB), or nullopt.
-  Result<std::optional<std::string>> Get(const std::string& name);
+  // NAME's value (at most `max_bytes`: a longer one is an error), or nullopt.
+  Result<std::optional<std::string>> Get(const std::string& name, size_t max_bytes = 1024);
 
  private:
   explicit SwarmRegistry(std::unique_ptr<RedisClient> client);
