@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <semaphore>
 #include <set>
 #include <thread>
 
@@ -234,7 +235,7 @@ class FleetOrigin final : public Origin {
                             no_holders_since != std::chrono::steady_clock::time_point::max() &&
                             std::chrono::steady_clock::now() - no_holders_since > kOrphaned;
       if (!part.has_value() || orphaned) {
-        Result<std::optional<Claim>> claim = ClaimFile(k);
+        Result<std::optional<Claim>> claim = ClaimFile(k, orphaned);
         if (!claim.ok()) return claim.status();
         if (claim->has_value()) {
           MutexLock lock(mu_);
@@ -408,9 +409,13 @@ class FleetOrigin final : public Origin {
       if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) install.sources.push_back(*hp);
     }
     install.board = nullptr;
-    // One part at a time: each pull already fetches from many peers at once,
-    // and pulls side by side only share this host's link and cores.
-    MutexLock one(pull_mu_);
+    // Two parts at a time: one fills the link while the other starts or ends;
+    // each already fetches from many peers at once.
+    pulls_.acquire();
+    struct Done {
+      std::counting_semaphore<2>& s;
+      ~Done() { s.release(); }
+    } done{pulls_};
     // One place per file: a pull that failed mid-way resumes from its journal.
     const std::filesystem::path dir = parts_ / ("pull-" + std::to_string(k));
     SEEDD_RETURN_IF_ERROR(FetchAndRelay(fleet_.server, install, part.manifest, fleet_.relay, dir));
@@ -422,8 +427,9 @@ class FleetOrigin final : public Origin {
   }
 
   // One of the fleet's kUpstreamStreams slots, then file `k`; each held (and
-  // renewed) until released. nullopt when either is held by another.
-  Result<std::optional<Claim>> ClaimFile(size_t k) {
+  // renewed) until released. nullopt when either is held by another, or when
+  // the file was published meanwhile (unless `orphaned`: its holders are gone).
+  Result<std::optional<Claim>> ClaimFile(size_t k, bool orphaned) {
     const std::string who = holder_ + "/" + std::to_string(k);
     const std::string lease = "origin-lease:" + hex_ + ":" + std::to_string(k);
     for (int s = 0; s < kUpstreamStreams; ++s) {
@@ -435,6 +441,18 @@ class FleetOrigin final : public Origin {
       if (!file.ok() || !*file) {
         (void)fleet_.registry->Release(slot, who);
         if (!file.ok()) return file.status().WithContext("--registry");
+        return std::optional<Claim>();
+      }
+      // Published between this daemon's look and its claim (the claim of the
+      // daemon that published it ended): pulled, not fetched again.
+      Result<std::optional<std::string>> published =
+          orphaned ? std::optional<std::string>()
+                   : fleet_.registry->Get("origin-part:" + hex_ + ":" + std::to_string(k),
+                                          kMaxPartRecord);
+      if (!published.ok() || published->has_value()) {
+        (void)fleet_.registry->Release(lease, who);
+        (void)fleet_.registry->Release(slot, who);
+        if (!published.ok()) return published.status().WithContext("--registry");
         return std::optional<Claim>();
       }
       Claim c;
@@ -455,6 +473,8 @@ class FleetOrigin final : public Origin {
 
   Result<std::string> FetchUpstream(size_t k, const OriginFile& file, Claim claim,
                                     const std::function<Status(std::string_view)>& sink) {
+    Logger().info("Model {}: fetching {} ({}) from upstream for the fleet", name_, file.path,
+                  HumanBytes(file.size));
     Result<std::string> expected = upstream_->Fetch(file, [&](std::string_view piece) {
       from_upstream_ += piece.size();
       return sink(piece);
@@ -484,7 +504,7 @@ class FleetOrigin final : public Origin {
   std::atomic<uint64_t> from_fleet_{0};
   std::atomic<uint64_t> files_upstream_{0};
   std::atomic<uint64_t> files_fleet_{0};
-  Mutex pull_mu_;
+  std::counting_semaphore<2> pulls_{2};
   Mutex mu_;
   std::map<size_t, Claimed> claimed_ GUARDED_BY(mu_);
   std::map<size_t, std::pair<Manifest, std::filesystem::path>> pulled_ GUARDED_BY(mu_);
