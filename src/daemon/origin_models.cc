@@ -235,7 +235,7 @@ class FleetOrigin final : public Origin {
                             no_holders_since != std::chrono::steady_clock::time_point::max() &&
                             std::chrono::steady_clock::now() - no_holders_since > kOrphaned;
       if (!part.has_value() || orphaned) {
-        Result<std::optional<Claim>> claim = ClaimFile(k, orphaned);
+        Result<std::optional<Claim>> claim = ClaimFile(k, file, orphaned);
         if (!claim.ok()) return claim.status();
         if (claim->has_value()) {
           MutexLock lock(mu_);
@@ -429,7 +429,7 @@ class FleetOrigin final : public Origin {
   // One of the fleet's kUpstreamStreams slots, then file `k`; each held (and
   // renewed) until released. nullopt when either is held by another, or when
   // the file was published meanwhile (unless `orphaned`: its holders are gone).
-  Result<std::optional<Claim>> ClaimFile(size_t k, bool orphaned) {
+  Result<std::optional<Claim>> ClaimFile(size_t k, const OriginFile& file, bool orphaned) {
     const std::string who = holder_ + "/" + std::to_string(k);
     const std::string lease = "origin-lease:" + hex_ + ":" + std::to_string(k);
     for (int s = 0; s < kUpstreamStreams; ++s) {
@@ -437,10 +437,10 @@ class FleetOrigin final : public Origin {
       Result<bool> got = fleet_.registry->Claim(slot, who, kLeaseTtl);
       if (!got.ok()) return got.status().WithContext("--registry");
       if (!*got) continue;
-      Result<bool> file = fleet_.registry->Claim(lease, who, kLeaseTtl);
-      if (!file.ok() || !*file) {
+      Result<bool> leased = fleet_.registry->Claim(lease, who, kLeaseTtl);
+      if (!leased.ok() || !*leased) {
         (void)fleet_.registry->Release(slot, who);
-        if (!file.ok()) return file.status().WithContext("--registry");
+        if (!leased.ok()) return leased.status().WithContext("--registry");
         return std::optional<Claim>();
       }
       // Published between this daemon's look and its claim (the claim of the
@@ -449,7 +449,7 @@ class FleetOrigin final : public Origin {
           orphaned ? std::optional<std::string>()
                    : fleet_.registry->Get("origin-part:" + hex_ + ":" + std::to_string(k),
                                           kMaxPartRecord);
-      if (!published.ok() || published->has_value()) {
+      if (!published.ok() || (published->has_value() && ParsePart(**published, file).ok())) {
         (void)fleet_.registry->Release(lease, who);
         (void)fleet_.registry->Release(slot, who);
         if (!published.ok()) return published.status().WithContext("--registry");

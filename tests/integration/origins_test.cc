@@ -386,6 +386,33 @@ TEST_F(OriginsTest, ARegistryWithBasicAuthOverTlsNeedsTheCredentialsFileAndTheTr
   EXPECT_EQ(untrusted.status().code(), StatusCode::kUnavailable) << untrusted.status().ToString();
 }
 
+// A part record in the registry is peer input: one that is not a manifest of
+// the listed file is ignored (and said), and the file is fetched from upstream.
+TEST_F(OriginsTest, APartRecordThatLiesIsIgnoredAndTheFileFetchedFromUpstream) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string digest = Push(registry, "models/test:v1", model);
+  for (int k = 0; k < 5; ++k) {
+    auto set = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
+                           "seedd:origin-part:" + digest.substr(7) + ":" + std::to_string(k),
+                           R"({"manifest": {"model": "x"}, "expected": "sha256:00"})"});
+    ASSERT_EQ(set.status, 0) << set.err;
+  }
+  std::string addr;
+  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
+                             "--registry", redis.url(), "--log-level", "info"},
+                            &addr, dir_.path() / "cache");
+  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+  daemon->Signal(SIGTERM);
+  ASSERT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
+  const std::string log = daemon->Stderr();
+  EXPECT_TRUE(Has(log, "ignoring the registry's origin-part:")) << log;
+  EXPECT_TRUE(Has(log, "from upstream (4 files)")) << log;
+}
+
 }  // namespace
 }  // namespace seedd
 
