@@ -91,6 +91,7 @@ bench: test-deps build
 	bash bench/small_files.sh $(BUILD)/bin
 	bash bench/fanout.sh $(BUILD)/bin
 	bash bench/origins.sh $(BUILD)/bin
+	bash bench/origins_fleet.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
