@@ -43,40 +43,7 @@ start_redis
 wait_port "$port"
 
 echo "origins: a ${size_mib} MiB model in 10 files, two revisions (one file rewritten)"
-python3 - "$work" "$size_mib" <<'PY'
-import hashlib, json, os, sys
-work, mib = sys.argv[1], int(sys.argv[2])
-size = mib * (1 << 20) // 10
-files = {f"model-{i:05d}-of-00010.bin": os.urandom(size) for i in range(10)}
-files["config.json"] = b'{"architectures": ["Bench"]}'
-def layout(name, files):
-    d = os.path.join(work, name)
-    os.makedirs(d + "/blobs/sha256")
-    def blob(b):
-        h = hashlib.sha256(b).hexdigest()
-        with open(f"{d}/blobs/sha256/{h}", "wb") as f:
-            f.write(b)
-        return {"digest": "sha256:" + h, "size": len(b)}
-    layers = []
-    for p, b in sorted(files.items()):
-        l = blob(b)
-        l["mediaType"] = "application/vnd.cncf.model.weight.v1.raw"
-        l["annotations"] = {"org.cncf.model.filepath": p}
-        layers.append(l)
-    cfg = blob(json.dumps({"descriptor": {"name": "bench"}}).encode())
-    cfg["mediaType"] = "application/vnd.cncf.model.config.v1+json"
-    m = blob(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                         "config": cfg, "layers": layers}).encode())
-    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
-    m["annotations"] = {"org.opencontainers.image.ref.name": "latest"}
-    with open(d + "/oci-layout", "w") as f:
-        f.write('{"imageLayoutVersion":"1.0.0"}')
-    with open(d + "/index.json", "w") as f:
-        json.dump({"schemaVersion": 2, "manifests": [m]}, f)
-layout("v1", files)
-files["model-00003-of-00010.bin"] = os.urandom(size)
-layout("v2", files)
-PY
+python3 "$root/bench/modelpack_layout.py" "$work" "$size_mib" 10 --revision
 for v in v1 v2; do
   skopeo copy -q --dest-tls-verify=false "oci:$work/$v:latest" "docker://127.0.0.1:$port/bench/model:$v"
 done

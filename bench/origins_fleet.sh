@@ -88,39 +88,9 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-python3 - "$work" "$size_mib" "$files" << 'PY'
-import hashlib, json, os, sys
-work, mib, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-size = mib * (1 << 20) // n
-blobs = {f"model-{i + 1:05d}-of-{n:05d}.safetensors.bin": os.urandom(size) for i in range(n)}
-blobs["config.json"] = b'{"architectures": ["Bench"]}'
-d = os.path.join(work, "layout")
-os.makedirs(d + "/blobs/sha256")
-def blob(b):
-    h = hashlib.sha256(b).hexdigest()
-    with open(f"{d}/blobs/sha256/{h}", "wb") as f:
-        f.write(b)
-    return {"digest": "sha256:" + h, "size": len(b)}
-layers = []
-for p, b in sorted(blobs.items()):
-    l = blob(b)
-    l["mediaType"] = "application/vnd.cncf.model.weight.v1.raw"
-    l["annotations"] = {"org.cncf.model.filepath": p}
-    layers.append(l)
-cfg = blob(json.dumps({"descriptor": {"name": "bench"}}).encode())
-cfg["mediaType"] = "application/vnd.cncf.model.config.v1+json"
-m = blob(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                     "config": cfg, "layers": layers}).encode())
-m["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
-m["annotations"] = {"org.opencontainers.image.ref.name": "latest"}
-with open(d + "/oci-layout", "w") as f:
-    f.write('{"imageLayoutVersion":"1.0.0"}')
-with open(d + "/index.json", "w") as f:
-    json.dump({"schemaVersion": 2, "manifests": [m]}, f)
-print(sum(len(b) for b in blobs.values()))
-PY
-model_bytes="$(du -cb --apparent-size "$work"/layout/blobs/sha256/* | tail -1 | cut -f1)"
-ip netns exec "$(ns 1)" skopeo copy -q --dest-tls-verify=false "oci:$work/layout:latest" \
+python3 "$root/bench/modelpack_layout.py" "$work" "$size_mib" "$files"
+model_bytes="$(du -cb --apparent-size "$work"/v1/blobs/sha256/* | tail -1 | cut -f1)"
+ip netns exec "$(ns 1)" skopeo copy -q --dest-tls-verify=false "oci:$work/v1:latest" \
   "docker://$reg/bench/model:v1"
 shape
 url="m=oci://$reg/bench/model:v1?plain-http=true"

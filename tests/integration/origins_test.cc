@@ -57,6 +57,33 @@ class OriginsTest : public testing::DaemonProcessTest {
     }
     return out;
   }
+  // Sets KEY_PREFIX<index> to `value` (and its options, e.g. PX 1500) in
+  // `redis` for each of AModel()'s 5 files.
+  static void SetForEachFile(const testing::RedisServer& redis, const std::string& key_prefix,
+                             const std::vector<std::string>& value) {
+    for (int k = 0; k < 5; ++k) {
+      std::vector<std::string> argv = {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()),
+                                       "SET", key_prefix + std::to_string(k)};
+      argv.insert(argv.end(), value.begin(), value.end());
+      auto set = RunCommand(argv);
+      ASSERT_EQ(set.status, 0) << set.err;
+    }
+  }
+  // A daemon serving models/test:v1 of `registry` with `redis` as its registry;
+  // a pull from it must bring `model`. Its log, once stopped.
+  std::string ServeAndPull(OciRegistryServer& registry, const testing::RedisServer& redis,
+                           const std::map<std::string, std::string>& model) {
+    std::string addr;
+    auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
+                               "--registry", redis.url(), "--log-level", "info"},
+                              &addr, dir_.path() / "cache");
+    auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
+    EXPECT_EQ(pulled.status, 0) << pulled.err;
+    EXPECT_EQ(Files(dir_.path() / "into"), model);
+    daemon->Signal(SIGTERM);
+    EXPECT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
+    return daemon->Stderr();
+  }
   int layouts_ = 0;
 };
 
@@ -393,22 +420,9 @@ TEST_F(OriginsTest, APartRecordThatLiesIsIgnoredAndTheFileFetchedFromUpstream) {
   OciRegistryServer registry;
   const auto model = AModel();
   const std::string digest = Push(registry, "models/test:v1", model);
-  for (int k = 0; k < 5; ++k) {
-    auto set = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
-                           "seedd:origin-part:" + digest.substr(7) + ":" + std::to_string(k),
-                           R"({"manifest": {"model": "x"}, "expected": "sha256:00"})"});
-    ASSERT_EQ(set.status, 0) << set.err;
-  }
-  std::string addr;
-  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
-                             "--registry", redis.url(), "--log-level", "info"},
-                            &addr, dir_.path() / "cache");
-  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
-  ASSERT_EQ(pulled.status, 0) << pulled.err;
-  EXPECT_EQ(Files(dir_.path() / "into"), model);
-  daemon->Signal(SIGTERM);
-  ASSERT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
-  const std::string log = daemon->Stderr();
+  SetForEachFile(redis, "seedd:origin-part:" + digest.substr(7) + ":",
+                 {R"({"manifest": {"model": "x"}, "expected": "sha256:00"})"});
+  const std::string log = ServeAndPull(registry, redis, model);
   EXPECT_TRUE(Has(log, "ignoring the registry's origin-part:")) << log;
   EXPECT_TRUE(Has(log, "from upstream (4 files)")) << log;
 }
@@ -657,22 +671,9 @@ TEST_F(OriginsTest, AFleetFetchWhoseDaemonDiedIsTakenOverOnceItsClaimLapses) {
   OciRegistryServer registry;
   const auto model = AModel();
   const std::string digest = Push(registry, "models/test:v1", model);
-  for (int k = 0; k < 5; ++k) {
-    auto claimed = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
-                               "seedd:origin-lease:" + digest.substr(7) + ":" + std::to_string(k),
-                               "a-daemon-that-died", "PX", "1500"});
-    ASSERT_EQ(claimed.status, 0) << claimed.err;
-  }
-  std::string addr;
-  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
-                             "--registry", redis.url(), "--log-level", "info"},
-                            &addr, dir_.path() / "cache");
-  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
-  ASSERT_EQ(pulled.status, 0) << pulled.err;
-  EXPECT_EQ(Files(dir_.path() / "into"), model);
-  daemon->Signal(SIGTERM);
-  ASSERT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
-  const std::string log = daemon->Stderr();
+  SetForEachFile(redis, "seedd:origin-lease:" + digest.substr(7) + ":",
+                 {"a-daemon-that-died", "PX", "1500"});
+  const std::string log = ServeAndPull(registry, redis, model);
   EXPECT_TRUE(Has(log, "is being fetched from upstream by another daemon of the fleet")) << log;
   EXPECT_TRUE(Has(log, "from upstream (4 files), 0 B from the fleet (0 files)")) << log;
 }
