@@ -190,8 +190,7 @@ class FleetOrigin final : public Origin {
     const auto it = index_.find(file.path);
     if (it == index_.end()) return Status::Internal("no file " + file.path + " in the listing");
     const size_t k = it->second;
-    const std::string part_key = "origin-part:" + hex_ + ":" + std::to_string(k);
-    const std::string lease_key = "origin-lease:" + hex_ + ":" + std::to_string(k);
+    const std::string part_key = Key("origin-part", k);
     const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
     // When a published part was first seen with nobody holding it (max: not so).
     auto no_holders_since = std::chrono::steady_clock::time_point::max();
@@ -261,7 +260,7 @@ class FleetOrigin final : public Origin {
 
   // MaterializeOptions::landed: the file is complete and checked; it is served as
   // a part from here on, and published when fetched from upstream here.
-  void Landed(size_t k, const std::filesystem::path& path) {
+  void Landed(size_t k, const std::filesystem::path& path, const std::string& sha256) {
     const OriginFile& file = model_.files[k];
     const std::filesystem::path dir = parts_ / std::to_string(k);
     std::error_code ec;
@@ -289,7 +288,7 @@ class FleetOrigin final : public Origin {
       }
     }
     if (pulled.has_value()) {
-      Know(k, *pulled);
+      Know(k, *pulled, sha256);
       // The part's manifest as pulled: the same bytes, served from here now.
       ServedModel served;
       served.manifest = std::move(*pulled);
@@ -311,13 +310,12 @@ class FleetOrigin final : public Origin {
       if (claimed.has_value()) Release(claimed->claim);
       return;
     }
-    Know(k, indexed->manifest);
+    Know(k, indexed->manifest, sha256);
     const Json record = {{"manifest", indexed->manifest.ToJson()},
                          {"expected", claimed.has_value() ? claimed->expected : file.digest}};
     fleet_.server->Publish(ServeIndexed(std::move(*indexed)));
     if (!claimed.has_value()) return;  // copied from a local copy: the fleet is not waiting on it
-    Status put = fleet_.registry->Put("origin-part:" + hex_ + ":" + std::to_string(k),
-                                      DumpJson(record), kRootTtl);
+    Status put = fleet_.registry->Put(Key("origin-part", k), DumpJson(record), kRootTtl);
     if (!put.ok()) {
       Logger().warn("Model {}: could not publish {} in the registry: {}", name_, file.path,
                     put.message());
@@ -363,19 +361,26 @@ class FleetOrigin final : public Origin {
     std::string expected;
   };
 
-  // The digests of file `k` as `part` (its one-file manifest) gives them, when
-  // chunked as the whole model is.
-  void Know(size_t k, const Manifest& part) {
+  // The digests of file `k`: its chunks' as `part` (its one-file manifest,
+  // every chunk checked against it) gives them, when chunked as the whole model
+  // is, and the SHA-256 computed here as it landed (`sha256`, "sha256:<hex>"),
+  // never a peer's word for it.
+  void Know(size_t k, const Manifest& part, const std::string& sha256) {
     if (part.chunk_size != part_build_.chunk_size ||
         part.chunk_digest != part_build_.chunk_digest || part.files.size() != 1) {
       return;
     }
     FileDigests d;
     d.size = part.files[0].size;
-    d.sha256 = part.files[0].sha256;
+    d.sha256 = sha256.substr(sha256.find(':') + 1);
     for (const ManifestChunk& c : part.chunks) d.chunks.push_back(c.digest);
     MutexLock lock(mu_);
     digests_[k] = std::move(d);
+  }
+
+  // The registry key KIND:<version hex>:<n> (origin_models.h).
+  std::string Key(const char* kind, size_t n) const {
+    return std::string(kind) + ":" + hex_ + ":" + std::to_string(n);
   }
 
   std::string PartName(size_t k) const {
@@ -431,9 +436,9 @@ class FleetOrigin final : public Origin {
   // the file was published meanwhile (unless `orphaned`: its holders are gone).
   Result<std::optional<Claim>> ClaimFile(size_t k, const OriginFile& file, bool orphaned) {
     const std::string who = holder_ + "/" + std::to_string(k);
-    const std::string lease = "origin-lease:" + hex_ + ":" + std::to_string(k);
+    const std::string lease = Key("origin-lease", k);
     for (int s = 0; s < kUpstreamStreams; ++s) {
-      const std::string slot = "origin-slot:" + hex_ + ":" + std::to_string(s);
+      const std::string slot = Key("origin-slot", static_cast<size_t>(s));
       Result<bool> got = fleet_.registry->Claim(slot, who, kLeaseTtl);
       if (!got.ok()) return got.status().WithContext("--registry");
       if (!*got) continue;
@@ -447,8 +452,7 @@ class FleetOrigin final : public Origin {
       // daemon that published it ended): pulled, not fetched again.
       Result<std::optional<std::string>> published =
           orphaned ? std::optional<std::string>()
-                   : fleet_.registry->Get("origin-part:" + hex_ + ":" + std::to_string(k),
-                                          kMaxPartRecord);
+                   : fleet_.registry->Get(Key("origin-part", k), kMaxPartRecord);
       if (!published.ok() || (published->has_value() && ParsePart(**published, file).ok())) {
         (void)fleet_.registry->Release(lease, who);
         (void)fleet_.registry->Release(slot, who);
@@ -598,9 +602,8 @@ Result<std::filesystem::path> FetchWithFleet(const DaemonOptions& options, const
         name);
   }
   MaterializeOptions materialize;
-  materialize.landed = [origin](size_t k, const std::filesystem::path& path) {
-    origin->Landed(k, path);
-  };
+  materialize.landed = [origin](size_t k, const std::filesystem::path& path,
+                                const std::string& sha256) { origin->Landed(k, path, sha256); };
   Result<std::filesystem::path> dir =
       FetchOriginModel(options, name, url, *origin, model, std::move(materialize),
                        [origin] { return origin->Said(); });

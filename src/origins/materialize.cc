@@ -69,31 +69,40 @@ bool Unchanged(const std::filesystem::path& dir, const Json& f) {
          MtimeNs(st) == f["mtime_ns"].get<int64_t>();
 }
 
+// Calls `fn(hex, record, record path)` for each readable record below `root`.
+void ForEachRecord(
+    const std::filesystem::path& root,
+    const std::function<void(const std::string&, const Json&, const std::filesystem::path&)>& fn) {
+  std::error_code ec;
+  const std::string suffix = ".seedd-origin.json";
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
+      continue;
+    }
+    Result<Json> record = ReadRecord(e.path());
+    if (record.ok()) fn(name.substr(0, name.size() - suffix.size()), *record, e.path());
+  }
+}
+
 // Every file of every recorded copy below `roots` that is still as recorded, by digest.
 std::map<std::string, LocalFile> LocalFiles(const std::vector<std::filesystem::path>& roots) {
   std::map<std::string, LocalFile> out;
   for (const auto& root : roots) {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-      const std::string name = e.path().filename().string();
-      const std::string suffix = ".seedd-origin.json";
-      if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
-        continue;
-      }
-      Result<Json> record = ReadRecord(e.path());
-      if (!record.ok()) continue;
-      const std::filesystem::path dir = root / name.substr(0, name.size() - suffix.size());
-      for (const Json& f : (*record)["files"]) {
-        if (!Unchanged(dir, f) || !f.contains("sha256") || !f["sha256"].is_string()) continue;
-        const LocalFile file{dir / f["path"].get<std::string>(), f["size"].get<uint64_t>(),
-                             f["sha256"].get<std::string>()};
-        // By the digest its upstream gave it too (an S3 ETag), when it had one.
-        if (f.contains("digest") && f["digest"].is_string() && !f["digest"].empty()) {
-          out.emplace(f["digest"].get<std::string>(), file);
-        }
-        out.emplace(file.sha256, file);
-      }
-    }
+    ForEachRecord(
+        root, [&](const std::string& hex, const Json& record, const std::filesystem::path&) {
+          const std::filesystem::path dir = root / hex;
+          for (const Json& f : record["files"]) {
+            if (!Unchanged(dir, f) || !f.contains("sha256") || !f["sha256"].is_string()) continue;
+            const LocalFile file{dir / f["path"].get<std::string>(), f["size"].get<uint64_t>(),
+                                 f["sha256"].get<std::string>()};
+            // By the digest its upstream gave it too (an S3 ETag), when it had one.
+            if (f.contains("digest") && f["digest"].is_string() && !f["digest"].empty()) {
+              out.emplace(f["digest"].get<std::string>(), file);
+            }
+            out.emplace(file.sha256, file);
+          }
+        });
   }
   return out;
 }
@@ -182,6 +191,20 @@ class Landing {
   uint64_t written_ = 0;
 };
 
+// Reads `fd` (the file at `path`) to its end into `landing`.
+Status ReadInto(int fd, const std::filesystem::path& path, Landing& landing,
+                const std::function<void(uint64_t)>& count) {
+  std::string buf(kCopyBlock, '\0');
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read " + path.string(), errno);
+    if (n == 0) return Status::Ok();
+    SEEDD_RETURN_IF_ERROR(landing.Write(std::string_view(buf.data(), static_cast<size_t>(n))));
+    count(static_cast<uint64_t>(n));
+  }
+}
+
 // Checks the file at `path` against `file`'s size and `expected` digest, and
 // syncs it; its SHA-256 in *sha256.
 Status CheckInPlace(const std::filesystem::path& path, const OriginFile& file,
@@ -190,15 +213,7 @@ Status CheckInPlace(const std::filesystem::path& path, const OriginFile& file,
   UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!in.valid()) return ErrnoStatus("open " + path.string(), errno);
   Landing landing(-1, file);
-  std::string buf(kCopyBlock, '\0');
-  for (;;) {
-    const ssize_t n = ::read(in.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus("read " + path.string(), errno);
-    if (n == 0) break;
-    SEEDD_RETURN_IF_ERROR(landing.Write(std::string_view(buf.data(), static_cast<size_t>(n))));
-    count(static_cast<uint64_t>(n));
-  }
+  SEEDD_RETURN_IF_ERROR(ReadInto(in.get(), path, landing, count));
   SEEDD_RETURN_IF_ERROR(landing.Finish(expected, "the fleet", sha256));
   if (::fsync(in.get()) != 0) return ErrnoStatus("fsync " + path.string(), errno);
   return Status::Ok();
@@ -210,15 +225,7 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
   UniqueFd in(::open(from.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!in.valid()) return ErrnoStatus("open " + from.path.string(), errno);
   Landing landing(fd, file);
-  std::string buf(kCopyBlock, '\0');
-  for (;;) {
-    const ssize_t n = ::read(in.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus("read " + from.path.string(), errno);
-    if (n == 0) break;
-    SEEDD_RETURN_IF_ERROR(landing.Write(std::string_view(buf.data(), static_cast<size_t>(n))));
-    count(static_cast<uint64_t>(n));
-  }
+  SEEDD_RETURN_IF_ERROR(ReadInto(in.get(), from.path, landing, count));
   return landing.Finish(file.digest.empty() ? from.sha256 : file.digest, from.path.string(),
                         sha256);
 }
@@ -228,29 +235,24 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
 Result<HeldCopy> LatestHeldCopy(const std::filesystem::path& root, const std::string& url) {
   std::optional<HeldCopy> best;
   std::filesystem::file_time_type best_time;
-  std::error_code ec;
-  const std::string suffix = ".seedd-origin.json";
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) {
-      continue;
-    }
-    const std::string hex = name.substr(0, name.size() - suffix.size());
-    Result<Json> record = ReadRecord(e.path());
-    if (!IsLowerHex(hex, 64) || !record.ok() || record->value("url", std::string()) != url) {
-      continue;
-    }
-    const std::string version = record->value("version", std::string());
-    if (HexOf(version) != hex) continue;
-    bool unchanged = true;
-    for (const Json& f : (*record)["files"]) unchanged = unchanged && Unchanged(root / hex, f);
-    const std::filesystem::file_time_type written = e.last_write_time(ec);
-    if (!unchanged || ec) continue;
-    if (!best.has_value() || written > best_time) {
-      best = HeldCopy{root / hex, version};
-      best_time = written;
-    }
-  }
+  ForEachRecord(
+      root, [&](const std::string& hex, const Json& record, const std::filesystem::path& path) {
+        const std::string version = record.value("version", std::string());
+        if (!IsLowerHex(hex, 64) || record.value("url", std::string()) != url ||
+            HexOf(version) != hex) {
+          return;
+        }
+        for (const Json& f : record["files"]) {
+          if (!Unchanged(root / hex, f)) return;
+        }
+        std::error_code ec;
+        const std::filesystem::file_time_type written = std::filesystem::last_write_time(path, ec);
+        if (ec) return;
+        if (!best.has_value() || written > best_time) {
+          best = HeldCopy{root / hex, version};
+          best_time = written;
+        }
+      });
   if (!best.has_value())
     return Status::NotFound("no copy of " + url + " is held in " + root.string());
   return *best;
@@ -393,7 +395,9 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
       const size_t k = next.fetch_add(1);
       if (k >= order.size() || failed.load()) return;
       Status st = land(order[k]);
-      if (st.ok() && options.landed) options.landed(order[k], staging / model.files[order[k]].path);
+      if (st.ok() && options.landed) {
+        options.landed(order[k], staging / model.files[order[k]].path, sha256s[order[k]]);
+      }
       if (!st.ok()) {
         MutexLock lock(mu);
         if (failure.ok()) failure = st;

@@ -33,9 +33,11 @@ struct MaterializeOptions {
   // Bytes fetched or copied so far, of the total; from the fetching threads.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called from the fetching threads once file `index` of the model (or its
-  // first file of the same digest) landed at `path`, verified and synced, while
+  // first file of the same digest) landed at `path` with SHA-256 `sha256` ("sha256:<hex>",
+  // computed here), verified and synced, while
   // the others may still be fetched: what is complete can be served at once.
-  std::function<void(size_t index, const std::filesystem::path& path)> landed;
+  std::function<void(size_t index, const std::filesystem::path& path, const std::string& sha256)>
+      landed;
 };
 
 struct MaterializeStats {

@@ -72,7 +72,6 @@ Result<std::vector<uint32_t>> ReuseLocalChunks(const Manifest& manifest, Staging
     for (size_t b = 0; b < bases.size(); ++b) {
       if (file.fds[b].get() < 0 || file.sizes[b] < c.offset + c.length) continue;
       if (!ReadAt(file.fds[b].get(), c.offset, buf.data(), c.length)) continue;
-      stats->bytes_read += c.length;
       const std::string_view bytes(buf.data(), c.length);
       if (ChunkDigestHex(manifest.chunk_digest, bytes) != c.digest) continue;
       Result<std::shared_ptr<UniqueFd>> out = staging.File(c.file);

@@ -25,9 +25,8 @@
 namespace seedd {
 
 struct ReuseStats {
-  uint64_t chunks = 0;      // taken from a basis, verified and journaled
-  uint64_t bytes = 0;       // of those chunks
-  uint64_t bytes_read = 0;  // read from the bases to find them
+  uint64_t chunks = 0;  // taken from a basis, verified and journaled
+  uint64_t bytes = 0;   // of those chunks
 };
 
 // Fills the chunks of `manifest` not in `have` (journaled already) that one of
