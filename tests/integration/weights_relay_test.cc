@@ -123,10 +123,16 @@ TEST_F(WeightsRelayTest, TheWeightShardsKindInstallsWhatItAdoptsAndServesIt) {
 }
 
 TEST_F(WeightsRelayTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
-  // Large enough that the liar's state arrives long before the seed is done.
-  WriteRandom(model_ / "big.bin", 96 << 20, 11);
-  HostPort origin = Serve(model_);
-  Manifest m = ManifestFrom(origin);
+  WriteRandom(model_ / "big.bin", 8 << 20, 11);
+  Manifest m = ManifestFrom(Serve(model_));
+  // The seed is itself still fetching and lacks the last chunk until the liar
+  // was dropped: the fetch cannot finish without asking the liar for it, however
+  // fast the seed sends the rest.
+  const uint32_t last = static_cast<uint32_t>(m.chunks.size() - 1);
+  auto partial = std::make_shared<ChunkSet>(m.chunks.size());
+  for (uint32_t i = 0; i < last; ++i) partial->Set(i);
+  HostPort origin = ServeWeights(std::make_shared<WeightServer>(
+      std::vector<ServedModel>{{m, model_, partial, {}, nullptr, nullptr}}));
   // Its state says it has every chunk; every chunk request gets "not here".
   auto all = std::make_shared<ChunkSet>(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) all->Set(i);
@@ -135,6 +141,15 @@ TEST_F(WeightsRelayTest, ARelayThatOffersChunksItDoesNotServeIsDropped) {
   HostPort liar_addr = ServeWeights(liar);
   Manifest listed = m;
   listed.sources = {liar_addr.ToString()};  // as a source's manifest would list a relay
+  testing::LogCapture log;
+  std::jthread seed_catches_up([&](std::stop_token stop) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!stop.stop_requested() && std::chrono::steady_clock::now() < give_up &&
+           !log.Contains(spdlog::level::warn, "dropping relay " + liar_addr.ToString())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    partial->Set(last);
+  });
   FetchStats stats;
   Status s = FetchModel(listed, {origin}, dir_.path() / "dest", Options(), &stats);
   ASSERT_OK(s);

@@ -374,19 +374,52 @@ TEST(FetcherCore, TheSwarmIsHopelessOnlyOnceEverySourceIsKnownAndHasSaidWhatItHa
   FetcherCore core = Core(2, 1 << 20);
   const PeerId seed = *core.AddSource("origin:1", true);
   core.FillNeighbours();
-  core.OnState(seed, {true, false});
+  core.OnState(seed, {true, true});
+  ASSERT_TRUE(core.Next(seed, kT0));
+  ASSERT_TRUE(core.Next(seed, kT0));
   core.OnArrived(seed, 0);
-  EXPECT_FALSE(core.CheckHope());  // the manifest's relays are not known yet
+  // The seed offered chunk 1 and does not serve it (a file changed under it).
+  EXPECT_EQ(core.OnNotThere(seed, 1, kT0), NotThereVerdict::kSeedBroken);
+  EXPECT_FALSE(core.CheckHope(kT0));  // the manifest's relays are not known yet
   core.SourcesKnown();
   const PeerId relay = *core.AddSource("relay:1", false);
-  EXPECT_FALSE(core.CheckHope());  // a candidate may still help
+  EXPECT_FALSE(core.CheckHope(kT0));  // a candidate may still help
   core.FillNeighbours();
-  EXPECT_FALSE(core.CheckHope());  // its state is not known
-  core.OnState(relay, {true, false});
-  EXPECT_TRUE(core.CheckHope());
+  EXPECT_FALSE(core.CheckHope(kT0));  // its state is not known
+  core.OnState(relay, {true, true});  // it has everything, and will never send chunk 1
+  EXPECT_EQ(core.OnNotThere(relay, 1, kT0), NotThereVerdict::kRelayLied);
+  EXPECT_TRUE(core.CheckHope(kT0));  // every source had its say: nobody else will send it
   EXPECT_TRUE(core.Finished());
   EXPECT_FALSE(core.Complete());
   EXPECT_FALSE(core.Next(seed, kT0));
+}
+
+TEST(FetcherCore, AFetcherThatCaughtUpWithASourceStillFetchingWaitsForItToGrow) {
+  FetchPolicy p;
+  p.growth_patience = milliseconds(60000);
+  FetcherCore core = Core(3, 1 << 20, p);
+  const PeerId seed = *core.AddSource("origin:1", true);  // a daemon relaying its own pull
+  core.SourcesKnown();
+  core.FillNeighbours();
+  core.OnState(seed, {true, false, false});
+  ASSERT_TRUE(core.Next(seed, kT0));
+  core.OnArrived(seed, 0);
+  EXPECT_FALSE(core.Next(seed, kT0));  // caught up: nothing to ask for
+  EXPECT_FALSE(core.CheckHope(kT0));
+  EXPECT_FALSE(core.CheckHope(kT0 + p.growth_patience - microseconds(1)));
+  // It verified chunk 1: the patience starts again from the next look.
+  core.OnHave(seed, 1);
+  const auto later = kT0 + p.growth_patience - microseconds(1);
+  ASSERT_TRUE(core.Next(seed, later));
+  core.OnArrived(seed, 1);
+  EXPECT_FALSE(core.CheckHope(later));
+  EXPECT_FALSE(core.CheckHope(later + p.growth_patience - microseconds(1)));
+  // A state that says no more than it said before is no growth.
+  core.OnState(seed, {true, true, false});
+  EXPECT_FALSE(core.CheckHope(later + p.growth_patience - microseconds(1)));
+  EXPECT_TRUE(core.CheckHope(later + p.growth_patience));
+  EXPECT_TRUE(core.Finished());
+  EXPECT_FALSE(core.Complete());
 }
 
 TEST(FetcherCore, OneCopyOfAChunkIsWrittenAtATimeAndNoneOnceVerified) {

@@ -181,7 +181,7 @@ void Fetch::WakeWorkersLocked() {
 }
 
 void Fetch::CheckHopeLocked() {
-  if (core_.CheckHope()) EndLocked();
+  if (core_.CheckHope(std::chrono::steady_clock::now())) EndLocked();
 }
 
 void Fetch::EndLocked() {

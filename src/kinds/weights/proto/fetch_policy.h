@@ -72,6 +72,10 @@ struct FetchPolicy {
   // this rate (5 s to 120 s): on a congested seed an honest claim takes that
   // long, and a claim holder that stalls is not waited for beyond it.
   uint64_t claim_floor_rate = 64 * 1024;  // bytes per second
+  // A fetcher that has every chunk its sources offer, while one of them lacks
+  // some (it is still fetching them itself), waits this long for any source to
+  // gain a chunk before it gives up on the swarm (FetcherCore::CheckHope).
+  std::chrono::milliseconds growth_patience{60000};
 };
 
 }  // namespace seedd

@@ -248,19 +248,43 @@ void FetcherCore::Rotate() {
 
 void FetcherCore::OnState(PeerId peer, const std::vector<bool>& have) {
   sched_.NeighbourState(peer, have);
-  sources_[peer].state_known = true;
+  SourceState& s = sources_[peer];
+  s.state_known = true;
+  const size_t offers = static_cast<size_t>(std::count(have.begin(), have.end(), true));
+  if (offers > s.offers) growth_ += offers - s.offers;
+  s.offers = offers;
+}
+
+void FetcherCore::OnHave(PeerId peer, uint32_t chunk) {
+  if (!sched_.Offers(peer, chunk)) {
+    ++growth_;
+    ++sources_[peer].offers;
+  }
+  sched_.NeighbourHas(peer, chunk);
 }
 
 bool FetcherCore::WantRelays(SchedulerClock::time_point now) {
   return sched_.NeighboursWanted() > 0 && relay_asks_.Due(now);
 }
 
-bool FetcherCore::CheckHope() {
-  if (hopeless_ || !sources_known_ || Finished() || !sched_.Stuck()) return false;
+bool FetcherCore::CheckHope(SchedulerClock::time_point now) {
+  if (hopeless_ || !sources_known_ || Finished() || !sched_.Stuck()) {
+    stuck_since_.reset();
+    return false;
+  }
+  bool growing = false;
   for (const SourceState& s : sources_) {
     if (s.dropped) continue;
     // A neighbour whose state is not known yet, or a candidate, may still help.
     if (!s.neighbour || !s.state_known) return false;
+    growing = growing || s.offers < lengths_.size();
+  }
+  if (growing) {
+    if (!stuck_since_ || growth_ != growth_when_stuck_) {
+      stuck_since_ = now;
+      growth_when_stuck_ = growth_;
+    }
+    if (now - *stuck_since_ < policy_.growth_patience) return false;
   }
   hopeless_ = true;
   stopped_ = true;

@@ -118,7 +118,7 @@ class FetcherCore {
   std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk);
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
-  void OnHave(PeerId peer, uint32_t chunk) { sched_.NeighbourHas(peer, chunk); }
+  void OnHave(PeerId peer, uint32_t chunk);
 
   // Whether a seed should be asked for more relays now, and how long its watch
   // waits before asking this again.
@@ -127,8 +127,13 @@ class FetcherCore {
 
   // Ends the pull (a local error, a stop): Finished from now on.
   void Stop() { stopped_ = true; }
-  // Gives up (true, once) when no neighbour or candidate can supply a missing chunk.
-  bool CheckHope();
+  // Gives up (true, once) when no neighbour or candidate can supply a missing
+  // chunk: at once when every live source said it has every chunk (so the ones
+  // it does not send, it never will), else once no source gained a chunk for
+  // FetchPolicy::growth_patience. A source that is itself still
+  // fetching (a daemon relaying what it pulls) grows: a fetcher that caught up
+  // with it waits for it rather than failing.
+  bool CheckHope(SchedulerClock::time_point now);
   bool Complete() const { return sched_.Complete(); }
   bool Finished() const { return sched_.Complete() || stopped_; }
   bool Dropped(PeerId peer) const { return sources_[peer].dropped; }
@@ -160,6 +165,7 @@ class FetcherCore {
     bool neighbour = false;
     bool dropped = false;
     bool state_known = false;  // what it has is from its state, not assumed
+    size_t offers = 0;         // chunks it said it has
     // Left the neighbours for a claim holder or in a rotation; picked again
     // only if followed.
     bool retired = false;
@@ -201,6 +207,11 @@ class FetcherCore {
   bool sources_known_ = false;
   bool stopped_ = false;
   bool hopeless_ = false;
+  // Chunks sources said they have, ever (see CheckHope), and when the swarm
+  // was first seen stuck with that count (none: not stuck).
+  uint64_t growth_ = 0;
+  uint64_t growth_when_stuck_ = 0;
+  std::optional<SchedulerClock::time_point> stuck_since_;
   TrackerCadence relay_asks_;
 };
 
