@@ -105,9 +105,9 @@ for r in $(seq 1 "$reps"); do
   done
   for i in $(seq 1 "$fleet"); do
     for _ in $(seq 1 60000); do
-      grep -q "serving on" "$work/fleet-$r-$i.out" 2> /dev/null && break
+      file_has "$work/fleet-$r-$i.out" "serving on" && break
       kill -0 "${fleet_pids[$((i - 1))]}" 2> /dev/null || { cat "$work/fleet-$r-$i.err" >&2; exit 1; }
-      sleep 0.01
+      nap 0.01
     done
   done
   t1=$(date +%s.%N)

@@ -112,9 +112,9 @@ declare -A host_pid
 # wait_ready HOST NAME: until it printed its ready line, or exited.
 wait_ready() {
   for _ in $(seq 1 60000); do
-    grep -q "serving on" "$work/$2.out" 2> /dev/null && return 0
+    file_has "$work/$2.out" "serving on" && return 0
     kill -0 "${host_pid[$1]}" 2> /dev/null || { echo "  $2 exited: $(tail -1 "$work/$2.err" | cut -c1-300)" >&2; return 0; }
-    sleep 0.01
+    nap 0.01
   done
 }
 

@@ -11,6 +11,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# nap SECONDS: sleeps without starting a process (a read that times out on a
+# pipe nobody writes). Polling loops of the benchmarks use it with file_has, so
+# that waiting for N daemons costs no CPU the daemons would miss: a `grep` and a
+# `sleep` every 10 ms are 200 process starts a second.
+exec {nap_fd}<> <(:)
+nap() { read -r -t "$1" -u "$nap_fd" _ || true; }
+
+# file_has FILE TEXT: whether a line of FILE contains TEXT (no process started).
+file_has() {
+  local line
+  [ -r "$1" ] || return 1
+  while IFS= read -r line || [ -n "$line" ]; do
+    [[ $line == *"$2"* ]] && return 0
+  done < "$1"
+  return 1
+}
+
 # Prints a free loopback port.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
