@@ -196,9 +196,7 @@ class FleetOrigin final : public Origin {
     auto no_holders_since = std::chrono::steady_clock::time_point::max();
     bool said = false;
     for (;;) {
-      if (fleet_.install.cancel != nullptr && fleet_.install.cancel->load()) {
-        return Status::Cancelled("stopped while fetching " + file.path + " with the fleet");
-      }
+      SEEDD_RETURN_IF_ERROR(Stopped(file));
       Result<std::optional<std::string>> published = fleet_.registry->Get(part_key, kMaxPartRecord);
       if (!published.ok()) return published.status().WithContext("--registry");
       std::optional<Part> part;
@@ -323,6 +321,23 @@ class FleetOrigin final : public Origin {
     Release(claimed->claim);
   }
 
+  // File `k` did not land (a digest that did not match, a disk error): its
+  // claim, if this daemon took one, is given up for another daemon to fetch the
+  // file, and this daemon's waits for other files end (the fetch has failed).
+  void Failed(size_t k, const Status& why) {
+    std::optional<Claimed> claimed;
+    {
+      MutexLock lock(mu_);
+      failed_ = why;
+      if (auto c = claimed_.find(k); c != claimed_.end()) {
+        claimed = std::move(c->second);
+        claimed_.erase(c);
+      }
+    }
+    upstream_done_.notify_all();
+    if (claimed.has_value()) Release(claimed->claim);
+  }
+
   // The digests of every file landed, for the model's index in `dir` (its final
   // directory) not to read them again: a part's chunks are the model's.
   void RememberDigests(const std::filesystem::path& dir) {
@@ -405,6 +420,18 @@ class FleetOrigin final : public Origin {
     return Part{std::move(*m), (*j)["expected"].get<std::string>()};
   }
 
+  // Cancelled when the daemon stops or another file of the model failed.
+  Status Stopped(const OriginFile& file) {
+    if (fleet_.install.cancel != nullptr && fleet_.install.cancel->load()) {
+      return Status::Cancelled("stopped while fetching " + file.path + " with the fleet");
+    }
+    MutexLock lock(mu_);
+    if (!failed_.ok()) {
+      return Status::Cancelled("not waiting for " + file.path + ": " + failed_.message());
+    }
+    return Status::Ok();
+  }
+
   // Pulls `part` from `holders` (relaying it meanwhile); returns the file.
   Result<std::filesystem::path> PullPart(size_t k, const OriginFile& file, const Part& part,
                                          const std::vector<std::string>& holders) {
@@ -414,6 +441,18 @@ class FleetOrigin final : public Origin {
       if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) install.sources.push_back(*hp);
     }
     install.board = nullptr;
+    // No part pull starts while this daemon fetches a file from upstream: the
+    // fleet waits on that file, and pulls from many peers would take most of
+    // this host's downlink from its one upstream stream.
+    {
+      MutexLock lock(mu_);
+      while (upstream_active_ > 0) {
+        lock.Unlock();
+        SEEDD_RETURN_IF_ERROR(Stopped(file));
+        lock.Lock();
+        upstream_done_.wait_for(lock, kPartPoll);
+      }
+    }
     // Two parts at a time: one fills the link while the other starts or ends;
     // each already fetches from many peers at once.
     pulls_.acquire();
@@ -432,9 +471,31 @@ class FleetOrigin final : public Origin {
   }
 
   // One of the fleet's kUpstreamStreams slots, then file `k`; each held (and
-  // renewed) until released. nullopt when either is held by another, or when
-  // the file was published meanwhile (unless `orphaned`: its holders are gone).
+  // renewed) until released. nullopt when either is held by another, when the
+  // file was published meanwhile (unless `orphaned`: its holders are gone), or
+  // when this daemon fetches another file from upstream now: each upstream
+  // stream has a daemon's downlink to itself, and the streams go to as many
+  // daemons.
   Result<std::optional<Claim>> ClaimFile(size_t k, const OriginFile& file, bool orphaned) {
+    {
+      MutexLock lock(mu_);
+      if (upstream_active_ > 0) return std::optional<Claim>();
+      ++upstream_active_;
+    }
+    Result<std::optional<Claim>> claim = ClaimSlotAndFile(k, file, orphaned);
+    if (!claim.ok() || !claim->has_value()) UpstreamDone();
+    return claim;
+  }
+
+  void UpstreamDone() {
+    {
+      MutexLock lock(mu_);
+      --upstream_active_;
+    }
+    upstream_done_.notify_all();
+  }
+
+  Result<std::optional<Claim>> ClaimSlotAndFile(size_t k, const OriginFile& file, bool orphaned) {
     const std::string who = holder_ + "/" + std::to_string(k);
     const std::string lease = Key("origin-lease", k);
     for (int s = 0; s < kUpstreamStreams; ++s) {
@@ -473,6 +534,7 @@ class FleetOrigin final : public Origin {
   void Release(Claim& claim) {
     claim.renewers.clear();
     for (const std::string& name : claim.names) (void)fleet_.registry->Release(name, claim.who);
+    UpstreamDone();
   }
 
   Result<std::string> FetchUpstream(size_t k, const OriginFile& file, Claim claim,
@@ -514,6 +576,9 @@ class FleetOrigin final : public Origin {
   std::map<size_t, std::pair<Manifest, std::filesystem::path>> pulled_ GUARDED_BY(mu_);
   std::map<size_t, FileDigests> digests_ GUARDED_BY(mu_);
   std::map<size_t, Claim> claiming_ GUARDED_BY(mu_);  // claimed by FetchLocal, for Fetch
+  int upstream_active_ GUARDED_BY(mu_) = 0;           // files claimed here and not released
+  Status failed_ GUARDED_BY(mu_);                     // the first file that did not land
+  std::condition_variable upstream_done_;
 };
 
 }  // namespace
@@ -604,6 +669,7 @@ Result<std::filesystem::path> FetchWithFleet(const DaemonOptions& options, const
   MaterializeOptions materialize;
   materialize.landed = [origin](size_t k, const std::filesystem::path& path,
                                 const std::string& sha256) { origin->Landed(k, path, sha256); };
+  materialize.failed = [origin](size_t k, const Status& why) { origin->Failed(k, why); };
   Result<std::filesystem::path> dir =
       FetchOriginModel(options, name, url, *origin, model, std::move(materialize),
                        [origin] { return origin->Said(); });

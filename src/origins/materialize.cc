@@ -399,6 +399,7 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
         options.landed(order[k], staging / model.files[order[k]].path, sha256s[order[k]]);
       }
       if (!st.ok()) {
+        if (options.failed) options.failed(order[k], st);
         MutexLock lock(mu);
         if (failure.ok()) failure = st;
         failed = true;

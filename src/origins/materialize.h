@@ -38,6 +38,10 @@ struct MaterializeOptions {
   // the others may still be fetched: what is complete can be served at once.
   std::function<void(size_t index, const std::filesystem::path& path, const std::string& sha256)>
       landed;
+  // Called from the fetching threads when file `index` did not land (the fetch
+  // of the model fails with `why`): claims taken for it are given up, and
+  // waits for other files may end.
+  std::function<void(size_t index, const Status& why)> failed;
 };
 
 struct MaterializeStats {

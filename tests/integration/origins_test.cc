@@ -678,6 +678,37 @@ TEST_F(OriginsTest, AFleetFetchWhoseDaemonDiedIsTakenOverOnceItsClaimLapses) {
   EXPECT_TRUE(Has(log, "from upstream (4 files), 0 B from the fleet (0 files)")) << log;
 }
 
+// A daemon of a fleet whose upstream sends a file that does not match its
+// digest fails at once, naming the file, instead of waiting for the files its
+// one upstream stream was to fetch next; its claims are released for another
+// daemon to try, not left to lapse.
+TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesItsClaims) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  const std::string digest = "sha256:" + Sha256Hex(model["model-00001-of-00002.bin"]);
+  {
+    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(blob.good());
+    blob.seekp(1000);
+    blob.put('\x42');
+  }
+  std::string addr;
+  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
+                             "--registry", redis.url(), "--log-level", "info"},
+                            &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
+  auto status = daemon->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "still running after 30 s:\n" << daemon->Stderr();
+  EXPECT_NE(*status, 0);
+  EXPECT_TRUE(Has(daemon->Stderr(), "model-00001-of-00002.bin: digest sha256:"))
+      << daemon->Stderr();
+  auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS",
+                          "seedd:origin-[ls]*"});
+  ASSERT_EQ(keys.status, 0) << keys.err;
+  EXPECT_EQ(keys.out.find("origin-"), std::string::npos) << "claims left behind:\n" << keys.out;
+}
+
 }  // namespace
 }  // namespace seedd
 
