@@ -31,6 +31,14 @@ struct OriginAccess {
   std::filesystem::path ca_file;  // a CA bundle trusted instead of the system's
   // A transfer that moves less than 1 KiB/s for this long fails.
   std::chrono::milliseconds stall_timeout{30000};
+  // A file larger than range_bytes is fetched as ranged GETs of range_bytes,
+  // range_streams at once, written in place and then checked whole against its
+  // upstream digest: one connection to an object store or a registry's storage
+  // carries much less than a host's link. 0: one GET per file. An upstream that
+  // ignores ranges, or a file with no digest known before its GET (a multipart S3
+  // object: its checksum comes with the whole object), gets one GET.
+  uint64_t range_bytes = 64 << 20;
+  int range_streams = 4;
 };
 
 // Whether `spec` is an origin URL (oci://) rather than a directory.
@@ -49,6 +57,7 @@ struct OriginCopy {
   // Files the upstream gave no digest for (a multipart S3 object uploaded
   // without a checksum): as the transport delivered them.
   uint64_t files_unverified = 0;
+  uint64_t ranged_gets = 0;  // ranges fetched of files larger than range_bytes
   double seconds = 0;
 };
 

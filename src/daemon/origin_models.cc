@@ -95,6 +95,8 @@ Result<std::filesystem::path> FetchOriginModel(
   auto last = std::make_shared<std::atomic<int64_t>>(0);
   const auto start = std::chrono::steady_clock::now();
   materialize.reuse_from = others;
+  materialize.range_bytes = options.origin_access.range_bytes;
+  materialize.range_streams = options.origin_access.range_streams;
   materialize.progress = [name, last, start](uint64_t done, uint64_t total) {
     // A line every 5 s of a long fetch.
     const int64_t now =
@@ -115,9 +117,15 @@ Result<std::filesystem::path> FetchOriginModel(
                   dir->string());
     return dir;
   }
+  const std::string ranged =
+      stats.ranged_gets == 0
+          ? ""
+          : " (large files as " + std::to_string(stats.ranged_gets) + " ranged GETs, " +
+                std::to_string(options.origin_access.range_streams) + " at once)";
   Logger().info("Fetched model {} ({}): {} files, {}{} reused locally, in {}; {}", name,
                 model.version, stats.files,
-                fleet_said ? fleet_said() : HumanBytes(stats.bytes_fetched) + " from upstream, ",
+                fleet_said ? fleet_said()
+                           : HumanBytes(stats.bytes_fetched) + " from upstream" + ranged + ", ",
                 HumanBytes(stats.bytes_reused), HumanSeconds(seconds),
                 stats.files_unverified == 0 ? "every file matched its upstream digest"
                                             : "the others matched their upstream digests");

@@ -50,6 +50,13 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   const size_t len = size * n;
   const long status = t->response->status;  // of the response this body belongs to
   if (t->request->sink && status >= 200 && status < 300) {
+    if (!t->request->range.empty() && status != 206) {
+      // The whole body where a range was asked: none of it goes to the sink.
+      t->sink_status = Status::FailedPrecondition(t->request->method + " " + t->request->url +
+                                                  ": HTTP " + std::to_string(status) +
+                                                  " to a ranged GET (the range was ignored)");
+      return 0;
+    }
     t->sink_status = t->request->sink(std::string_view(data, len));
     return t->sink_status.ok() ? len : 0;
   }

@@ -38,7 +38,8 @@ struct HttpRequest {
   // When set, a 2xx body goes here as it comes (other bodies are kept, bounded,
   // for their error text); an error return stops the transfer with it.
   std::function<Status(std::string_view)> sink;
-  // "START-END" (inclusive), for a ranged GET.
+  // "START-END" (inclusive), for a ranged GET. A 2xx answer other than 206
+  // (the whole body) is then FailedPrecondition, before any byte reaches `sink`.
   std::string range;
 };
 

@@ -205,16 +205,16 @@ Status ReadInto(int fd, const std::filesystem::path& path, Landing& landing,
   }
 }
 
-// Checks the file at `path` against `file`'s size and `expected` digest, and
-// syncs it; its SHA-256 in *sha256.
+// Checks the file at `path` against `file`'s size and `expected` digest (bytes
+// `from` sent), and syncs it; its SHA-256 in *sha256.
 Status CheckInPlace(const std::filesystem::path& path, const OriginFile& file,
-                    const std::string& expected, const std::function<void(uint64_t)>& count,
-                    std::string* sha256) {
+                    const std::string& expected, const std::string& from,
+                    const std::function<void(uint64_t)>& count, std::string* sha256) {
   UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!in.valid()) return ErrnoStatus("open " + path.string(), errno);
   Landing landing(-1, file);
   SEEDD_RETURN_IF_ERROR(ReadInto(in.get(), path, landing, count));
-  SEEDD_RETURN_IF_ERROR(landing.Finish(expected, "the fleet", sha256));
+  SEEDD_RETURN_IF_ERROR(landing.Finish(expected, from, sha256));
   if (::fsync(in.get()) != 0) return ErrnoStatus("fsync " + path.string(), errno);
   return Status::Ok();
 }
@@ -228,6 +228,68 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
   SEEDD_RETURN_IF_ERROR(ReadInto(in.get(), from.path, landing, count));
   return landing.Finish(file.digest.empty() ? from.sha256 : file.digest, from.path.string(),
                         sha256);
+}
+
+// `file` into `fd` as ranged GETs of `range_bytes`, `streams` at once, each
+// written at its offset: the digest the whole file must have (not checked
+// here), or the first error (FailedPrecondition: the origin or upstream cannot).
+Result<std::string> FetchRanges(Origin& origin, const OriginFile& file, int fd,
+                                uint64_t range_bytes, int streams,
+                                const std::function<void(uint64_t)>& count,
+                                std::atomic<uint64_t>* ranged) {
+  const uint64_t ranges = (file.size + range_bytes - 1) / range_bytes;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> stop{false};
+  Mutex mu;
+  Status failure;
+  std::string expected;
+  auto worker = [&] {
+    for (;;) {
+      const uint64_t r = next.fetch_add(1);
+      if (r >= ranges || stop.load()) return;
+      const uint64_t offset = r * range_bytes;
+      const uint64_t length = std::min(range_bytes, file.size - offset);
+      uint64_t at = offset;
+      Result<std::string> digest =
+          origin.FetchRange(file, offset, length, [&](std::string_view piece) -> Status {
+            if (stop.load()) return Status::Cancelled("another range failed");
+            if (at + piece.size() > offset + length) {
+              return Status::DataLoss(file.path + ": more than the " + std::to_string(length) +
+                                      " bytes of a range");
+            }
+            while (!piece.empty()) {
+              const ssize_t n = ::pwrite(fd, piece.data(), piece.size(), static_cast<off_t>(at));
+              if (n < 0 && errno == EINTR) continue;
+              if (n < 0) return ErrnoStatus("write " + file.path, errno);
+              piece.remove_prefix(static_cast<size_t>(n));
+              at += static_cast<uint64_t>(n);
+              count(static_cast<uint64_t>(n));
+            }
+            return Status::Ok();
+          });
+      Status st = digest.status();
+      if (st.ok() && at != offset + length) {
+        st = Status::DataLoss(file.path + ": a range of " + std::to_string(length) + " bytes at " +
+                              std::to_string(offset) + " ended after " +
+                              std::to_string(at - offset));
+      }
+      MutexLock lock(mu);
+      if (!st.ok()) {
+        if (failure.ok()) failure = st;
+        stop = true;
+        return;
+      }
+      expected = *digest;
+      ++*ranged;
+    }
+  };
+  std::vector<std::thread> threads;
+  const uint64_t n = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(1, streams)), 1, ranges);
+  for (uint64_t t = 0; t < n; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  MutexLock lock(mu);
+  if (!failure.ok()) return failure;
+  return expected;
 }
 
 }  // namespace
@@ -338,6 +400,7 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   std::atomic<uint64_t> fetched{0};
   std::atomic<uint64_t> reused{0};
   std::atomic<uint64_t> files_reused{0};
+  std::atomic<uint64_t> ranged{0};
   auto count = [&](uint64_t n) {
     const uint64_t d = done.fetch_add(n) + n;
     if (options.progress) options.progress(d, model.total_size);
@@ -368,7 +431,8 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
     if (held->has_value()) {
       // Linked in place of the file just made, once its bytes check out.
       const Origin::LocalBytes& bytes = **held;
-      SEEDD_RETURN_IF_ERROR(CheckInPlace(bytes.path, f, bytes.expected, count, &sha256s[i]));
+      SEEDD_RETURN_IF_ERROR(
+          CheckInPlace(bytes.path, f, bytes.expected, "the fleet", count, &sha256s[i]));
       fetched += f.size;
       if (bytes.expected.empty()) ++unverified;
       const std::filesystem::path target = staging / f.path;
@@ -377,6 +441,25 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
       std::filesystem::create_hard_link(bytes.path, target, link_ec);
       if (link_ec) return Status::IoError("link " + target.string() + ": " + link_ec.message());
       return Status::Ok();
+    }
+    if (options.range_bytes > 0 && f.size > options.range_bytes) {
+      Result<std::string> expected = FetchRanges(
+          origin, f, fd->get(), options.range_bytes, options.range_streams,
+          [&](uint64_t n) {
+            fetched += n;
+            count(n);
+          },
+          &ranged);
+      if (expected.ok()) {
+        if (expected->empty()) ++unverified;
+        // Checked whole, from the page cache, once every range is in place.
+        return CheckInPlace(
+            staging / f.path, f, *expected, model.url, [](uint64_t) {}, &sha256s[i]);
+      }
+      // FailedPrecondition: the origin cannot, or the upstream answered the first
+      // range with the whole file before any byte was written; one GET instead.
+      if (expected.status().code() != StatusCode::kFailedPrecondition) return expected.status();
+      if (::ftruncate(fd->get(), 0) != 0) return ErrnoStatus("truncate " + f.path, errno);
     }
     Landing landing(fd->get(), f);
     Result<std::string> expected = origin.Fetch(f, [&](std::string_view piece) -> Status {
@@ -461,6 +544,7 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
   stats->bytes_reused = reused.load();
   stats->files_reused = files_reused.load();
   stats->files_unverified = unverified.load();
+  stats->ranged_gets = ranged.load();
   return final_dir;
 }
 

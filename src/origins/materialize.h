@@ -42,6 +42,10 @@ struct MaterializeOptions {
   // of the model fails with `why`): claims taken for it are given up, and
   // waits for other files may end.
   std::function<void(size_t index, const Status& why)> failed;
+  // Files larger than this as ranged GETs, range_streams at once (see
+  // OriginAccess); 0: one GET per file.
+  uint64_t range_bytes = 64 << 20;
+  int range_streams = 4;
 };
 
 struct MaterializeStats {
@@ -52,6 +56,7 @@ struct MaterializeStats {
   // Fetched with no upstream digest to check (a multipart S3 object uploaded
   // without a checksum): trusted as the transport delivered them.
   uint64_t files_unverified = 0;
+  uint64_t ranged_gets = 0;
   bool already_here = false;  // a recorded copy of this version was reused whole
 };
 

@@ -159,6 +159,19 @@ class OciOrigin final : public Origin {
     return file.digest;
   }
 
+  Result<std::string> FetchRange(const OriginFile& file, uint64_t offset, uint64_t length,
+                                 const std::function<Status(std::string_view)>& sink) override {
+    if (length == 0) return file.digest;
+    const std::string url = session_->Base() + "/blobs/" + file.digest;
+    HttpRequest req;
+    req.sink = sink;
+    req.range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+    Result<HttpResponse> r = session_->Send(url, req);
+    if (!r.ok()) return r.status().WithContext(file.path);
+    if (r->status != 206) return session_->ErrorFor(file.path + " (" + file.digest + ")", *r);
+    return file.digest;
+  }
+
  private:
   const std::unique_ptr<RegistrySession> session_;
   const OciReference& ref_;

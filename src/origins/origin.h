@@ -60,6 +60,16 @@ class Origin {
   // error from `sink` ends the transfer with it.
   virtual Result<std::string> Fetch(const OriginFile& file,
                                     const std::function<Status(std::string_view)>& sink) = 0;
+  // Bytes [offset, offset + length) of `file` to `sink` (a ranged GET), and the
+  // digest the whole file must have. FailedPrecondition when this origin cannot (the
+  // default), when the upstream ignored the range (before `length` bytes went to
+  // `sink`), or when the file's digest is not known without a whole GET: then
+  // Fetch it.
+  virtual Result<std::string> FetchRange(const OriginFile& file, uint64_t /*offset*/,
+                                         uint64_t /*length*/,
+                                         const std::function<Status(std::string_view)>& /*sink*/) {
+    return Status::FailedPrecondition(file.path + ": no ranged GETs from this origin");
+  }
   // A complete copy of `file` this origin keeps on this host (on the file
   // system of the model's cache), linked into place and checked instead of
   // fetched, with the digest it must have; nullopt (the default): Fetch it.

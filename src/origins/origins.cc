@@ -50,6 +50,8 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   MaterializeOptions options;
   options.reuse_from = reuse_from;
   options.progress = progress;
+  options.range_bytes = access.range_bytes;
+  options.range_streams = access.range_streams;
   MaterializeStats stats;
   Result<std::filesystem::path> dir = MaterializeModel(**origin, *model, root, options, &stats);
   if (!dir.ok()) return dir.status();
@@ -62,6 +64,7 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   copy.bytes_reused = stats.bytes_reused;
   copy.already_here = stats.already_here;
   copy.files_unverified = stats.files_unverified;
+  copy.ranged_gets = stats.ranged_gets;
   copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return copy;
 }

@@ -269,6 +269,40 @@ TEST_F(OriginsTest, ABlobChangedUpstreamAfterItsDigestWasRecordedIsRefusedNaming
       << daemon->Stderr();
 }
 
+// A file larger than range_bytes comes as parallel ranged GETs of the blob,
+// written in place and checked whole against the layer digest: a byte changed
+// in one range is refused naming the file.
+TEST_F(OriginsTest, ALargeFileIsFetchedAsParallelRangedGetsAndCheckedWhole) {
+  OciRegistryServer registry;
+  auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  OriginAccess access;
+  access.range_bytes = 1 << 20;  // the 3 MiB file in 3 ranges; the others whole
+  access.range_streams = 3;
+  const std::string url = "oci://" + registry.host() + "/models/test:v1";
+  Result<OriginCopy> copy = CopyFromOrigin(url, dir_.path() / "a", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->ranged_gets, 3u);
+  EXPECT_EQ(Files(copy->dir), model);
+  EXPECT_EQ(copy->bytes_fetched, copy->total_bytes - 100000);  // a tokenizer twice
+
+  const std::string digest = "sha256:" + Sha256Hex(model["model-00001-of-00002.bin"]);
+  {
+    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(blob.good());
+    blob.seekp((2 << 20) + 5);  // in the third range
+    blob.put('\x42');
+  }
+  Result<OriginCopy> bad = CopyFromOrigin(url, dir_.path() / "b", access);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss) << bad.status().ToString();
+  EXPECT_TRUE(Has(bad.status().message(), "model-00001-of-00002.bin: digest sha256:"))
+      << bad.status().ToString();
+  EXPECT_TRUE(Has(bad.status().message(), "expected " + digest)) << bad.status().ToString();
+  for (const auto& e : fs::directory_iterator(dir_.path() / "b"))
+    ADD_FAILURE() << "left " << e.path();
+}
+
 TEST_F(OriginsTest, AMissingTagOrRepositoryIsNotFoundNamingTheUrlAndTheAnswer) {
   OciRegistryServer registry;
   Push(registry, "models/test:v1", AModel());
@@ -469,6 +503,19 @@ TEST_F(S3OriginTest, APrefixIsServedByADaemonAndPulledByteForByteEachFileChecked
   origin->Signal(SIGTERM);
   ASSERT_TRUE(origin->Wait(std::chrono::seconds(20)).has_value());
   EXPECT_TRUE(Has(origin->Stderr(), "every file matched its upstream digest")) << origin->Stderr();
+}
+
+TEST_F(S3OriginTest, ALargeObjectIsFetchedAsParallelRangedGetsAndCheckedAgainstItsEtag) {
+  const auto model = AModel();
+  Upload("models/test", model);
+  OriginAccess access;
+  access.range_bytes = 1 << 20;
+  access.range_streams = 2;
+  Result<OriginCopy> copy = CopyFromOrigin(Url("models/test"), dir_.path() / "o", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->ranged_gets, 3u);
+  EXPECT_EQ(copy->files_unverified, 0u);
+  EXPECT_EQ(Files(copy->dir), model);
 }
 
 TEST_F(S3OriginTest, AnObjectChangedAfterItsEtagWasRecordedIsRefusedNamingTheFile) {
@@ -719,6 +766,30 @@ namespace {
 // uploaded with (sent back on a GET with x-amz-checksum-mode) is checked
 // instead. s3rver does not store checksums: a scripted HTTP server answers the
 // listing and the GET as S3 does.
+// An upstream that answers a ranged GET with the whole object (HTTP 200) gets
+// one GET instead; nothing of the ignored answer is written.
+TEST(S3OriginRanges, AnUpstreamThatIgnoresRangesIsAskedForTheWholeObject) {
+  setenv("AWS_ACCESS_KEY_ID", "test", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
+  const std::string body = RandomBytes(300000, 8);
+  const std::string listing =
+      "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>false</IsTruncated><Contents>"
+      "<Key>m/w.bin</Key><Size>300000</Size><ETag>&quot;" +
+      Md5HexOf(body) + "&quot;</ETag></Contents></ListBucketResult>";
+  testing::FakeHttpServer s3({testing::FakeHttpServer::Response(200, "OK", listing),
+                              testing::FakeHttpServer::Response(200, "OK", body)});
+  testing::TempDir dir;
+  OriginAccess access;
+  access.range_bytes = 100000;
+  access.range_streams = 1;
+  Result<OriginCopy> copy =
+      CopyFromOrigin("s3://bucket/m?endpoint=" + s3.endpoint(), dir.path() / "a", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(copy->ranged_gets, 0u);
+  EXPECT_EQ(testing::ReadAll(copy->dir / "w.bin"), body);
+  EXPECT_EQ(s3.requests(), 3);  // the listing, the ignored range, the whole GET
+}
+
 TEST(S3OriginChecksums, AMultipartObjectIsCheckedAgainstItsSha256ChecksumAndRefusedWhenItDiffers) {
   setenv("AWS_ACCESS_KEY_ID", "test", 1);
   setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
