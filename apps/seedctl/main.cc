@@ -10,6 +10,7 @@
 #include "cli_suggest.h"
 #include "seedctl.h"
 #include "seedd/logging.h"
+#include "seedd/origins.h"
 #include "seedd_version.h"
 
 namespace {
@@ -140,10 +141,12 @@ int main(int argc, char** argv) {
       "upstream digest; no daemon needed");
   pull_from->excludes(pull_source)->excludes(pull_model);
   pull->add_option("--origin-auth", pull_args.origin_auth,
-                   "with --from oci://: registry credentials, a file as `docker login` writes it")
+                   "with --from oci:// or --verify upstream=oci://: registry credentials, a file "
+                   "as `docker login` writes it")
       ->check(CLI::ExistingFile);
   pull->add_option("--origin-ca", pull_args.origin_ca,
-                   "with --from: PEM CA bundle trusted for an https registry or endpoint")
+                   "with --from or --verify upstream=: PEM CA bundle trusted for an https "
+                   "registry or endpoint")
       ->check(CLI::ExistingFile);
   pull->add_option("--into", pull_args.into,
                    "the directory the files end up directly under: a new one, an empty one (a "
@@ -167,9 +170,21 @@ int main(int argc, char** argv) {
   pull->add_option("--verify", pull_args.verify,
                    "chunks: every chunk's digest, as the manifest names it (always); sha256: "
                    "also every file's SHA-256 "
-                   "before the files are committed (one more read of the model)")
+                   "before the files are committed (one more read of the model); "
+                   "upstream=oci://REGISTRY/REPOSITORY:TAG|@sha256:DIGEST: the model's upstream "
+                   "vouches for it: the manifest must name exactly the upstream's files, each "
+                   "with its layer's SHA-256 (checked before any byte moves), and every file's "
+                   "SHA-256 is checked before commit; with @sha256: the model is pinned from the "
+                   "registry to --into, whichever daemons send it (--origin-auth, --origin-ca)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"chunks", "sha256"}));
+      ->check([](const std::string& v) -> std::string {
+        if (v == "chunks" || v == "sha256") return "";
+        if (v.rfind("upstream=", 0) == 0) {
+          seedd::Status st = seedd::CheckOriginUrl(v.substr(9));
+          return st.ok() ? "" : st.message();
+        }
+        return "chunks, sha256 or upstream=URL, not '" + v + "'";
+      });
   pull->add_option("--root-digest", pull_args.root_digest,
                    "pin the version: refuse any manifest whose root digest is not this one "
                    "(64 hex digits, as `seedctl manifest` prints it); nothing is fetched then");

@@ -247,6 +247,11 @@ int RunPull(const PullArgs& args) {
   options.connections = args.connections;
   options.max_neighbours = args.max_neighbours;
   options.verify_sha256 = args.verify == "sha256";
+  if (args.verify.rfind("upstream=", 0) == 0) {
+    options.upstream = args.verify.substr(9);
+    options.upstream_access.auth_file = args.origin_auth;
+    options.upstream_access.ca_file = args.origin_ca;
+  }
   options.replace = args.replace;
   for (const std::string& dir : args.reuse_from) {
     std::error_code ec;
@@ -309,6 +314,9 @@ int RunPull(const PullArgs& args) {
     case seedd::StatusCode::kNotFound:
       return Fail(st.message(), kExitMiss);
     case seedd::StatusCode::kUnavailable:  // no source answered before --timeout
+      if (st.message().rfind("the upstream to verify against", 0) == 0) {
+        return Fail(st.message(), kExitError);  // --verify upstream=: the registry is down
+      }
       return Fail(st.message() +
                   "; is the address right? (--wait SECONDS keeps trying longer "
                   "for sources that start later)");

@@ -68,8 +68,9 @@ int seedd_exchange(const char* options, const char* request, char** response, ch
 
 /* A weights pull on a thread of its own. options: {"model", "into", "sources":
  * [HOST:PORT...], "token", "root_digest", "timeout", "replace", "verify_sha256",
- * "connections", "max_neighbours", "tls_ca", "tls_cert", "tls_key",
- * "trust_keys": [PATH...]}. */
+ * "verify_upstream" (an oci:// URL that vouches for the model: PullOptions::upstream),
+ * "origin_auth", "origin_ca", "connections", "max_neighbours", "tls_ca", "tls_cert",
+ * "tls_key", "reuse_from": [DIR...], "trust_keys": [PATH...]}. */
 typedef struct seedd_pull seedd_pull;
 int seedd_pull_start(const char* options, seedd_pull** out, char** error);
 /* 1 once the pull has ended, else 0 after at most timeout_ms. */

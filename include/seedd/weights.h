@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "seedd/json.h"
+#include "seedd/origins.h"
 #include "seedd/signing.h"
 #include "seedd/status.h"
 #include "seedd/tls.h"
@@ -280,7 +281,18 @@ struct PullOptions {
   int connections = 4;         // to each source
   size_t max_neighbours = 16;  // sources and relays fetched from at once
   bool verify_sha256 = false;  // also check every file's SHA-256 before committing
-  bool replace = false;        // `into` may hold other files: replaced by the model
+  // The upstream the model was fetched from, as an origin URL
+  // (oci://REGISTRY/REPOSITORY:TAG, or @sha256:DIGEST to pin it): its listing is
+  // read first, and the sources' manifest must name exactly its files (paths and
+  // sizes) with each file's SHA-256 its upstream digest (an OCI layer's), else
+  // FailedPrecondition naming the file, before any byte moves; every file's
+  // SHA-256 is then checked before commit. So with @sha256: the model is pinned
+  // from the registry to `into`, whichever daemons send it. An upstream that
+  // names no SHA-256 for a file (an S3 listing gives MD5 ETags) cannot vouch
+  // for it: FailedPrecondition. Empty: no upstream check.
+  std::string upstream;
+  OriginAccess upstream_access;  // credentials and CA for `upstream`
+  bool replace = false;          // `into` may hold other files: replaced by the model
   // Directories laid out as the model (an earlier version's copy): chunks they
   // hold at the same path and offset whose bytes match the manifest's digests
   // are copied from there instead of fetched. `into` is one too when replaced.

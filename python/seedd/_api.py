@@ -315,6 +315,9 @@ def pull(
     tls_key: str | os.PathLike[str] | None = None,
     trust_keys: Iterable[str | os.PathLike[str]] = (),
     reuse_from: Iterable[str | os.PathLike[str]] = (),
+    verify_upstream: str = "",
+    origin_auth: str | os.PathLike[str] | None = None,
+    origin_ca: str | os.PathLike[str] | None = None,
 ) -> PullStats:
     """Pull ``model``'s weights from seedd daemons into the directory ``into``.
 
@@ -334,6 +337,12 @@ def pull(
     laid out as the model (an earlier version): chunks they hold at the same
     path and offset, checked against the manifest, are copied from there
     instead of fetched (so is ``into`` when ``replace`` swaps it).
+    ``verify_upstream``: the model's upstream, ``oci://REGISTRY/REPOSITORY:TAG``
+    or ``...@sha256:DIGEST``; the manifest must name exactly its files, each
+    with its layer's SHA-256 (else ``FailedPrecondition`` before any byte
+    moves), and every file's SHA-256 is checked before commit (``origin_auth``:
+    registry credentials as ``docker login`` writes them; ``origin_ca``: a CA
+    bundle for an https registry).
 
     Every chunk is verified before it lands; the files appear under ``into``
     only once all are (a pull interrupted, by Ctrl-C too, keeps what it
@@ -374,6 +383,9 @@ def pull(
             os.fspath(d)
             for d in ([reuse_from] if isinstance(reuse_from, (str, os.PathLike)) else reuse_from)
         ],
+        verify_upstream=verify_upstream,
+        origin_auth=os.fspath(origin_auth or ""),
+        origin_ca=os.fspath(origin_ca or ""),
     )
     if options["tls_cert"] and not options["tls_ca"]:
         raise ValueError("a TLS client certificate needs tls_ca (the CA of the daemons)")

@@ -406,6 +406,9 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   o.timeout = f.Seconds("timeout", 1800.0);
   o.replace = f.Bool("replace", false);
   o.verify_sha256 = f.Bool("verify_sha256", false);
+  o.upstream = f.Text("verify_upstream");
+  o.upstream_access.auth_file = f.Text("origin_auth");
+  o.upstream_access.ca_file = f.Text("origin_ca");
   o.connections = static_cast<int>(f.Count("connections", 4, 64));
   o.max_neighbours = f.Count("max_neighbours", 16, 1024);
   for (const std::string& dir : f.Texts("reuse_from")) o.reuse_from.emplace_back(dir);

@@ -303,6 +303,53 @@ TEST_F(OriginsTest, ALargeFileIsFetchedAsParallelRangedGetsAndCheckedWhole) {
     ADD_FAILURE() << "left " << e.path();
 }
 
+// `--verify upstream=oci://...@sha256:...`: the registry vouches for the model
+// whichever daemon sends it. A daemon serving other bytes under the model's name
+// is refused before any byte moves, naming the file and both digests.
+TEST_F(OriginsTest, AnUpstreamPinVouchesForThePulledModelAndRefusesADaemonServingOtherBytes) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string manifest = Push(registry, "models/test:v1", model);
+  const std::string pinned = "oci://" + registry.host() + "/models/test@" + manifest;
+  std::string origin_addr;
+  auto origin = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1"},
+                            &origin_addr, dir_.path() / "origin-cache");
+  auto pulled =
+      RunCommand(PullArgs(origin_addr, dir_.path() / "into", {"--verify", "upstream=" + pinned}));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+
+  // The same layout with one shard's bytes changed, served as "m".
+  auto forged = model;
+  forged["model-00002-of-00002.bin"][10] ^= 1;
+  const fs::path other = dir_.path() / "forged";
+  for (const auto& [path, bytes] : forged) {
+    fs::create_directories((other / path).parent_path());
+    std::ofstream(other / path, std::ios::binary) << bytes;
+  }
+  std::string liar_addr;
+  auto liar =
+      StartDaemon({"--model", "m=" + other.string()}, &liar_addr, dir_.path() / "liar-cache");
+  auto refused =
+      RunCommand(PullArgs(liar_addr, dir_.path() / "into-2", {"--verify", "upstream=" + pinned}));
+  EXPECT_NE(refused.status, 0);
+  EXPECT_TRUE(Has(refused.err,
+                  "model-00002-of-00002.bin: the manifest says sha256:" +
+                      Sha256Hex(forged["model-00002-of-00002.bin"]) +
+                      ", the upstream sha256:" + Sha256Hex(model.at("model-00002-of-00002.bin"))))
+      << refused.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "into-2"));
+  // Without the pin the same daemon's bytes are pulled (chunks match its manifest).
+  auto unpinned = RunCommand(PullArgs(liar_addr, dir_.path() / "into-3"));
+  EXPECT_EQ(unpinned.status, 0) << unpinned.err;
+
+  // A malformed URL is refused by the command line, before any connection.
+  auto bad = RunCommand(PullArgs(origin_addr, dir_.path() / "into-4",
+                                 {"--verify", "upstream=https://example.com/x"}));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_TRUE(Has(bad.err, "not an origin URL")) << bad.err;
+}
+
 TEST_F(OriginsTest, AMissingTagOrRepositoryIsNotFoundNamingTheUrlAndTheAnswer) {
   OciRegistryServer registry;
   Push(registry, "models/test:v1", AModel());

@@ -94,6 +94,23 @@ def test_a_pin_to_another_version_moves_nothing(served, tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_verify_upstream_asks_the_registry_before_any_byte_moves(served, tmp_path):
+    # A registry that cannot be reached: the pull stops before asking a daemon,
+    # saying so (the end-to-end pin is tested against a real registry in e2e).
+    daemon, _ = served
+    with pytest.raises(seedd.Error) as e:
+        seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN,
+                   verify_upstream="oci://127.0.0.1:9/models/tiny:v1?plain-http=true")
+    assert e.value.code == "Unavailable"
+    assert "the upstream to verify against" in str(e.value)
+    assert "127.0.0.1:9/v2/models/tiny/manifests/v1" in str(e.value)
+    assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(seedd.Error) as e:
+        seedd.pull("tiny", [daemon.addr], tmp_path / "out", token=TOKEN,
+                   verify_upstream="https://example.com/x")
+    assert e.value.code == "InvalidArgument"
+
+
 def test_failures_raise_seedd_error_with_the_daemons_words(served, tmp_path):
     daemon, _ = served
     with pytest.raises(seedd.Error) as e:

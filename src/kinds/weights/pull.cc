@@ -3,10 +3,13 @@
 #include "kinds/weights/pull.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "common/backoff.h"
 #include "kinds/weights/progress_log.h"
 #include "kinds/weights/weight_shards_kind.h"
+#include "origins/origin.h"
 #include "seedd/logging.h"
 #include "seedd/seed_transport.h"
 #include "seedd/weights.h"
@@ -160,6 +163,46 @@ Status RunPull(const PullPlan& plan, const std::function<Status(const Manifest&)
   }
 }
 
+namespace {
+
+// The sources' manifest `m` against the upstream's listing `up` (PullOptions::
+// upstream): the same files, each of its upstream size and SHA-256.
+Status MatchUpstream(const Manifest& m, const OriginModel& up) {
+  const std::string from = " (" + up.url + ", " + up.version + ")";
+  std::map<std::string, const OriginFile*> listed;
+  for (const OriginFile& f : up.files) listed.emplace(f.path, &f);
+  for (const ManifestFile& f : m.files) {
+    auto it = listed.find(f.path);
+    if (it == listed.end()) {
+      return Status::FailedPrecondition("the manifest names " + f.path +
+                                        ", which the upstream does not" + from);
+    }
+    const OriginFile& u = *it->second;
+    if (u.size != f.size) {
+      return Status::FailedPrecondition(f.path + ": " + std::to_string(f.size) +
+                                        " bytes in the manifest, " + std::to_string(u.size) +
+                                        " upstream" + from);
+    }
+    if (u.digest.rfind("sha256:", 0) != 0) {
+      return Status::FailedPrecondition(f.path + ": the upstream names no SHA-256 for it (" +
+                                        (u.digest.empty() ? std::string("no digest") : u.digest) +
+                                        "), so it cannot vouch for the bytes" + from);
+    }
+    if (u.digest != "sha256:" + f.sha256) {
+      return Status::FailedPrecondition(f.path + ": the manifest says sha256:" + f.sha256 +
+                                        ", the upstream " + u.digest + from + "; nothing fetched");
+    }
+    listed.erase(it);
+  }
+  if (!listed.empty()) {
+    return Status::FailedPrecondition("the manifest lacks " + listed.begin()->first +
+                                      ", which the upstream has" + from);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<PullResult> PullModel(const std::string& model, const std::filesystem::path& into,
                              const PullOptions& o) {
   if (!IsModelName(model)) return Status::InvalidArgument("invalid model name '" + model + "'");
@@ -185,14 +228,24 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
   plan.stopped = [] {
     return Status::Cancelled("the pull was stopped while waiting for the sources");
   };
+  // The upstream's listing, read once: what the sources' manifest must match.
+  std::optional<OriginModel> upstream;
+  if (!o.upstream.empty()) {
+    Result<OriginPtr> origin = OpenOrigin(o.upstream, o.upstream_access);
+    if (!origin.ok()) return origin.status();
+    Result<OriginModel> listing = (*origin)->Resolve();
+    if (!listing.ok()) return listing.status().WithContext("the upstream to verify against");
+    upstream = std::move(*listing);
+  }
   PullResult result;
   Status pulled = RunPull(plan, [&](const Manifest& m) {
+    if (upstream) SEEDD_RETURN_IF_ERROR(MatchUpstream(m, *upstream));
     FetchOptions options;
     options.token = o.token;
     options.tls = o.tls;
     options.connections_per_source = std::max(1, o.connections);
     options.max_neighbours = o.max_neighbours;
-    options.verify_sha256 = o.verify_sha256;
+    options.verify_sha256 = o.verify_sha256 || upstream.has_value();
     options.replace = o.replace;
     options.reuse_from = o.reuse_from;
     options.cancel = o.cancel;
