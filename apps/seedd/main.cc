@@ -276,7 +276,9 @@ int main(int argc, char** argv) {
                  "refused) from --source at start, verified and resumable, into "
                  "<cache-dir>/weights/NAME/<root digest> (NAME/current points at it); then "
                  "serve it (repeatable). While pulling, the daemon already serves the chunks it "
-                 "has verified to other fetchers (a relay)")
+                 "has verified to other fetchers (a relay). NAME=oci://...|s3://...: the model "
+                 "from where it lives, with no daemon holding it, as --model NAME=URL (with "
+                 "--registry, fetched from upstream once per fleet)")
       ->take_all();
   int64_t pull_timeout = 1800;
   int keep_versions = 2;
@@ -506,7 +508,16 @@ int main(int argc, char** argv) {
   options.transport.max_streams_per_address = limits.max_streams_per_address;
   options.transport.max_auth_failures = limits.max_auth_failures;
   options.store_urls = stores;
-  options.pulls = pulls;
+  // --pull NAME=oci://...|s3://...: the model from its upstream, as --model
+  // NAME=URL (with --registry, fetched once per fleet); relayed as it lands.
+  for (const std::string& p : pulls) {
+    const size_t eq = p.find('=');
+    if (eq != std::string::npos && seedd::IsOriginUrl(p.substr(eq + 1))) {
+      models.push_back(p);
+    } else {
+      options.pulls.push_back(p);
+    }
+  }
   options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;

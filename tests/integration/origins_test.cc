@@ -350,6 +350,31 @@ TEST_F(OriginsTest, AnUpstreamPinVouchesForThePulledModelAndRefusesADaemonServin
   EXPECT_TRUE(Has(bad.err, "not an origin URL")) << bad.err;
 }
 
+// `seedd --pull NAME=oci://...` takes the upstream's URL as `--model` does: a
+// host with no daemon holding the model fetches it from the registry and
+// serves it.
+TEST_F(OriginsTest, PullTakesAnOriginUrlAndServesTheModelFromItsUpstream) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  std::string addr;
+  auto daemon = StartDaemon(
+      {"--pull", "m=oci://" + registry.host() + "/models/test:v1", "--log-level", "info"}, &addr,
+      dir_.path() / "cache");
+  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+  daemon->Signal(SIGTERM);
+  ASSERT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
+  EXPECT_TRUE(Has(daemon->Stderr(), "every file matched its upstream digest")) << daemon->Stderr();
+  // The same model named twice is refused at once.
+  auto twice = RunCommand({SEEDD_BIN, "--check-config", "--token-file", token_file().string(),
+                           "--pull", "m=oci://" + registry.host() + "/models/test:v1", "--model",
+                           "m=" + (dir_.path() / "into").string()});
+  EXPECT_NE(twice.status, 0);
+  EXPECT_TRUE(Has(twice.err, "m is given twice")) << twice.err;
+}
+
 TEST_F(OriginsTest, AMissingTagOrRepositoryIsNotFoundNamingTheUrlAndTheAnswer) {
   OciRegistryServer registry;
   Push(registry, "models/test:v1", AModel());
