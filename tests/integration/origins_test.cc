@@ -48,6 +48,15 @@ class OriginsTest : public testing::DaemonProcessTest {
     return PushModelPack(dir_.path() / ("layout-" + std::to_string(layouts_++)),
                          "docker://" + registry.host() + "/" + repo_tag, files);
   }
+  // Changes the byte at `at` of the blob `digest` in the registry's storage: a
+  // blob that no longer matches the digest it is listed under.
+  static void ChangeBlob(OciRegistryServer& registry, const std::string& digest,
+                         std::streamoff at) {
+    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(blob.good());
+    blob.seekp(at);
+    blob.put('\x42');
+  }
   // Every file below `dir`, by relative path.
   static std::map<std::string, std::string> Files(const fs::path& dir) {
     std::map<std::string, std::string> out;
@@ -242,12 +251,7 @@ TEST_F(OriginsTest, ABlobChangedUpstreamAfterItsDigestWasRecordedIsRefusedNaming
   auto model = AModel();
   Push(registry, "models/test:v1", model);
   const std::string digest = "sha256:" + Sha256Hex(model["model-00002-of-00002.bin"]);
-  {
-    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(blob.good());
-    blob.seekp(1000);
-    blob.put('\x42');
-  }
+  ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, 1000));
   const fs::path root = dir_.path() / "origins" / "m";
   Result<OriginCopy> copy =
       CopyFromOrigin("oci://" + registry.host() + "/models/test:v1", root, OriginAccess{});
@@ -287,12 +291,7 @@ TEST_F(OriginsTest, ALargeFileIsFetchedAsParallelRangedGetsAndCheckedWhole) {
   EXPECT_EQ(copy->bytes_fetched, copy->total_bytes - 100000);  // a tokenizer twice
 
   const std::string digest = "sha256:" + Sha256Hex(model["model-00001-of-00002.bin"]);
-  {
-    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(blob.good());
-    blob.seekp((2 << 20) + 5);  // in the third range
-    blob.put('\x42');
-  }
+  ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, (2 << 20) + 5));  // in the third range
   Result<OriginCopy> bad = CopyFromOrigin(url, dir_.path() / "b", access);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss) << bad.status().ToString();
@@ -807,12 +806,7 @@ TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesIts
   auto model = AModel();
   Push(registry, "models/test:v1", model);
   const std::string digest = "sha256:" + Sha256Hex(model["model-00001-of-00002.bin"]);
-  {
-    std::fstream blob(registry.BlobData(digest), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(blob.good());
-    blob.seekp(1000);
-    blob.put('\x42');
-  }
+  ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, 1000));
   std::string addr;
   auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
                              "--registry", redis.url(), "--log-level", "info"},
