@@ -92,6 +92,7 @@ bench: test-deps build
 	bash bench/fanout.sh $(BUILD)/bin
 	bash bench/origins.sh $(BUILD)/bin
 	bash bench/origins_fleet.sh $(BUILD)/bin
+	bash bench/origins_ranges.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

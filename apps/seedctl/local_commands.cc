@@ -251,6 +251,7 @@ int RunOriginPull(const PullArgs& args) {
   seedd::OriginAccess access;
   access.auth_file = args.origin_auth;
   access.ca_file = args.origin_ca;
+  access.range_bytes = static_cast<uint64_t>(args.origin_range_mib * (1 << 20));
   // The upstream copy is made beside `into` (same file system: moved, not copied).
   const fs::path root = into.parent_path() / ("." + into.filename().string() + ".seedd-origin");
   int64_t last = -1;

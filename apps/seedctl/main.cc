@@ -144,6 +144,11 @@ int main(int argc, char** argv) {
                    "with --from oci:// or --verify upstream=oci://: registry credentials, a file "
                    "as `docker login` writes it")
       ->check(CLI::ExistingFile);
+  pull->add_option("--origin-range-mib", pull_args.origin_range_mib,
+                   "with --from: files larger than this many MiB are fetched as ranged GETs of "
+                   "this size, 4 at once, and checked whole; 0: one GET per file")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1048576.0));
   pull->add_option("--origin-ca", pull_args.origin_ca,
                    "with --from or --verify upstream=: PEM CA bundle trusted for an https "
                    "registry or endpoint")

@@ -267,6 +267,13 @@ int main(int argc, char** argv) {
                  "base64 of user:password}}}); never on the command line")
       ->check(CLI::ExistingFile);
   std::string origin_ca;
+  double origin_range_mib = 64;
+  app.add_option("--origin-range-mib", origin_range_mib,
+                 "files of oci:// and s3:// models larger than this many MiB are fetched as "
+                 "ranged GETs of this size, 4 at once, and checked whole (one connection to an "
+                 "object store carries less than a host's link); 0: one GET per file")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1048576.0));
   app.add_option("--origin-ca", origin_ca,
                  "PEM CA bundle trusted for https registries of oci:// models (default: the "
                  "system's)")
@@ -523,6 +530,7 @@ int main(int argc, char** argv) {
   options.max_neighbours = max_neighbours;
   options.origin_access.auth_file = origin_auth;
   options.origin_access.ca_file = origin_ca;
+  options.origin_access.range_bytes = static_cast<uint64_t>(origin_range_mib * (1 << 20));
   options.relay_upload_rate = *seedd::ParseRate(relay_upload_rate, "--relay-upload-rate");
   options.relay_upload_pacing = relay_upload_pacing == "delay";
   options.registry_url = registry;
