@@ -192,8 +192,8 @@ int RunGc(const std::string& cache_dir, int keep_versions, bool dry_run) {
 namespace seedctl {
 
 int RunPush(const std::string& url, const std::string& from, const seedd::OriginAccess& access) {
-  if (!seedd::IsOriginUrl(url) || url.rfind("oci://", 0) != 0) {
-    return Fail(url + ": push to oci://REGISTRY/REPOSITORY:TAG");
+  if (!seedd::IsOriginUrl(url)) {
+    return Fail(url + ": push to oci://REGISTRY/REPOSITORY:TAG or s3://BUCKET/PREFIX");
   }
   seedd::Result<std::filesystem::path> dir = seedd::ResolveModelDir(from);
   if (!dir.ok()) return Fail("--from: " + dir.status().message());
@@ -209,6 +209,16 @@ int RunPush(const std::string& url, const std::string& from, const seedd::Origin
   if (!pushed.ok()) {
     return Fail(pushed.status().message(),
                 pushed.status().code() == seedd::StatusCode::kNotFound ? kExitMiss : kExitError);
+  }
+  if (url.rfind("s3://", 0) == 0) {
+    std::printf(
+        "pushed %s (%llu files, %s) in %s; its version as readers list it: %s\n"
+        "serve it: seedd --model NAME=%s\n",
+        pushed->url.c_str(), static_cast<unsigned long long>(pushed->files),
+        seedd::HumanBytes(pushed->total_bytes).c_str(),
+        seedd::HumanSeconds(pushed->seconds).c_str(), pushed->manifest.c_str(),
+        pushed->url.c_str());
+    return kExitOk;
   }
   std::printf(
       "pushed %s (%llu files, %s; %s sent, the rest held by the repository already) as %s in %s\n"

@@ -219,10 +219,13 @@ int main(int argc, char** argv) {
       "push",
       "write a model directory to an OCI registry as a ModelPack artifact (one raw layer per "
       "file, its path in org.cncf.model.filepath): what `seedd --model NAME=oci://...` and "
-      "modctl read; layers the repository holds already are not sent again");
+      "modctl read; layers the repository holds already are not sent again. Or to S3: one "
+      "object per file below the prefix, each with its x-amz-checksum-sha256");
   push->add_option("url", push_url,
                    "oci://REGISTRY[:PORT]/REPOSITORY:TAG (?plain-http=true for "
-                   "an HTTP registry that is not on the loopback)")
+                   "an HTTP registry that is not on the loopback), or "
+                   "s3://BUCKET/PREFIX?endpoint=...&region=... (AWS credentials as for the S3 "
+                   "store; one PUT per file, 5 GiB at most each)")
       ->required();
   push->add_option("--from", push_from,
                    "the model directory, or hf:ORG/NAME[@REVISION] for a snapshot in the Hugging "

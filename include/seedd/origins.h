@@ -72,18 +72,23 @@ Result<OriginCopy> CopyFromOrigin(
     const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
 
 struct OriginPush {
-  std::string url;       // oci://REGISTRY/REPOSITORY:TAG
-  std::string manifest;  // its digest, "sha256:<hex>": pins it (url@digest)
+  std::string url;  // oci://REGISTRY/REPOSITORY:TAG
+  // Its digest, "sha256:<hex>": pins it (url@digest); for S3, the version
+  // readers see (the listing's digest).
+  std::string manifest;
   uint64_t files = 0;
   uint64_t total_bytes = 0;
   uint64_t bytes_sent = 0;  // layers the repository did not hold yet
   double seconds = 0;
 };
 
-// Writes the files below `dir` to `url` (oci://REGISTRY/REPOSITORY:TAG) as a
+// Writes the files below `dir` to `url`: oci://REGISTRY/REPOSITORY:TAG as a
 // ModelPack artifact (one raw layer per file, its path in
-// org.cncf.model.filepath): what `--model NAME=oci://...` and `modctl` read.
-// Layers the repository holds already are not sent again. Links are followed;
+// org.cncf.model.filepath): what `--model NAME=oci://...` and `modctl` read;
+// layers the repository holds already are not sent again. Or
+// s3://BUCKET/PREFIX?endpoint=...: one object per file below the prefix, each
+// PUT with its x-amz-checksum-sha256 (files over 5 GiB refused before any byte
+// moves); `manifest` is then the listing's version. Links are followed;
 // entries named .seedd* are left out.
 Result<OriginPush> PushToRegistry(
     std::string_view url, const std::filesystem::path& dir, const OriginAccess& access,

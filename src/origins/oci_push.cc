@@ -16,13 +16,6 @@ namespace {
 constexpr std::string_view kManifestType = "application/vnd.oci.image.manifest.v1+json";
 constexpr size_t kMaxFiles = 200000;
 
-struct LocalLayer {
-  std::filesystem::path file;
-  std::string path;  // in the model
-  std::string digest;
-  uint64_t size = 0;
-};
-
 Result<std::string> FileSha256(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return Status::NotFound("cannot read " + file.string());
@@ -67,6 +60,49 @@ Result<bool> PutBlob(RegistrySession& session, const std::string& digest,
 
 }  // namespace
 
+Result<std::vector<PushFile>> FilesToPush(const std::filesystem::path& dir, uint64_t max_size) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(dir.string() + " is not a directory");
+  }
+  std::vector<PushFile> layers;
+  auto it = std::filesystem::recursive_directory_iterator(
+      dir, std::filesystem::directory_options::follow_directory_symlink, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(".seedd", 0) == 0) {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file(ec)) continue;
+    PushFile l;
+    l.file = it->path();
+    l.path = std::filesystem::relative(it->path(), dir, ec).generic_string();
+    if (Status st = ValidateRelativePath(l.path); !st.ok()) return st.WithContext(l.path);
+    l.size = std::filesystem::file_size(it->path(), ec);
+    if (ec) return Status::IoError(it->path().string() + ": " + ec.message());
+    if (l.size > max_size) {
+      return Status::InvalidArgument(l.path + ": " + std::to_string(l.size) + " bytes, over the " +
+                                     std::to_string(max_size) + " this upstream takes in one file");
+    }
+    layers.push_back(std::move(l));
+    if (layers.size() > kMaxFiles) {
+      return Status::ResourceExhausted(dir.string() + ": more than " + std::to_string(kMaxFiles) +
+                                       " files");
+    }
+  }
+  if (ec) return Status::IoError(dir.string() + ": " + ec.message());
+  if (layers.empty()) return Status::NotFound(dir.string() + " holds no file");
+  std::sort(layers.begin(), layers.end(),
+            [](const PushFile& a, const PushFile& b) { return a.path < b.path; });
+  for (PushFile& l : layers) {
+    Result<std::string> digest = FileSha256(l.file);
+    if (!digest.ok()) return digest.status();
+    l.digest = *digest;
+  }
+  return layers;
+}
+
 Result<OriginPush> PushModelPackDir(std::string_view url, const std::filesystem::path& dir,
                                     const OriginAccess& access,
                                     const std::function<void(uint64_t, uint64_t)>& progress) {
@@ -78,44 +114,11 @@ Result<OriginPush> PushModelPackDir(std::string_view url, const std::filesystem:
                                    ": push to a tag (oci://REGISTRY/REPOSITORY:TAG); the digest "
                                    "is what the push returns");
   }
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return Status::NotFound(dir.string() + " is not a directory");
-  }
-  std::vector<LocalLayer> layers;
+  Result<std::vector<PushFile>> files = FilesToPush(dir);
+  if (!files.ok()) return files.status();
+  const std::vector<PushFile>& layers = *files;
   uint64_t total = 0;
-  auto it = std::filesystem::recursive_directory_iterator(
-      dir, std::filesystem::directory_options::follow_directory_symlink, ec);
-  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(".seedd", 0) == 0) {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      continue;
-    }
-    if (!it->is_regular_file(ec)) continue;
-    LocalLayer l;
-    l.file = it->path();
-    l.path = std::filesystem::relative(it->path(), dir, ec).generic_string();
-    if (Status st = ValidateRelativePath(l.path); !st.ok()) return st.WithContext(l.path);
-    l.size = std::filesystem::file_size(it->path(), ec);
-    if (ec) return Status::IoError(it->path().string() + ": " + ec.message());
-    total += l.size;
-    layers.push_back(std::move(l));
-    if (layers.size() > kMaxFiles) {
-      return Status::ResourceExhausted(dir.string() + ": more than " + std::to_string(kMaxFiles) +
-                                       " files");
-    }
-  }
-  if (ec) return Status::IoError(dir.string() + ": " + ec.message());
-  if (layers.empty()) return Status::NotFound(dir.string() + " holds no file");
-  std::sort(layers.begin(), layers.end(),
-            [](const LocalLayer& a, const LocalLayer& b) { return a.path < b.path; });
-  for (LocalLayer& l : layers) {
-    Result<std::string> digest = FileSha256(l.file);
-    if (!digest.ok()) return digest.status();
-    l.digest = *digest;
-  }
-
+  for (const PushFile& l : layers) total += l.size;
   Result<std::unique_ptr<RegistrySession>> session = OpenRegistrySession(*ref, access);
   if (!session.ok()) return session.status();
   OriginPush push;
@@ -125,7 +128,7 @@ Result<OriginPush> PushModelPackDir(std::string_view url, const std::filesystem:
   uint64_t done = 0;
   Json json_layers = Json::array();
   Json diff_ids = Json::array();
-  for (const LocalLayer& l : layers) {
+  for (const PushFile& l : layers) {
     Result<bool> sent = PutBlob(**session, l.digest, l.file, "", l.path);
     if (!sent.ok()) return sent.status().WithContext(push.url);
     if (*sent) push.bytes_sent += l.size;

@@ -72,6 +72,7 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
 Result<OriginPush> PushToRegistry(std::string_view url, const std::filesystem::path& dir,
                                   const OriginAccess& access,
                                   const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (url.rfind("s3://", 0) == 0) return PushS3Dir(url, dir, access, progress);
   return PushModelPackDir(url, dir, access, progress);
 }
 

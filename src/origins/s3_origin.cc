@@ -1,6 +1,7 @@
 #include "origins/s3_origin.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -8,6 +9,7 @@
 #include "common/crypto.h"
 #include "kinds/weights/files/manifest.h"
 #include "origins/http_client.h"
+#include "origins/oci_push.h"
 #include "stores/s3/s3_location.h"
 #include "stores/s3/s3_xml.h"
 #include "stores/s3/sigv4.h"
@@ -134,6 +136,31 @@ class S3Origin final : public Origin {
     return file.digest;
   }
 
+  // PUTs `file` as the object of its path below the prefix.
+  Status Put(const PushFile& file) {
+    std::string raw;
+    const std::string hex = file.digest.substr(file.digest.find(':') + 1);
+    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+      raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    const std::string path = ObjectPath(config_.prefix + file.path);
+    SignedRequest signed_req{
+        "PUT", config_.host, path, {}, {{"x-amz-checksum-sha256", Base64Encode(raw)}}, hex};
+    HttpRequest req;
+    req.method = "PUT";
+    req.url = config_.endpoint + path;
+    for (const auto& [k, v] : SignV4(signed_req, creds_, config_.region, std::time(nullptr))) {
+      req.headers.push_back(k + ": " + v);
+    }
+    req.upload_file = file.file;
+    req.ca_file = access_.ca_file;
+    req.stall_timeout = access_.stall_timeout;
+    Result<HttpResponse> r = HttpSend(req);
+    if (!r.ok()) return r.status().WithContext(file.path);
+    if (r->status != 200) return ErrorFor("put " + file.path, *r);
+    return Status::Ok();
+  }
+
  private:
   std::string BucketPath() const { return config_.path_style ? "/" + config_.bucket : "/"; }
   std::string ObjectPath(const std::string& key) const {
@@ -180,7 +207,9 @@ class S3Origin final : public Origin {
 
 }  // namespace
 
-Result<OriginPtr> OpenS3Origin(std::string_view url, const OriginAccess& access) {
+namespace {
+
+Result<std::unique_ptr<S3Origin>> OpenS3(std::string_view url, const OriginAccess& access) {
   std::map<std::string, std::string> extra;
   Result<S3Location> loc = ParseS3Location(url, &extra);
   if (!loc.ok()) return loc.status().WithContext(std::string(url));
@@ -198,7 +227,45 @@ Result<OriginPtr> OpenS3Origin(std::string_view url, const OriginAccess& access)
   config.path_style = loc->path_style;
   Result<AwsCredentials> creds = LoadAwsCredentials();
   if (!creds.ok()) return creds.status().WithContext(std::string(url));
-  return OriginPtr(std::make_unique<S3Origin>(std::move(config), std::move(*creds), access));
+  return std::make_unique<S3Origin>(std::move(config), std::move(*creds), access);
+}
+
+}  // namespace
+
+Result<OriginPtr> OpenS3Origin(std::string_view url, const OriginAccess& access) {
+  Result<std::unique_ptr<S3Origin>> s3 = OpenS3(url, access);
+  if (!s3.ok()) return s3.status();
+  return OriginPtr(std::move(*s3));
+}
+
+Result<OriginPush> PushS3Dir(std::string_view url, const std::filesystem::path& dir,
+                             const OriginAccess& access,
+                             const std::function<void(uint64_t, uint64_t)>& progress) {
+  constexpr uint64_t kMaxPut = uint64_t{5} << 30;
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<S3Origin>> s3 = OpenS3(url, access);
+  if (!s3.ok()) return s3.status();
+  Result<std::vector<PushFile>> files = FilesToPush(dir, kMaxPut);
+  if (!files.ok()) {
+    if (files.status().code() != StatusCode::kInvalidArgument) return files.status();
+    return Status::InvalidArgument(files.status().message() +
+                                   " (5 GiB, one S3 PUT: multipart uploads are not supported); "
+                                   "nothing was sent");
+  }
+  OriginPush push;
+  push.url = std::string(url);
+  push.files = files->size();
+  for (const PushFile& f : *files) push.total_bytes += f.size;
+  for (const PushFile& f : *files) {
+    SEEDD_RETURN_IF_ERROR((*s3)->Put(f).WithContext(push.url));
+    push.bytes_sent += f.size;
+    if (progress) progress(push.bytes_sent, push.total_bytes);
+  }
+  Result<OriginModel> listed = (*s3)->Resolve();
+  if (!listed.ok()) return listed.status().WithContext("reading back " + push.url);
+  push.manifest = listed->version;
+  push.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return push;
 }
 
 }  // namespace seedd

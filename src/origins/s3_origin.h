@@ -11,6 +11,8 @@
 // Thread safety: S3Origin's methods may be called concurrently.
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <string_view>
 
 #include "origins/origin.h"
@@ -18,5 +20,16 @@
 namespace seedd {
 
 Result<OriginPtr> OpenS3Origin(std::string_view url, const OriginAccess& access);
+
+// The files below `dir` written below the prefix of `url`, one object per file
+// (its path the key less the prefix), each PUT with its x-amz-checksum-sha256
+// (S3 checks it and keeps it: readers verify against it) and signed with its
+// SHA-256: what `--model NAME=s3://...` reads. One PUT per object: a file over
+// 5 GiB (S3's limit for one PUT) is refused before any byte is sent.
+// OriginPush::manifest is the version a reader will see (the listing's
+// digest, read back after the upload).
+Result<OriginPush> PushS3Dir(std::string_view url, const std::filesystem::path& dir,
+                             const OriginAccess& access,
+                             const std::function<void(uint64_t, uint64_t)>& progress);
 
 }  // namespace seedd

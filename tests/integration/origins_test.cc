@@ -589,6 +589,45 @@ TEST_F(S3OriginTest, ALargeObjectIsFetchedAsParallelRangedGetsAndCheckedAgainstI
   EXPECT_EQ(Files(copy->dir), model);
 }
 
+// `seedctl push s3://...` writes a model directory as one object per file,
+// which `--model NAME=s3://...` and `seedctl pull --from` read back byte for
+// byte, each checked; a file over one PUT's 5 GiB is refused before any byte
+// moves.
+TEST_F(S3OriginTest, SeedctlPushWritesADirectoryThatTheS3OriginReadsBack) {
+  const auto model = AModel();
+  const fs::path dir = dir_.path() / "to-push";
+  for (const auto& [path, bytes] : model) {
+    fs::create_directories((dir / path).parent_path());
+    std::ofstream(dir / path, std::ios::binary) << bytes;
+  }
+  fs::create_directories(dir / ".seedd-staging");
+  std::ofstream(dir / ".seedd-staging" / "left-out", std::ios::binary) << "x";
+  auto pushed = RunCommand({SEEDCTL_BIN, "push", Url("models/pushed"), "--from", dir.string()});
+  ASSERT_EQ(pushed.status, 0) << pushed.err;
+  EXPECT_TRUE(Has(pushed.out, "pushed " + Url("models/pushed") + " (5 files")) << pushed.out;
+  Result<OriginCopy> copy = CopyFromOrigin(Url("models/pushed"), dir_.path() / "o", OriginAccess{});
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(copy->dir), model);
+  EXPECT_EQ(copy->files_unverified, 0u);
+  EXPECT_TRUE(Has(pushed.out, copy->version)) << pushed.out;
+
+  // A sparse file of 5 GiB and one byte: refused before any object is written.
+  const fs::path big = dir_.path() / "big";
+  fs::create_directories(big);
+  {
+    std::ofstream(big / "a.bin", std::ios::binary) << "a";
+    std::ofstream huge(big / "huge.bin", std::ios::binary);
+    huge.seekp((std::streamoff{5} << 30));
+    huge.put('x');
+  }
+  auto refused = RunCommand({SEEDCTL_BIN, "push", Url("models/big"), "--from", big.string()});
+  EXPECT_NE(refused.status, 0);
+  EXPECT_TRUE(Has(refused.err, "huge.bin: 5368709121 bytes")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "nothing was sent")) << refused.err;
+  Result<OriginCopy> none = CopyFromOrigin(Url("models/big"), dir_.path() / "n", OriginAccess{});
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().ToString();
+}
+
 TEST_F(S3OriginTest, AnObjectChangedAfterItsEtagWasRecordedIsRefusedNamingTheFile) {
   const auto model = AModel();
   Upload("models/test", model);
