@@ -25,18 +25,7 @@ source "$root/scripts/seedd_lib.sh"
 (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token")
 
 port="$(free_port)"
-cat > "$work/registry.yml" <<YML
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: false
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-http:
-  addr: 127.0.0.1:$port
-YML
+registry_config "$work/registry.yml" "127.0.0.1:$port" "$work/registry" access
 docker-registry serve "$work/registry.yml" > "$work/registry.log" 2>&1 &
 pids+=($!)
 start_redis

@@ -68,16 +68,7 @@ shape() {
 
 # Host 0: the registry and redis.
 reg="$(ip_of 0):5000"
-cat > "$work/registry.yml" << YML
-version: 0.1
-log:
-  level: error
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-http:
-  addr: $reg
-YML
+registry_config "$work/registry.yml" "$reg" "$work/registry"
 ip netns exec "$(ns 0)" docker-registry serve "$work/registry.yml" > "$work/registry.log" 2>&1 &
 pids+=($!)
 ip netns exec "$(ns 0)" redis-server --bind "$(ip_of 0)" --port 6379 --protected-mode no --save '' --appendonly no \

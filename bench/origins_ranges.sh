@@ -30,16 +30,7 @@ for tool in docker-registry skopeo tc; do
 done
 
 port="$(free_port)"
-cat > "$work/registry.yml" << YML
-version: 0.1
-log:
-  level: error
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-http:
-  addr: 127.0.0.1:$port
-YML
+registry_config "$work/registry.yml" "127.0.0.1:$port" "$work/registry"
 docker-registry serve "$work/registry.yml" > "$work/registry.log" 2>&1 &
 pids+=($!)
 wait_port "$port"

@@ -28,6 +28,24 @@ file_has() {
   return 1
 }
 
+# registry_config FILE ADDR ROOT [access]: a docker-registry configuration
+# serving ADDR (HOST:PORT) from storage ROOT, logging errors only (and every
+# request with `access`).
+registry_config() {
+  local access=""
+  [ "${4:-}" = access ] && access=$'\n  accesslog:\n    disabled: false'
+  cat > "$1" << YML
+version: 0.1
+log:
+  level: error$access
+storage:
+  filesystem:
+    rootdirectory: $3
+http:
+  addr: $2
+YML
+}
+
 # Prints a free loopback port.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
