@@ -18,7 +18,8 @@ case "$mode" in
   demo) PACKAGES+=(redis-server redis-tools) ;;
   test)
     PACKAGES+=(redis-server redis-tools clang-14 libclang-rt-14-dev clang-format systemd prometheus
-               python3-pytest python3-venv iproute2 util-linux docker-registry skopeo)
+               python3-pytest python3-venv iproute2 util-linux docker-registry skopeo
+               python3-torch libtorch-dev python3-dev)
     ;;
   *) echo "usage: setup.sh build|demo|test" >&2; exit 2 ;;
 esac

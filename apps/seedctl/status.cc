@@ -76,6 +76,28 @@ void PrintTable(const seedd::Json& status) {
                 D(w, "seconds"), S(w, "source").c_str());
     if (!S(w, "error").empty()) std::printf("  error: %s\n", S(w, "error").c_str());
   }
+  // Whether the engine opened what the warmups installed.
+  const seedd::Json& usage = status.contains("usage") ? status["usage"] : none;
+  if (!usage.empty()) {
+    std::printf("\n%-32s %-9s %9s %8s %12s\n", "INSTALLED", "STATE", "FILES", "OPENED",
+                "FIRST OPEN");
+    for (const auto& u : usage) {
+      char first[32] = "-";
+      if (u.contains("first_open_after_seconds")) {
+        std::snprintf(first, sizeof(first), "%.1f s", D(u, "first_open_after_seconds"));
+      }
+      std::printf("%-32s %-9s %9llu %8llu %12s\n", S(u, "cache").c_str(), S(u, "state").c_str(),
+                  static_cast<unsigned long long>(U(u, "files_installed")),
+                  static_cast<unsigned long long>(U(u, "files_opened")), first);
+      if (S(u, "state") == "unwatched") std::printf("  not watched: %s\n", S(u, "watch").c_str());
+      if (S(u, "state") == "unused") {
+        std::printf(
+            "  none opened in %.0f s: the engine rebuilt instead or reads another "
+            "directory (the daemon's log says what to check)\n",
+            D(u, "seconds_since_install"));
+      }
+    }
+  }
   const seedd::Json& stores = status.contains("stores") ? status["stores"] : none;
   std::printf("\n%-8s %s\n", "STORE", "LOCATION");
   for (const auto& s : stores) {

@@ -223,9 +223,11 @@ int main(int argc, char** argv) {
   std::string chunk_digest = "sha256";
   std::string verify = "chunks";
   std::vector<std::string> warmups;
+  std::vector<size_t> named_caches;  // options.compile_caches known by name
   std::string compile_key;
   std::vector<std::string> compile_factors;
   std::string compile_factors_file;
+  std::string engine_python = "python3";
   seedd::AutotuneOptions autotune;
   std::string autotune_root;
   bool no_autotune = false;
@@ -288,6 +290,7 @@ int main(int argc, char** argv) {
                  "--registry, fetched from upstream once per fleet)")
       ->take_all();
   int64_t pull_timeout = 1800;
+  double used_grace = 600;
   int keep_versions = 2;
   std::string registry;
   app.add_option("--registry", registry,
@@ -334,6 +337,13 @@ int main(int argc, char** argv) {
                  "(seedctl gc does the same by hand)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--used-grace", used_grace,
+                 "seconds after a warmup installs files (a compile cache, an autotune table, a "
+                 "pulled model) within which another process should open one of them; else a "
+                 "warning says the engine rebuilt instead (/status and seedctl status count the "
+                 "files opened either way)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 7.0 * 24 * 3600));
   app.add_option("--pull-timeout", pull_timeout,
                  "seconds --pull keeps retrying (backoff 0.5 s doubling to 30 s, with jitter) "
                  "while no source serves the model: sources that start later or restart are "
@@ -364,21 +374,38 @@ int main(int argc, char** argv) {
                  "pulling (default: the --listen address unless it is a wildcard)");
   app.add_option("--warmup", warmups,
                  "warmup cache to run before reporting ready (repeatable): flashinfer_autotune, "
-                 "or compile_cache:NAME=DIR (a compiler's cache directory, e.g. "
-                 "triton=~/.triton/cache: seeded when empty from the local disk, the stores, "
-                 "then --source; then published and served)")
+                 "compile_cache:NAME for a cache seedd knows (triton, inductor, vllm, "
+                 "flashinfer, deepgemm, cuda, torch_extensions: its directory from the "
+                 "consumer's own variable or default, its key factors read from --python), or "
+                 "compile_cache:NAME=DIR for any other (with --compile-key and --factor). A "
+                 "cache is seeded when empty from the local disk, the stores, then --source; "
+                 "then published and served")
       ->check([](const std::string& w) -> std::string {
         if (w == "flashinfer_autotune") return "";
-        const size_t eq = w.find('=');
-        if (w.rfind(kCompileWarmup, 0) == 0 && eq != std::string::npos &&
-            eq > kCompileWarmup.size() && eq + 1 < w.size()) {
-          return "";
+        if (w.rfind(kCompileWarmup, 0) == 0) {
+          const std::string rest = w.substr(kCompileWarmup.size());
+          const size_t eq = rest.find('=');
+          if (eq == std::string::npos) {
+            if (seedd::FindKnownCompileCache(rest) != nullptr) return "";
+            seedd::Result<seedd::CompileCacheSpec> known =
+                seedd::KnownCompileCacheSpec(rest, {}, seedd::ProcessEnvironment());
+            return std::string(known.status().message());
+          }
+          if (eq > 0 && eq + 1 < rest.size()) return "";
         }
-        return "expected flashinfer_autotune or compile_cache:NAME=DIR, got '" + w + "'";
+        return "expected flashinfer_autotune, compile_cache:NAME or compile_cache:NAME=DIR, got '" +
+               w + "'";
       });
+  app.add_option("--python", engine_python,
+                 "the engine's Python interpreter: the versions of torch, triton, vllm, "
+                 "flashinfer and deep_gemm in its environment, the compiler and the GPU are the "
+                 "key factors of the compile caches named by --warmup compile_cache:NAME")
+      ->capture_default_str();
   app.add_option("--compile-key", compile_key,
                  "the configuration the compile caches are for, 16-128 lowercase hex (e.g. a "
-                 "hash of the model and its compile settings); required with compile_cache");
+                 "hash of the model and its compile settings); required with "
+                 "compile_cache:NAME=DIR; for a cache named alone, the default is the SHA-256 of "
+                 "its name and key factors");
   app.add_option("--factor", compile_factors,
                  "NAME=VALUE, repeatable: a key factor of the compile caches (triton=3.1.0, "
                  "torch=2.5.1, cuda=12.4, arch=sm90); a bundle built under other factors is "
@@ -526,6 +553,7 @@ int main(int argc, char** argv) {
     }
   }
   options.pull_timeout = std::chrono::seconds(pull_timeout);
+  options.used_grace = std::chrono::milliseconds(static_cast<int64_t>(used_grace * 1000));
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;
   options.origin_access.auth_file = origin_auth;
@@ -581,6 +609,14 @@ int main(int argc, char** argv) {
       }
       const size_t eq = w.find('=');
       seedd::CompileCacheSpec spec;
+      if (eq == std::string::npos) {
+        // Known by name: its directory and factors are read at start.
+        spec.name = w.substr(kCompileWarmup.size());
+        spec.key = compile_key.empty() ? std::string(64, '0') : compile_key;
+        named_caches.push_back(options.compile_caches.size());
+        options.compile_caches.push_back(std::move(spec));
+        continue;
+      }
       spec.name = w.substr(kCompileWarmup.size(), eq - kCompileWarmup.size());
       spec.dir = ExpandHome(w.substr(eq + 1));
       spec.key = compile_key;
@@ -613,6 +649,33 @@ int main(int argc, char** argv) {
         seedd::ParseCompileFactors(compile_factors, compile_factors_file);
     if (!factors.ok()) return Fail(std::string(factors.status().message()));
     for (seedd::CompileCacheSpec& spec : options.compile_caches) spec.factors = *factors;
+    // Caches named alone: the consumer's directory and the factors its cache
+    // depends on, read from the engine's Python; --factor on top.
+    if (!named_caches.empty()) {
+      seedd::Result<seedd::CompileFactors> probed = seedd::ProbeEngineEnvironment(engine_python);
+      if (!probed.ok()) {
+        return Fail("--warmup compile_cache:" + options.compile_caches[named_caches[0]].name +
+                    ": " + std::string(probed.status().message()) +
+                    " (name the engine's interpreter with --python PATH)");
+      }
+      for (size_t i : named_caches) {
+        seedd::CompileCacheSpec& spec = options.compile_caches[i];
+        seedd::Result<seedd::CompileCacheSpec> known =
+            seedd::KnownCompileCacheSpec(spec.name, *probed, seedd::ProcessEnvironment());
+        if (!known.ok()) return Fail(std::string(known.status().message()));
+        for (const auto& [k, v] : *factors) known->factors[k] = v;
+        known->key =
+            compile_key.empty() ? seedd::DefaultCompileKey(spec.name, known->factors) : compile_key;
+        std::string shown;
+        for (const auto& [k, v] : known->factors)
+          shown += (shown.empty() ? "" : ", ") + k + "=" + v;
+        seedd::Logger().info("compile_cache {}: {} (key {}; factors {})", spec.name,
+                             known->dir.string(), known->key.substr(0, 16), shown);
+        spec.dir = known->dir;
+        spec.factors = known->factors;
+        spec.key = known->key;
+      }
+    }
   }
 
   RaiseFileLimit();

@@ -30,10 +30,13 @@
 // Thread safety: the functions are; the seedable's Resolve is thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -123,9 +126,10 @@ std::string CompileCacheBundleDigest(const Json& bundle);
 std::string CompareCompileFactors(const CompileFactors& remote, const CompileFactors& local);
 
 struct CompileCacheInstall {
-  size_t installed = 0;   // files written
-  size_t kept_newer = 0;  // already there and as new or newer: left alone
-  uint64_t bytes = 0;     // of the files written
+  size_t installed = 0;            // files written
+  size_t kept_newer = 0;           // already there and as new or newer: left alone
+  uint64_t bytes = 0;              // of the files written
+  std::vector<std::string> paths;  // the files written, relative to the directory
 };
 
 // Whether a bundle carries its files by reference ("content"), not inline.
@@ -158,6 +162,45 @@ SeedablePtr NewCompileCacheSeedable(const std::filesystem::path& cache_dir,
                                     std::vector<std::shared_ptr<ArtifactStore>> shared = {},
                                     std::shared_ptr<const TrustedKeys> trust = nullptr,
                                     std::shared_ptr<CompileCacheDataPlane> plane = nullptr);
+
+// Compile caches seedd knows by name (`--warmup compile_cache:triton`): where
+// each consumer keeps its cache (its own environment variable, else its own
+// default) and the facts of the engine's environment that consumer's cache
+// depends on. docs/compile-caches.md says, for each, how the consumer keys and
+// checks its cache and what seedd compares.
+struct KnownCompileCache {
+  std::string_view name;                  // "triton"
+  std::string_view env;                   // "TRITON_CACHE_DIR"
+  std::string_view default_dir;           // as documented, e.g. "$HOME/.triton/cache"
+  std::vector<std::string_view> factors;  // names ProbeEngineEnvironment reports
+};
+const std::vector<KnownCompileCache>& KnownCompileCaches();
+const KnownCompileCache* FindKnownCompileCache(std::string_view name);
+
+// The engine's environment, read by running `python` (the engine's
+// interpreter) with a short probe: "python" (3.11), "machine", the versions of
+// torch, triton, vllm, flashinfer and deep_gemm ("none" when not installed),
+// "torch_cuda" (the CUDA torch was built with, "none" for a CPU build), "cxx"
+// (the C++ compiler's version: $CXX, else c++), "nvcc", "gpu_arch", "gpu_name"
+// and "driver" (from nvidia-smi; "none" without a GPU). FailedPrecondition
+// naming the interpreter when it cannot run or prints no JSON object.
+Result<CompileFactors> ProbeEngineEnvironment(
+    const std::string& python, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// Reads an environment variable; nullopt when unset or empty.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup ProcessEnvironment();
+
+// The spec of a known cache: its directory from `env` (or the consumer's
+// default, which for torch_extensions depends on the probed Python and CUDA),
+// its factors taken from `probed` (each listed factor; a missing one is
+// "none"), and the key DefaultCompileKey gives. NotFound for an unknown name.
+Result<CompileCacheSpec> KnownCompileCacheSpec(std::string_view name, const CompileFactors& probed,
+                                               const EnvLookup& env);
+
+// The key of a cache configured by name: SHA-256 (hex) of the name and its
+// factors, so caches built under other factors are other keys.
+std::string DefaultCompileKey(std::string_view name, const CompileFactors& factors);
 
 // What a daemon's warmup did for one cache.
 struct CompileCacheWarmupReport {

@@ -54,6 +54,11 @@ struct DaemonOptions {
   // published to the local disk store and the shared stores, and served from
   // its directory as it is at each request.
   std::vector<CompileCacheSpec> compile_caches;
+  // After a warmup installs files (a compile cache, an autotune table, a
+  // pulled model), they are watched: /status, the metrics and `seedctl status`
+  // say how many another process opened, and a cache none of whose files was
+  // opened after this long is reported once as a warning.
+  std::chrono::milliseconds used_grace{std::chrono::minutes(10)};
   // Model directories served as weight_shards (name → directory).
   std::vector<std::pair<std::string, std::filesystem::path>> models;
   // Chunk size of their manifests; 0: chosen by each model's size (about 1,024
@@ -154,7 +159,7 @@ class Daemon {
   // True once Start has finished every warmup and pull at start.
   bool ready() const;
   // What /status shows: {"ready", "listen", "models": [...], "pulls": [...],
-  // "warmups": [...], "stores": [...]} (docs/operations.md). Thread-safe.
+  // "warmups": [...], "usage": [...], "stores": [...]} (docs/operations.md). Thread-safe.
   Json StatusJson() const;
   // The admin endpoint's bound address, once Start has begun; nullopt without one.
   std::optional<HostPort> admin_address() const;
@@ -163,6 +168,8 @@ class Daemon {
   // The kinds, the swarm, the endpoints and their state (daemon.cc).
   struct Rep;
   explicit Daemon(std::unique_ptr<Rep> rep);
+  // Watches the files of model `name` as installed for the engine.
+  void WatchModel(const std::string& name);
   std::unique_ptr<Rep> rep_;
 };
 

@@ -77,6 +77,16 @@ struct Families {
           .Name("seedd_pull_progress_ratio")
           .Help("Share of a pulled model's bytes verified (1 once the pull completed)")
           .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& installed_files =
+      BuildGauge()
+          .Name("seedd_installed_files")
+          .Help("Files a warmup installed for the engine, by cache (watched since)")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& installed_opened =
+      BuildGauge()
+          .Name("seedd_installed_files_opened")
+          .Help("Of the files a warmup installed, those another process opened since, by cache")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_bytes =
       BuildCounter()
           .Name("seedd_relay_bytes_sent_total")
@@ -182,6 +192,11 @@ void Warmup(std::string_view kind, std::string_view source, double seconds) {
 
 void PullProgress(std::string_view model, double ratio) {
   F().pull_progress.Add({{"model", std::string(model)}}).Set(ratio);
+}
+
+void InstalledFiles(std::string_view cache, uint64_t installed, uint64_t opened) {
+  F().installed_files.Add({{"cache", std::string(cache)}}).Set(static_cast<double>(installed));
+  F().installed_opened.Add({{"cache", std::string(cache)}}).Set(static_cast<double>(opened));
 }
 
 void RelayBytesSent(uint64_t bytes) { F().relayed.Increment(static_cast<double>(bytes)); }

@@ -41,6 +41,9 @@ void StoreOperation(std::string_view backend, std::string_view op, std::string_v
 void Warmup(std::string_view kind, std::string_view source, double seconds);
 // The share of model `model`'s bytes verified by the pull running (1 once done).
 void PullProgress(std::string_view model, double ratio);
+// The files a warmup installed as `cache` ("compile_cache:triton", a model's
+// name...) and how many of them another process opened since.
+void InstalledFiles(std::string_view cache, uint64_t installed, uint64_t opened);
 // Weight bytes sent from a model this daemon pulled (relayed to the swarm).
 void RelayBytesSent(uint64_t bytes);
 // An upload thread waited `seconds` to keep within --relay-upload-rate.

@@ -329,6 +329,21 @@ std::string SourceLabel(const std::string& source) {
 
 }  // namespace
 
+// The files of model `name` as the daemon installed it (<cache>/weights/NAME/current).
+void Daemon::WatchModel(const std::string& name) {
+  const std::filesystem::path current = rep_->options_.cache_dir / "weights" / name / "current";
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::canonical(current, ec);
+  if (ec) return;
+  std::vector<std::filesystem::path> files;
+  for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->is_regular_file(ec) && !it->is_symlink(ec)) files.push_back(it->path());
+  }
+  rep_->usage_->Watch(name, files,
+                      "check that the engine loads the model from " + current.string());
+}
+
 Result<std::optional<HostPort>> Daemon::Start() {
   if (rep_->options_.admin_listen.has_value() && rep_->admin_ == nullptr) {
     Result<std::unique_ptr<AdminServer>> admin =
@@ -351,6 +366,11 @@ Result<std::optional<HostPort>> Daemon::Start() {
                            "): seedd keeps pulled models and verified chunks there; give it a "
                            "writable --cache-dir");
   }
+  if (rep_->options_.autotune.warmup || !rep_->options_.compile_caches.empty() ||
+      !rep_->options_.pulls.empty() || !rep_->fleet_fetches_.empty() ||
+      !rep_->origin_pulls_.empty()) {
+    rep_->usage_ = UsageWatch::Start(rep_->options_.used_grace);
+  }
   if (rep_->options_.autotune.warmup) {
     // Before the daemon reports ready: a replica is warm when seedd says so.
     rep_->RecordWarmup({"flashinfer_autotune", "running", "", "", 0});
@@ -365,6 +385,16 @@ Result<std::optional<HostPort>> Daemon::Start() {
     }
     metrics::Warmup("flashinfer_autotune", SourceLabel(report->source), report->seconds);
     rep_->RecordWarmup({"flashinfer_autotune", "done", report->source, "", report->seconds});
+    if (report->source != "disabled") {
+      const AutotuneOptions& at = rep_->options_.autotune;
+      const std::filesystem::path root =
+          at.root.empty() ? rep_->options_.cache_dir / "flashinfer_autotune" : at.root;
+      const std::filesystem::path table =
+          root / rep_->autotune_->config_hash() / FlashInferFilename(at.dp_rank, at.rank);
+      rep_->usage_->Watch("flashinfer_autotune", {table},
+                          "check that the engine loads its autotune table from " + table.string() +
+                              " (FlashInfer's autotuner, for this config hash and rank)");
+    }
   }
   Result<std::optional<HostPort>> bound = rep_->transport_->StartListener();
   if (!bound.ok()) return bound.status();
@@ -428,6 +458,16 @@ Result<std::optional<HostPort>> Daemon::Start() {
                   report->by_reference ? "; its files on the data plane" : "", took);
     metrics::Warmup("compile_cache", SourceLabel(report->source), took);
     rep_->RecordWarmup({kind, "done", report->source, "", took});
+    if (!report->install.paths.empty()) {
+      std::vector<std::filesystem::path> files;
+      for (const std::string& rel : report->install.paths) files.push_back(spec.dir / rel);
+      std::string factors;
+      for (const auto& [k, v] : spec.factors)
+        factors += (factors.empty() ? "" : ", ") + k + "=" + v;
+      rep_->usage_->Watch(kind, files,
+                          "check that the engine reads " + spec.dir.string() +
+                              " and that its key factors are these (" + factors + ")");
+    }
   }
   // Origin models fetched with the fleet: each file served as soon as it is here.
   for (const Rep::FleetFetch& f : rep_->fleet_fetches_) {
@@ -455,6 +495,7 @@ Result<std::optional<HostPort>> Daemon::Start() {
     PublishOriginRoot(*rep_->registry_, f.name, f.model.version, root);
     metrics::Warmup("weight_shards", "peer", took);
     rep_->RecordWarmup({kind, "done", "upstream and fleet", "", took});
+    WatchModel(f.name);
   }
   // The --pull list, then origin models another daemon fetched for the fleet
   // (from the daemons holding them rather than --source).
@@ -492,6 +533,7 @@ Result<std::optional<HostPort>> Daemon::Start() {
       }
       metrics::Warmup("weight_shards", fetched ? "peer" : "local", took);
       rep_->RecordWarmup({kind, "done", fetched ? "peers" : "local copy", "", took});
+      WatchModel(name);
       GcOptions gc;
       gc.keep_versions = rep_->options_.keep_versions;
       gc.only_model = name;

@@ -12,6 +12,7 @@
 #include "common/mutex.h"
 #include "daemon/admin_server.h"
 #include "daemon/compile_cache_plane.h"
+#include "daemon/usage_watch.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/net/registry.h"
 #include "kinds/weights/weight_shards_kind.h"
@@ -51,7 +52,8 @@ struct Daemon::Rep {
   void RecordWarmup(WarmupRecord record);
   mutable Mutex warmups_mu_;
   std::vector<WarmupRecord> warmups_ GUARDED_BY(warmups_mu_);
-  std::optional<HostPort> bound_;  // the D2D listener, once Start bound it
+  std::unique_ptr<UsageWatch> usage_;  // what the warmups installed, watched
+  std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
   std::unique_ptr<AdminServer> admin_;
   std::atomic<bool> ready_{false};
   bool stopped_ = false;

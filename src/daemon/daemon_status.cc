@@ -78,6 +78,7 @@ Json Daemon::StatusJson() const {
               {"models", std::move(models)},
               {"pulls", std::move(pulls)},
               {"warmups", std::move(warmups)},
+              {"usage", rep_->usage_ != nullptr ? rep_->usage_->SnapshotJson() : Json::array()},
               {"stores", std::move(stores)}};
 }
 

@@ -578,6 +578,7 @@ Result<CompileCacheInstall> InstallCompileCache(const Json& bundle,
     }
     ++done.installed;
     done.bytes += files[i]["size"].get<uint64_t>();
+    done.paths.push_back(rel);
   }
   SEEDD_RETURN_IF_ERROR(SyncDirectory(dir));
   return done;
