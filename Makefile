@@ -93,6 +93,7 @@ bench: test-deps build
 	bash bench/origins.sh $(BUILD)/bin
 	bash bench/origins_fleet.sh $(BUILD)/bin
 	bash bench/origins_ranges.sh $(BUILD)/bin
+	bash bench/engine_caches.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
