@@ -70,13 +70,16 @@ int seedd_exchange(const char* options, const char* request, char** response, ch
  * [HOST:PORT...], "token", "root_digest", "timeout", "replace", "verify_sha256",
  * "verify_upstream" (an oci:// URL that vouches for the model: PullOptions::upstream),
  * "origin_auth", "origin_ca", "connections", "max_neighbours", "tls_ca", "tls_cert",
- * "tls_key", "reuse_from": [DIR...], "trust_keys": [PATH...]}. */
+ * "tls_key", "reuse_from": [DIR...], "trust_keys": [PATH...], "order" ("index": files
+ * complete in the manifest's order, PullOptions::order)}. */
 typedef struct seedd_pull seedd_pull;
 int seedd_pull_start(const char* options, seedd_pull** out, char** error);
 /* 1 once the pull has ended, else 0 after at most timeout_ms. */
 int seedd_pull_wait(seedd_pull* pull, int timeout_ms);
 /* 1 and *progress ({"verified_bytes", "total_bytes", "resumed_bytes",
- * "sources"}) when there is progress not yet taken, else 0. */
+ * "sources", "files_ready": [PATH...] whole and verified since the last call,
+ * "staging": where they are until the pull commits}) when there is progress
+ * not yet taken, else 0. */
 int seedd_pull_progress(seedd_pull* pull, char** progress);
 /* Asks the pull to stop (thread-safe); it ends within about 50 ms. */
 void seedd_pull_cancel(seedd_pull* pull);

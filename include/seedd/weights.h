@@ -265,6 +265,12 @@ struct PullProgress {
   uint64_t total_bytes = 0;
   uint64_t resumed_bytes = 0;  // verified by an earlier, interrupted pull, or copied locally
   size_t sources = 0;          // seeds and relays that delivered a verified chunk so far
+  // Files (relative paths) whole and verified since the previous call, each
+  // once: readable at `staging`/PATH until the pull commits, at the
+  // destination after (the rename keeps the file: an open or a mapping stays
+  // valid). Files whole from the start come with the first call.
+  std::vector<std::string> files_ready;
+  std::filesystem::path staging;
 };
 
 struct PullOptions {
@@ -281,6 +287,12 @@ struct PullOptions {
   int connections = 4;         // to each source
   size_t max_neighbours = 16;  // sources and relays fetched from at once
   bool verify_sha256 = false;  // also check every file's SHA-256 before committing
+  // "index": files complete one after another in the manifest's order (paths
+  // sorted: a sharded checkpoint's shards in its index's order,
+  // model-00001-of-N first) when pulling from sources alone and near the end of
+  // a swarm pull, for a loader reading files as they complete (files_ready);
+  // "" (default): rarest first throughout.
+  std::string order;
   // The upstream the model was fetched from, as an origin URL
   // (oci://REGISTRY/REPOSITORY:TAG, or @sha256:DIGEST to pin it): its listing is
   // read first, and the sources' manifest must name exactly its files (paths and

@@ -47,6 +47,7 @@ from ._api import (  # noqa: E402
     pull,
     set_log_level,
 )
+from ._tensors import TensorStream, load_safetensors  # noqa: E402
 from ._native import VERSION as __version__  # noqa: E402
 
 # Named as users import them (seedd.Error in a traceback, not seedd._api.Error).

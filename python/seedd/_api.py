@@ -20,7 +20,9 @@ __all__ = [
     "SeedConfig",
     "SeedTransport",
     "Seedable",
+    "TensorStream",
     "TlsFiles",
+    "load_safetensors",
     "pull",
     "set_log_level",
 ]
@@ -297,15 +299,14 @@ def _address_text(source: Address) -> str:
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
-def pull(
+def _pull_options(
     model: str,
     sources: Address | Iterable[Address],
     into: str | os.PathLike[str],
-    token: str | None = None,
+    token: str | None,
     *,
     root_digest: str = "",
     timeout: float = 1800.0,
-    progress: Callable[[dict[str, int]], None] | None = None,
     replace: bool = False,
     verify_sha256: bool = False,
     connections: int = 4,
@@ -318,39 +319,9 @@ def pull(
     verify_upstream: str = "",
     origin_auth: str | os.PathLike[str] | None = None,
     origin_ca: str | os.PathLike[str] | None = None,
-) -> PullStats:
-    """Pull ``model``'s weights from seedd daemons into the directory ``into``.
-
-    ``sources``: "HOST:PORT" or (host, port), one or several (a name that
-    resolves to several addresses counts as that many). ``token``: the shared
-    token (default: ``$SEEDD_TOKEN``). ``root_digest`` pins the version: any
-    other is refused before a byte moves. Sources that do not answer are tried
-    again until ``timeout`` seconds after the call. ``progress`` is called with
-    ``{"verified_bytes", "total_bytes", "resumed_bytes", "sources"}`` as chunks
-    are verified, on the calling thread. ``tls_ca``: connect with TLS and
-    verify the daemons against this CA (PEM); ``tls_cert``/``tls_key``: a
-    client certificate for daemons that require one (each by default from
-    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``). ``trust_keys``:
-    Ed25519 public keys (PEM files); only a manifest signed by one of them (the
-    publishing daemon's ``--sign-key``) is pulled, anything else raises
-    ``FailedPrecondition`` naming the signer's key. ``reuse_from``: directories
-    laid out as the model (an earlier version): chunks they hold at the same
-    path and offset, checked against the manifest, are copied from there
-    instead of fetched (so is ``into`` when ``replace`` swaps it).
-    ``verify_upstream``: the model's upstream, ``oci://REGISTRY/REPOSITORY:TAG``
-    or ``...@sha256:DIGEST``; the manifest must name exactly its files, each
-    with its layer's SHA-256 (else ``FailedPrecondition`` before any byte
-    moves), and every file's SHA-256 is checked before commit (``origin_auth``:
-    registry credentials as ``docker login`` writes them; ``origin_ca``: a CA
-    bundle for an https registry).
-
-    Every chunk is verified before it lands; the files appear under ``into``
-    only once all are (a pull interrupted, by Ctrl-C too, keeps what it
-    verified and a rerun resumes). Raises :class:`Error` on failure (``code``:
-    "InvalidArgument", "NotFound", "FailedPrecondition", "Unavailable",
-    "DeadlineExceeded", "DataLoss", "IoError"); KeyboardInterrupt stops the
-    pull within about 50 ms and is raised.
-    """
+    order: str = "",
+) -> dict[str, Any]:
+    """The native pull's options from pull()'s arguments, checked."""
     if isinstance(sources, str) or (
         isinstance(sources, tuple) and len(sources) == 2 and isinstance(sources[1], int)
     ):
@@ -386,9 +357,82 @@ def pull(
         verify_upstream=verify_upstream,
         origin_auth=os.fspath(origin_auth or ""),
         origin_ca=os.fspath(origin_ca or ""),
+        order=order,
     )
     if options["tls_cert"] and not options["tls_ca"]:
         raise ValueError("a TLS client certificate needs tls_ca (the CA of the daemons)")
+    if order not in ("", "index"):
+        raise ValueError("order must be 'index' or '' (rarest first), not %r" % (order,))
+    return options
+
+
+def pull(
+    model: str,
+    sources: Address | Iterable[Address],
+    into: str | os.PathLike[str],
+    token: str | None = None,
+    *,
+    root_digest: str = "",
+    timeout: float = 1800.0,
+    progress: Callable[[dict[str, int]], None] | None = None,
+    replace: bool = False,
+    verify_sha256: bool = False,
+    connections: int = 4,
+    max_neighbours: int = 16,
+    tls_ca: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
+    trust_keys: Iterable[str | os.PathLike[str]] = (),
+    reuse_from: Iterable[str | os.PathLike[str]] = (),
+    verify_upstream: str = "",
+    origin_auth: str | os.PathLike[str] | None = None,
+    origin_ca: str | os.PathLike[str] | None = None,
+    order: str = "",
+) -> PullStats:
+    """Pull ``model``'s weights from seedd daemons into the directory ``into``.
+
+    ``sources``: "HOST:PORT" or (host, port), one or several (a name that
+    resolves to several addresses counts as that many). ``token``: the shared
+    token (default: ``$SEEDD_TOKEN``). ``root_digest`` pins the version: any
+    other is refused before a byte moves. Sources that do not answer are tried
+    again until ``timeout`` seconds after the call. ``progress`` is called with
+    ``{"verified_bytes", "total_bytes", "resumed_bytes", "sources"}`` as chunks
+    are verified, on the calling thread. ``tls_ca``: connect with TLS and
+    verify the daemons against this CA (PEM); ``tls_cert``/``tls_key``: a
+    client certificate for daemons that require one (each by default from
+    ``SEEDD_TLS_CA``, ``SEEDD_TLS_CERT``, ``SEEDD_TLS_KEY``). ``trust_keys``:
+    Ed25519 public keys (PEM files); only a manifest signed by one of them (the
+    publishing daemon's ``--sign-key``) is pulled, anything else raises
+    ``FailedPrecondition`` naming the signer's key. ``reuse_from``: directories
+    laid out as the model (an earlier version): chunks they hold at the same
+    path and offset, checked against the manifest, are copied from there
+    instead of fetched (so is ``into`` when ``replace`` swaps it).
+    ``verify_upstream``: the model's upstream, ``oci://REGISTRY/REPOSITORY:TAG``
+    or ``...@sha256:DIGEST``; the manifest must name exactly its files, each
+    with its layer's SHA-256 (else ``FailedPrecondition`` before any byte
+    moves), and every file's SHA-256 is checked before commit (``origin_auth``:
+    registry credentials as ``docker login`` writes them; ``origin_ca``: a CA
+    bundle for an https registry). ``order="index"``: files complete one after
+    another in the manifest's order (a sharded checkpoint's shards in its
+    index's order) when pulling from the sources alone and near the end of a
+    swarm pull; ``progress`` then also gets ``files_ready``, the files whole
+    and verified since its last call, readable under ``staging`` until the
+    pull commits (see :func:`load_safetensors`).
+
+    Every chunk is verified before it lands; the files appear under ``into``
+    only once all are (a pull interrupted, by Ctrl-C too, keeps what it
+    verified and a rerun resumes). Raises :class:`Error` on failure (``code``:
+    "InvalidArgument", "NotFound", "FailedPrecondition", "Unavailable",
+    "DeadlineExceeded", "DataLoss", "IoError"); KeyboardInterrupt stops the
+    pull within about 50 ms and is raised.
+    """
+    options = _pull_options(
+        model, sources, into, token, root_digest=root_digest, timeout=timeout,
+        replace=replace, verify_sha256=verify_sha256, connections=connections,
+        max_neighbours=max_neighbours, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+        trust_keys=trust_keys, reuse_from=reuse_from, verify_upstream=verify_upstream,
+        origin_auth=origin_auth, origin_ca=origin_ca, order=order
+    )
     try:
         stats = _native.pull(options, progress)
     except _native.NativeError as e:

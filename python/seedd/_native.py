@@ -287,6 +287,25 @@ def exchange(
         raise OSError(e.detail) from None
 
 
+def pull_steps(options: dict[str, Any], step_ms: int = 20) -> Any:
+    """A pull on the library's thread, as a generator: yields each progress
+    dict as it comes (waiting ``step_ms`` between looks) and returns the
+    pull's result. Closing it early stops the pull (its journal is kept)."""
+    handle = ctypes.c_void_p()
+    _call(lambda out, err: _lib.seedd_pull_start(_options(**options), ctypes.byref(handle), err))
+    try:
+        while True:
+            ended = _lib.seedd_pull_wait(handle, step_ms)
+            p = ctypes.c_void_p()
+            if _lib.seedd_pull_progress(handle, ctypes.byref(p)):
+                yield json.loads(_take(p))
+            if ended:
+                break
+        return _call(_lib.seedd_pull_result, handle)
+    finally:
+        _lib.seedd_pull_destroy(handle)
+
+
 def pull(options: dict[str, Any], progress: Callable[[dict[str, int]], None] | None) -> Any:
     """A pull on the library's thread; this one waits in steps of 50 ms,
     calling ``progress`` and letting Python run its signal handlers: an

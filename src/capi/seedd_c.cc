@@ -406,6 +406,7 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   o.timeout = f.Seconds("timeout", 1800.0);
   o.replace = f.Bool("replace", false);
   o.verify_sha256 = f.Bool("verify_sha256", false);
+  o.order = f.Text("order");
   o.upstream = f.Text("verify_upstream");
   o.upstream_access.auth_file = f.Text("origin_auth");
   o.upstream_access.ca_file = f.Text("origin_ca");
@@ -431,7 +432,12 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   o.cancel = pull->cancel;
   o.progress = [pull](const seedd::PullProgress& p) {
     seedd::MutexLock lock(pull->mu);
+    // Files ready are kept until taken; the counts are the latest.
+    std::vector<std::string> ready;
+    if (pull->latest) ready = std::move(pull->latest->files_ready);
+    ready.insert(ready.end(), p.files_ready.begin(), p.files_ready.end());
     pull->latest = p;
+    pull->latest->files_ready = std::move(ready);
   };
   pull->worker = std::thread([pull, model, into, o = std::move(o)] {
     seedd::Result<seedd::PullResult> r = seedd::PullModel(model, into, o);
@@ -465,7 +471,9 @@ int seedd_pull_progress(seedd_pull* pull, char** progress) {
     *progress = Copy(seedd::DumpJson(seedd::Json{{"verified_bytes", p->verified_bytes},
                                                  {"total_bytes", p->total_bytes},
                                                  {"resumed_bytes", p->resumed_bytes},
-                                                 {"sources", p->sources}}));
+                                                 {"sources", p->sources},
+                                                 {"files_ready", p->files_ready},
+                                                 {"staging", p->staging.string()}}));
   }
   return 1;
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _thread
 import filecmp
+import json
 import math
 import os
 import subprocess
@@ -289,3 +290,99 @@ def test_a_bad_argument_is_a_value_error_and_a_bad_peer_an_os_error(tmp_path):
     finally:
         t.join()
         listener.close()
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file written by hand from the format's text: an 8-byte
+    little-endian header length, the JSON header, then the bytes."""
+    import torch
+    names = {torch.float32: "F32", torch.float16: "F16", torch.int64: "I64", torch.uint8: "U8"}
+    header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def sharded_model(root, shards=4, mib_each=16):
+    import torch
+    os.makedirs(root, exist_ok=True)
+    gen = torch.Generator().manual_seed(7)
+    expected = {}
+    for i in range(1, shards + 1):
+        tensors = {
+            "layers.%d.weight" % i: torch.randn(mib_each * 1024 * 256 - 64, generator=gen),
+            "layers.%d.bias" % i: torch.arange(16, dtype=torch.int64) * i,
+            "layers.%d.empty" % i: torch.zeros((0, 3), dtype=torch.float16),
+        }
+        expected.update(tensors)
+        write_safetensors(os.path.join(root, "model-%05d-of-%05d.safetensors" % (i, shards)),
+                          tensors)
+    with open(os.path.join(root, "config.json"), "w") as f:
+        f.write('{"layers": %d}' % shards)
+    return expected
+
+
+def test_load_safetensors_yields_each_shards_tensors_while_the_rest_still_arrives(
+        start, seedd_bin, tmp_path):
+    import torch
+    expected = sharded_model(str(tmp_path / "model"))
+    daemon = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir",
+                    str(tmp_path / "cache"), "--model", "shards=%s" % (tmp_path / "model"),
+                    "--chunk-mib", "1", "--log-level", "warn"])
+    into = tmp_path / "out"
+    stream = seedd.load_safetensors("shards", daemon.addr, into, token=TOKEN)
+    got, seen_before_commit = {}, []
+    for name, t in stream:
+        if not seen_before_commit:
+            seen_before_commit.append(not into.exists())  # still staging
+        got[name] = t
+    assert set(got) == set(expected)
+    for name, t in expected.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape, name
+        assert torch.equal(got[name], t), name
+    # The shards in order, the first read while the model was still arriving.
+    assert [f for f, _ in stream.files] == sorted(f for f in os.listdir(into)
+                                                  if f.endswith(".safetensors"))
+    assert stream.files[0][1] and seen_before_commit == [True]
+    assert stream.stats.total_bytes == sum(
+        os.path.getsize(into / f) for f in os.listdir(into))
+    # Zero copy: a tensor is a view of the file's mapping, not an array of its own.
+    w = got["layers.1.weight"]
+    assert w.storage().nbytes() > w.numel() * 4 - 1
+    # Up to date now: every tensor again, read from `into` after the pull.
+    again = seedd.load_safetensors("shards", daemon.addr, into, token=TOKEN)
+    assert sorted(n for n, _ in again) == sorted(expected)
+    assert again.stats.up_to_date and all(not during for _, during in again.files)
+
+
+def test_the_tensor_reader_refuses_a_file_whose_header_lies(tmp_path):
+    # A daemon refuses to serve such a file (its index checks every header);
+    # the loader checks again before mapping a byte.
+    import torch
+    from seedd._tensors import tensors_of
+    path = tmp_path / "model.safetensors"
+    write_safetensors(str(path), {"w": torch.ones(4), "b": torch.ones(2)})
+    good = path.read_bytes()
+    n = int.from_bytes(good[:8], "little")
+
+    def lying(old, new):
+        header = good[8:8 + n].replace(old, new)
+        path.write_bytes(len(header).to_bytes(8, "little") + header + good[8 + n:])
+        with pytest.raises(seedd.Error) as e:
+            list(tensors_of(str(path)))
+        assert e.value.code == "DataLoss" and str(path) in str(e.value), str(e.value)
+        return str(e.value)
+
+    assert "'w'" in lying(b'"shape": [4]', b'"shape": [9]')  # 36 bytes claimed, 16 held
+    assert "outside" in lying(b'"data_offsets": [16, 24]', b'"data_offsets": [16, 99]')
+    assert "dtype 'Q7'" in lying(b'"F32"', b'"Q7"')
+    path.write_bytes((1 << 40).to_bytes(8, "little") + good[8:])
+    with pytest.raises(seedd.Error, match="a header of 1099511627776 bytes"):
+        list(tensors_of(str(path)))

@@ -522,3 +522,48 @@ TEST(TrackerCadence, AsksAtOnceThenSoonThenEverLessOftenUpToTheInterval) {
 
 }  // namespace
 }  // namespace seedd
+
+namespace seedd {
+namespace {
+
+// FetchPolicy::in_order: files complete in the manifest's order when pulling
+// from seeds alone, rarest first while relays help, in order again at the end.
+TEST(SwarmScheduler, InOrderASeedAloneIsAskedForTheChunksInTheirOrder) {
+  SchedulerOptions o = Options(3);
+  o.in_order = true;
+  SwarmScheduler s(8, o);
+  s.AddNeighbour(1, true);
+  s.AlreadyHave(1);
+  for (uint32_t want : {0u, 2u, 3u, 4u}) EXPECT_EQ(s.Next(1, kT0), want);
+  // One returned unanswered is asked again before those after it.
+  s.Failed(1, 2);
+  EXPECT_EQ(s.Next(1, kT0), 2u);
+  // Without the option the same seed starts anywhere.
+  std::set<uint32_t> first;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SwarmScheduler plain(64, Options(seed));
+    plain.AddNeighbour(1, true);
+    first.insert(*plain.Next(1, kT0));
+  }
+  EXPECT_GT(first.size(), 1u);
+}
+
+TEST(SwarmScheduler, InOrderRarestFirstWhileRelaysHelpThenInOrderForTheLastQuarter) {
+  SchedulerOptions o = Options(5);
+  o.in_order = true;
+  SwarmScheduler s(8, o);
+  ASSERT_TRUE(AddRelay(s, 1));
+  ASSERT_TRUE(AddRelay(s, 2));
+  // Chunk 5 only on relay 1, every other chunk on both.
+  s.NeighbourState(1, std::vector<bool>(8, true));
+  std::vector<bool> most(8, true);
+  most[5] = false;
+  s.NeighbourState(2, most);
+  EXPECT_EQ(s.Next(1, kT0), 5u);  // the rarest, not chunk 0
+  for (uint32_t c = 0; c < 5; ++c) s.AlreadyHave(c);  // two left unrequested: 6 and 7
+  EXPECT_EQ(s.Next(2, kT0), 6u);
+  EXPECT_EQ(s.Next(2, kT0), 7u);
+}
+
+}  // namespace
+}  // namespace seedd

@@ -215,6 +215,9 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
     plan.sources.push_back(*hp);
   }
   if (!o.root_digest.empty()) SEEDD_RETURN_IF_ERROR(ValidatePin(o.root_digest, "root digest"));
+  if (!o.order.empty() && o.order != "index") {
+    return Status::InvalidArgument("order '" + o.order + "': expected \"index\" or none");
+  }
   const auto start = Clock::now();
   plan.model = model;
   plan.pin = o.root_digest;
@@ -249,13 +252,27 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
     options.replace = o.replace;
     options.reuse_from = o.reuse_from;
     options.cancel = o.cancel;
+    options.in_order = o.order == "index";
     result.stats = FetchStats{};
     ProgressLog log(model, m.total_size);
+    std::filesystem::path staging;
+    std::vector<std::string> ready;  // since the last progress call
+    options.staged = [&](const std::filesystem::path& dir) { staging = dir; };
+    options.file_ready = [&](const std::string& path) { ready.push_back(path); };
     options.progress = [&](uint64_t done) {  // the fetch's lock is held: stats are stable
       // Chunks copied locally count as resumed: not moved over the network.
       const uint64_t local = result.stats.bytes_resumed + result.stats.bytes_reused;
       log.Update(done, local, result.stats.used.size());
-      if (o.progress) o.progress(PullProgress{done, m.total_size, local, result.stats.used.size()});
+      if (o.progress) {
+        PullProgress p;
+        p.verified_bytes = done;
+        p.total_bytes = m.total_size;
+        p.resumed_bytes = local;
+        p.sources = result.stats.used.size();
+        p.files_ready.swap(ready);
+        p.staging = staging;
+        o.progress(p);
+      }
     };
     SEEDD_RETURN_IF_ERROR(FetchModel(m, plan.sources, into, options, &result.stats));
     result.manifest = m;

@@ -38,6 +38,26 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       session_(RandomHexOrDie(8)),
       core_(ChunkLengths(m), o, !o.relay.empty(), std::random_device{}()) {
   core_.SetSelf(o.relay);
+  std::map<std::string_view, uint32_t> file_index;
+  for (size_t f = 0; f < m.files.size(); ++f) file_index.emplace(m.files[f].path, f);
+  chunk_file_.reserve(m.chunks.size());
+  MutexLock lock(mu_);
+  file_left_.assign(m.files.size(), 0);
+  chunk_counted_.assign(m.chunks.size(), false);
+  for (const ManifestChunk& c : m.chunks) {
+    auto it = file_index.find(c.file);
+    chunk_file_.push_back(it == file_index.end() ? 0 : it->second);
+    if (it != file_index.end()) ++file_left_[it->second];
+  }
+}
+
+void Fetch::CountVerifiedLocked(uint32_t index) {
+  if (index >= chunk_counted_.size() || chunk_counted_[index]) return;
+  chunk_counted_[index] = true;
+  const uint32_t f = chunk_file_[index];
+  if (file_left_[f] > 0 && --file_left_[f] == 0 && options_.file_ready) {
+    options_.file_ready(m_.files[f].path);
+  }
 }
 
 void Fetch::Prepare(const std::vector<uint32_t>& resumed, const std::vector<uint32_t>& reused) {
@@ -56,6 +76,14 @@ void Fetch::Prepare(const std::vector<uint32_t>& resumed, const std::vector<uint
     stats_->bytes_reused += m_.chunks[i].length;
     if (options_.verified) options_.verified->Set(i);
   }
+  if (!options_.file_ready) return;
+  std::vector<bool> whole(m_.files.size(), true);
+  for (uint32_t f : chunk_file_) whole[f] = false;
+  for (size_t f = 0; f < whole.size(); ++f) {
+    if (whole[f]) options_.file_ready(m_.files[f].path);  // empty: no chunk
+  }
+  for (uint32_t i : resumed) CountVerifiedLocked(i);
+  for (uint32_t i : reused) CountVerifiedLocked(i);
 }
 
 void Fetch::Run(const std::vector<HostPort>& seeds) {
@@ -355,6 +383,7 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   }
   if (!hole) use->bytes += c.length;
   if (options_.verified) options_.verified->Set(index);
+  CountVerifiedLocked(index);
   if (core_.Complete()) EndLocked();
   if (options_.progress) options_.progress(verified_bytes_);
   CancelIfAskedLocked();  // seen at once, not at the fetch thread's next look

@@ -213,6 +213,12 @@ class Fetch {
   Status local_error_ GUARDED_BY(mu_);
   bool cancelled_ GUARDED_BY(mu_) = false;  // stopped on request
   uint64_t verified_bytes_ GUARDED_BY(mu_) = 0;
+  // By chunk, its file (index into m_.files); by file, its chunks not yet
+  // verified; by chunk, whether it was counted (options_.file_ready).
+  std::vector<uint32_t> chunk_file_;
+  std::vector<uint32_t> file_left_ GUARDED_BY(mu_);
+  std::vector<bool> chunk_counted_ GUARDED_BY(mu_);
+  void CountVerifiedLocked(uint32_t index) REQUIRES(mu_);
   bool registry_failing_ = false;  // only the Run thread asks the registry
   std::atomic<int> receiving_{0};  // chunks arriving now, over every connection
   Mutex zero_mu_;

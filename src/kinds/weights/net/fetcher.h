@@ -79,6 +79,10 @@ struct FetchOptions : FetchPolicy {
   // Called once the staging directory is ready, before any chunk is fetched (a
   // server publishes it to relay the chunks verified there).
   std::function<void(const std::filesystem::path& staging)> staged;
+  // Called with a file's path (relative) once every chunk of it is verified in
+  // the staging directory (`staged`), with the fetch's lock held; files whole
+  // from the start (resumed, reused, empty) right before the first chunk is asked.
+  std::function<void(const std::string& path)> file_ready;
   // Set to stop the fetch: it returns Cancelled within about 50 ms, the staging
   // directory and its journal kept for a rerun.
   std::shared_ptr<const std::atomic<bool>> cancel;

@@ -65,6 +65,12 @@ struct FetchPolicy {
   // well there (1.23-1.25x every 16 chunks, 1.25-1.33x every 32) and cost the
   // 32-target fan-out 3-8% in reconnections.
   uint32_t rotate_after = 16;
+  // Chunks in the manifest's order (files complete one after another, in
+  // their paths' order) while no relay has sent a chunk (pulling from seeds
+  // alone) and once a quarter of the chunks or fewer are left to ask for;
+  // rarest first in between, which a swarm needs. For loaders that read files
+  // as they complete (PullOptions::order).
+  bool in_order = false;
   // How often a seed is asked for more relays while the neighbour set has room.
   std::chrono::milliseconds state_interval{500};
   // A chunk a seed says another fetcher claimed (it is being sent there) is

@@ -14,6 +14,7 @@ SchedulerOptions SchedulerOptionsOf(const FetchPolicy& p, bool relaying, uint64_
   // A relay among relays keeps one chunk in flight per seed: what a seed sends
   // reaches the swarm sooner when its uplink is not split many ways.
   if (relaying) s.seed_requests = 1;
+  s.in_order = p.in_order;
   s.random_seed = seed;
   return s;
 }

@@ -146,12 +146,28 @@ void SwarmScheduler::Release(Neighbour& n, uint32_t chunk) {
   if (copies_[chunk] > 0) --copies_[chunk];
   if (state_[chunk] == kInFlight && copies_[chunk] == 0) {
     state_[chunk] = kMissing;
+    first_missing_ = std::min<size_t>(first_missing_, chunk);
     RemoveInFlight(chunk);
     Insert(chunk);
   }
 }
 
+std::optional<uint32_t> SwarmScheduler::FirstInOrder(const Neighbour& n,
+                                                     SchedulerClock::time_point now) {
+  while (first_missing_ < state_.size() && state_[first_missing_] != kMissing) ++first_missing_;
+  for (size_t c = first_missing_; c < state_.size(); ++c) {
+    if (state_[c] != kMissing || !n.have[c]) continue;
+    if (n.seed && (relays_having_[c] > 0 || seed_not_before_[c] > now)) continue;
+    return static_cast<uint32_t>(c);
+  }
+  return std::nullopt;
+}
+
 std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerClock::time_point now) {
+  if (options_.in_order && (proven_relays_ == 0 || unrequested_ * 4 <= state_.size())) {
+    if (std::optional<uint32_t> c = FirstInOrder(n, now)) return c;
+    if (n.seed) return std::nullopt;
+  }
   if (n.seed) {
     // Only what no relay neighbour has, and not what this seed deferred.
     const auto& bucket = buckets_[0];

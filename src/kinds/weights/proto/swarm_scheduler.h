@@ -63,6 +63,9 @@ struct SchedulerOptions {
   // a host that fell behind takes a larger share of its neighbours' uplinks.
   int catch_up_requests = 0;
   uint64_t random_seed = 0;  // ties are broken with it (a driver passes a random one)
+  // The lowest-numbered chunk first while no relay is proven and once a quarter
+  // of the chunks or fewer are unrequested (FetchPolicy::in_order).
+  bool in_order = false;
 };
 
 // A request that a copy arriving elsewhere made useless: the driver cancels it.
@@ -174,6 +177,8 @@ class SwarmScheduler {
   // `peer`'s request of `chunk` is over (arrived elsewhere, failed, deferred).
   void Release(Neighbour& n, uint32_t chunk);
   std::optional<uint32_t> Rarest(const Neighbour& n, SchedulerClock::time_point now);
+  // The first missing chunk `n` has (a seed: one no relay has, not deferred).
+  std::optional<uint32_t> FirstInOrder(const Neighbour& n, SchedulerClock::time_point now);
   std::optional<uint32_t> EndgameCopy(const Neighbour& n, SchedulerClock::time_point now);
   // Requests `n` may have in flight now.
   int SlotsOf(const Neighbour& n) const;
@@ -200,6 +205,7 @@ class SwarmScheduler {
   size_t done_ = 0;
   size_t seeds_ = 0;          // neighbours that are seeds
   size_t unrequested_ = 0;    // chunks in the buckets
+  size_t first_missing_ = 0;  // no chunk before it is missing (for in_order)
   int relay_requests_ = 0;    // in flight, to relays
   int64_t relay_chunks_ = 0;  // chunks the proven relay neighbours have, summed
   size_t proven_relays_ = 0;
