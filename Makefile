@@ -95,6 +95,7 @@ bench: test-deps build
 	bash bench/origins_ranges.sh $(BUILD)/bin
 	bash bench/engine_caches.sh $(BUILD)/bin
 	bash bench/load_while_pulling.sh $(BUILD)/bin
+	bash bench/ready.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -165,6 +165,14 @@ int main(int argc, char** argv) {
                    "a directory laid out as the model (an earlier version of it): chunks it holds "
                    "at the same path and offset, checked against the new manifest, are copied "
                    "from there instead of fetched (repeatable)");
+  pull->add_option("--order", pull_args.order,
+                   "index: files complete one after another in the model's order (paths "
+                   "sorted: a sharded checkpoint's shards as its index numbers them) when "
+                   "pulling from the sources alone and near the end of a swarm pull, and each "
+                   "is reported as soon as it is whole and verified ('ready PATH', or a "
+                   "file_ready event with --progress json), for a loader that reads files as "
+                   "they land (until the pull commits they are under its staging directory)")
+      ->check(CLI::IsMember({"index"}));
   pull->add_option("--connections", pull_args.connections, "data connections per source")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -263,7 +263,16 @@ int RunPull(const PullArgs& args) {
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   options.cancel = stop.cancel();
   Progress progress(ModeOf(args.progress));
-  options.progress = [&](const seedd::PullProgress& p) { progress.Show(p); };
+  options.order = args.order;
+  options.progress = [&](const seedd::PullProgress& p) {
+    if (!args.order.empty()) {
+      for (const std::string& f : p.files_ready) {
+        progress.Note("ready " + f,
+                      {{"event", "file_ready"}, {"path", f}, {"at", (p.staging / f).string()}});
+      }
+    }
+    progress.Show(p);
+  };
   // Every failed round is said at once, the first one included.
   options.on_retry = [&](const std::string& why, std::chrono::milliseconds wait, int round,
                          std::chrono::milliseconds left) {

@@ -89,6 +89,7 @@ struct PullArgs {
   std::string origin_auth;
   std::string origin_ca;
   double origin_range_mib = 64;
+  std::string order;  // "index": PullOptions::order
 };
 int RunPull(const PullArgs& args);
 // seedctl pull --from URL: the model fetched from its upstream into args.into.

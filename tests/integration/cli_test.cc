@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -182,6 +183,43 @@ TEST_F(CliTest, PullProgressAsJsonLinesForPrograms) {
   EXPECT_EQ(failed.status, 2) << failed.err;
   EXPECT_TRUE(Has(failed.out, "{\"event\":\"retry\"")) << failed.out;
   EXPECT_TRUE(Has(failed.out, "{\"code\":\"Unavailable\",\"event\":\"error\"")) << failed.out;
+}
+
+// --order index: each file is reported once, as soon as it is whole and
+// verified, at a path under the staging directory that holds its bytes then.
+TEST_F(CliTest, PullInIndexOrderReportsEachFileAsItIsWholeAndVerified) {
+  const fs::path big = dir_.path() / "big";
+  fs::create_directories(big);
+  for (int i = 1; i <= 4; ++i) {
+    std::string bytes(600 * 1024, '\0');
+    for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<char>((k * 131 + i) % 251);
+    std::ofstream(big / ("shard-" + std::to_string(i) + ".bin"), std::ios::binary) << bytes;
+  }
+  std::ofstream(big / "config.json") << "{}";
+  std::string addr;
+  auto origin =
+      Daemon("127.0.0.1:0", {"--model", "m=" + big.string(), "--chunk-mib", "0.25"}, &addr);
+  auto r = RunCommand(Pull(addr, dir_.path() / "dest", {"--progress", "json", "--order", "index"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> ready;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    Result<Json> j = ParseJson(line);
+    ASSERT_TRUE(j.ok()) << line;
+    if ((*j)["event"] != "file_ready") continue;
+    ready.push_back((*j)["path"].get<std::string>());
+    EXPECT_NE((*j)["at"].get<std::string>().find(".seedd"), std::string::npos) << line;
+  }
+  std::vector<std::string> all;
+  for (const auto& e : fs::directory_iterator(big)) all.push_back(e.path().filename().string());
+  std::vector<std::string> sorted_ready = ready;
+  std::sort(sorted_ready.begin(), sorted_ready.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(sorted_ready, all) << r.out;  // each once
+  EXPECT_TRUE(testing::SameTree(big, dir_.path() / "dest"));
+  auto bad = RunCommand(Pull(addr, dir_.path() / "x", {"--order", "random"}));
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_TRUE(Has(bad.err, "--order")) << bad.err;
 }
 
 // Under systemd (Type=notify) the daemon says READY=1 only once its --pull is

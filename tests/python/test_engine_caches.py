@@ -157,3 +157,24 @@ def test_an_extension_seeded_from_another_host_loads_without_compiling(
     result, lines = b.load(source, compiles)
     assert result == [2.0, 2.0]
     assert lines, "a changed source is compiled"
+
+
+def test_a_pulled_model_is_watched_and_reported_unused_until_a_process_reads_it(
+        start, seedd_bin, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(os.urandom(1 << 20))
+    (model / "config.json").write_text("{}")
+    seed = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "a"),
+                  "--model", "m=%s" % model, "--log-level", "warn"])
+    admin = free_port()
+    start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "b"),
+           "--pull", "m", "--source", "%s:%d" % seed.addr, "--admin-listen",
+           "127.0.0.1:%d" % admin, "--used-grace", "1", "--log-level", "warn"])
+    u = eventually(lambda: (usage(admin, "m") or {}).get("state") == "unused" and usage(admin, "m"))
+    assert u and u["files_installed"] == 2 and u["files_opened"] == 0, status(admin)["usage"]
+    # The engine loads the weights through the daemon's `current` link.
+    with open(tmp_path / "b" / "weights" / "m" / "current" / "weights.bin", "rb") as f:
+        f.read(16)
+    u = eventually(lambda: usage(admin, "m")["files_opened"] == 1 and usage(admin, "m"))
+    assert u and u["state"] == "used", usage(admin, "m")

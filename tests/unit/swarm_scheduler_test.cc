@@ -559,7 +559,7 @@ TEST(SwarmScheduler, InOrderRarestFirstWhileRelaysHelpThenInOrderForTheLastQuart
   std::vector<bool> most(8, true);
   most[5] = false;
   s.NeighbourState(2, most);
-  EXPECT_EQ(s.Next(1, kT0), 5u);  // the rarest, not chunk 0
+  EXPECT_EQ(s.Next(1, kT0), 5u);                      // the rarest, not chunk 0
   for (uint32_t c = 0; c < 5; ++c) s.AlreadyHave(c);  // two left unrequested: 6 and 7
   EXPECT_EQ(s.Next(2, kT0), 6u);
   EXPECT_EQ(s.Next(2, kT0), 7u);
