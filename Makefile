@@ -7,7 +7,7 @@ BUILD ?= build
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps demo-deps test-deps build python wheel deb install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
+.PHONY: all deps demo-deps test-deps build python wheel deb image install test fuzz-build fuzz-smoke asan-test tsan-test demo bench fuzz format clean
 
 all: build
 
@@ -42,6 +42,11 @@ deb: build
 	cd $(BUILD) && cpack -G DEB -B $(CURDIR)/$(BUILD)/cpack > /dev/null
 	mkdir -p dist && cp $(BUILD)/cpack/seedd_*.deb dist/
 	@ls dist/seedd_*.deb
+
+# The container image seedd:VERSION (and :latest) in the local container
+# storage, built with buildah from packaging/Containerfile.
+image: build
+	bash packaging/image/build.sh $(BUILD)/bin $(BUILD)/image
 
 PREFIX ?= /usr/local
 install: build

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages seedd needs, only when something is missing.
 # Idempotent; safe to run on every `make`.
-#   setup.sh build  what building needs (make, make install, make wheel, make deb)
+#   setup.sh build  what building needs (make, make install, make wheel, make deb; make
+#                   image also needs buildah, which setup.sh test installs)
 #   setup.sh demo   and the redis-server `make demo` starts
 #   setup.sh test   and every server and tool the tests start (make test, make bench)
 set -euo pipefail
@@ -19,7 +20,7 @@ case "$mode" in
   test)
     PACKAGES+=(redis-server redis-tools clang-14 libclang-rt-14-dev clang-format systemd prometheus
                python3-pytest python3-venv iproute2 util-linux docker-registry skopeo
-               python3-torch libtorch-dev python3-dev)
+               python3-torch libtorch-dev python3-dev buildah kubernetes-client)
     ;;
   *) echo "usage: setup.sh build|demo|test" >&2; exit 2 ;;
 esac
