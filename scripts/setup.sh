@@ -20,7 +20,10 @@ case "$mode" in
   test)
     PACKAGES+=(redis-server redis-tools clang-14 libclang-rt-14-dev clang-format systemd prometheus
                python3-pytest python3-venv iproute2 util-linux docker-registry skopeo
-               python3-torch libtorch-dev python3-dev buildah kubernetes-client)
+               python3-torch libtorch-dev python3-dev python3-yaml buildah)
+    # kubectl (for kustomize): Debian's, unless one is installed already (another
+    # package's /usr/bin/kubectl would conflict with it).
+    command -v kubectl > /dev/null || PACKAGES+=(kubernetes-client)
     ;;
   *) echo "usage: setup.sh build|demo|test" >&2; exit 2 ;;
 esac
@@ -37,11 +40,16 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 install_s3rver() {
-  # The S3-compatible server the tests run against, from the npm registry.
+  # The S3-compatible server the tests run against, and the Kubernetes schema
+  # validator of the manifests' test, from the npm registry.
   [ "$mode" = test ] || return 0
   if [ ! -x "$root/tools/s3rver/node_modules/.bin/s3rver" ]; then
     echo "setup: installing s3rver (npm)"
     (cd "$root/tools/s3rver" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ ! -d "$root/tools/k8s-validate/node_modules/kubernetes-models" ]; then
+    echo "setup: installing kubernetes-models (npm)"
+    (cd "$root/tools/k8s-validate" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 }
 
