@@ -299,12 +299,52 @@ int main(int argc, char** argv) {
       "status",
       "print what a daemon is doing, from its admin endpoint (seedd --admin-listen): models "
       "served, pulls with their progress and rate, warmups, stores");
-  status_cmd->add_option("--admin", status_admin, "HOST:PORT of the daemon's --admin-listen")
-      ->required();
+  std::string status_registry;
+  bool status_fleet = false;
+  status_cmd->add_option("--admin", status_admin, "HOST:PORT of the daemon's --admin-listen");
+  status_cmd->add_flag("--fleet", status_fleet,
+                       "the whole fleet instead, from its registry (--registry): every live "
+                       "daemon with its zone, the model versions it holds and its pulls with "
+                       "their progress");
+  status_cmd->add_option("--registry", status_registry,
+                         "with --fleet: the redis:// URL the daemons were given as --registry");
   status_cmd->add_flag("--json", status_json, "print the JSON as served (for scripts)");
   status_cmd->add_option("--timeout", status_timeout, "seconds to wait for the answer")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 3600.0));
+
+  std::string preheat_model, preheat_registry, preheat_zone;
+  uint64_t preheat_count = 0;
+  double preheat_percent = 0, preheat_wait = 0, preheat_ttl = 3600;
+  CLI::App* preheat = app.add_subcommand(
+      "preheat",
+      "ask the fleet's daemons, through their registry, to pull a model now (before a "
+      "rollout): --count N of them, --percent P of the live ones, or every daemon of --zone Z "
+      "(with --count or --percent: that many of the zone's); each chosen daemon pulls it from "
+      "its sources, and `seedctl status --fleet` shows who holds it");
+  preheat->add_option("model", preheat_model, "MODEL, or MODEL@ROOT_DIGEST for that version only")
+      ->required();
+  preheat
+      ->add_option("--registry", preheat_registry,
+                   "the redis:// URL the daemons were given as --registry")
+      ->required();
+  auto* pc = preheat->add_option("--count", preheat_count, "how many daemons pull it");
+  auto* pp = preheat
+                 ->add_option("--percent", preheat_percent,
+                              "the share of the live daemons that pull it (rounded up)")
+                 ->check(CLI::Range(0.0, 100.0));
+  pc->excludes(pp);
+  preheat->add_option("--zone", preheat_zone, "only daemons of this --zone");
+  preheat
+      ->add_option("--wait", preheat_wait,
+                   "seconds to wait until the chosen daemons hold it complete, showing their "
+                   "progress (0: return once asked)")
+      ->capture_default_str();
+  preheat
+      ->add_option("--ttl", preheat_ttl,
+                   "seconds the request stays in the registry for daemons that start later")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 30.0 * 24 * 3600));
 
   std::string gc_cache_dir;
   int gc_keep = 2;
@@ -405,7 +445,29 @@ int main(int argc, char** argv) {
     return seedctl::RunPush(push_url, push_from, access);
   }
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);
-  if (status_cmd->parsed()) return seedctl::RunStatus(status_admin, status_json, status_timeout);
+  if (status_cmd->parsed()) {
+    if (status_fleet) {
+      if (status_registry.empty()) return Fail("status --fleet needs --registry redis://...");
+      return seedctl::RunFleetStatus(status_registry, status_json);
+    }
+    if (status_admin.empty()) {
+      return Fail(
+          "status needs --admin HOST:PORT (a daemon's --admin-listen), or --fleet "
+          "--registry URL");
+    }
+    return seedctl::RunStatus(status_admin, status_json, status_timeout);
+  }
+  if (preheat->parsed()) {
+    seedd::PreheatRequest r;
+    const size_t at = preheat_model.find('@');
+    r.model = preheat_model.substr(0, at);
+    if (at != std::string::npos) r.root_digest = preheat_model.substr(at + 1);
+    r.count = preheat_count;
+    r.percent = preheat_percent;
+    r.zone = preheat_zone;
+    r.ttl = std::chrono::seconds(static_cast<int64_t>(preheat_ttl));
+    return seedctl::RunPreheat(preheat_registry, r, preheat_wait);
+  }
   for (const auto& [op, sub] : store_ops) {
     if (sub->parsed()) {
       const StoreArgs& a = store_args[op];

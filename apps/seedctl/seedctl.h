@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "seedd/fleet.h"
 #include "seedd/json_text.h"
 #include "seedd/origins.h"
 #include "seedd/seed_config.h"
@@ -67,6 +68,11 @@ int RunFetchCompileCache(const Connection& c, const CompileFetchArgs& args);
 int RunList(const Connection& c, const std::string& prefix);
 // GET /status from a daemon's admin endpoint: a table, or the JSON with `json`.
 int RunStatus(const std::string& admin, bool json, double timeout_s);
+// seedctl status --fleet: every live daemon the registry knows, what it holds and pulls.
+int RunFleetStatus(const std::string& registry, bool json);
+// seedctl preheat: the request written; with wait_s, its progress until the
+// chosen daemons hold the model (or the time is up: exit 4).
+int RunPreheat(const std::string& registry, const seedd::PreheatRequest& request, double wait_s);
 
 struct PullArgs {
   std::string token_file;

@@ -291,6 +291,7 @@ int main(int argc, char** argv) {
       ->take_all();
   int64_t pull_timeout = 1800;
   double used_grace = 600;
+  std::string zone;
   int keep_versions = 2;
   std::string registry;
   app.add_option("--registry", registry,
@@ -337,6 +338,18 @@ int main(int argc, char** argv) {
                  "(seedctl gc does the same by hand)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app.add_option("--zone", zone,
+                 "with --registry: this daemon's zone (a rack, a building), published with its "
+                 "status (seedctl status --fleet); seedctl preheat --zone asks only its daemons")
+      ->check([](const std::string& z) -> std::string {
+        if (z.size() > 64) return "a zone has at most 64 characters";
+        for (char c : z) {
+          if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+            return "a zone has letters, digits, '-', '_' and '.' only";
+          }
+        }
+        return "";
+      });
   app.add_option("--used-grace", used_grace,
                  "seconds after a warmup installs files (a compile cache, an autotune table, a "
                  "pulled model) within which another process should open one of them; else a "
@@ -554,6 +567,7 @@ int main(int argc, char** argv) {
   }
   options.pull_timeout = std::chrono::seconds(pull_timeout);
   options.used_grace = std::chrono::milliseconds(static_cast<int64_t>(used_grace * 1000));
+  options.zone = zone;
   options.keep_versions = keep_versions;
   options.max_neighbours = max_neighbours;
   options.origin_access.auth_file = origin_auth;

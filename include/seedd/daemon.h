@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "seedd/compile_cache.h"
+#include "seedd/fleet.h"
 #include "seedd/origins.h"
 #include "seedd/seed_config.h"
 #include "seedd/seed_transport.h"
@@ -101,6 +102,9 @@ struct DaemonOptions {
   // is pulling) and where its pulls find more relays; empty: the sources'
   // own lists only.
   std::string registry_url;
+  // With a registry: this daemon's zone (letters, digits, - _ .), published
+  // with its status; preheat requests for a zone are taken by its daemons.
+  std::string zone;
   // The address peers reach this daemon at, announced while pulling; default: the
   // bound listen address unless it is a wildcard (then no relaying).
   std::optional<HostPort> advertise;
@@ -170,6 +174,9 @@ class Daemon {
   explicit Daemon(std::unique_ptr<Rep> rep);
   // Watches the files of model `name` as installed for the engine.
   void WatchModel(const std::string& name);
+  // The fleet's registry: this host's status, and preheat requests.
+  void StartFleetAgent(const std::string& relay);
+  FleetHost DescribeHost() const;
   std::unique_ptr<Rep> rep_;
 };
 

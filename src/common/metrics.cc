@@ -87,6 +87,11 @@ struct Families {
           .Name("seedd_installed_files_opened")
           .Help("Of the files a warmup installed, those another process opened since, by cache")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& preheat_pulls =
+      BuildCounter()
+          .Name("seedd_preheat_pulls_total")
+          .Help("Pulls a preheat request started on this daemon, by outcome")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_bytes =
       BuildCounter()
           .Name("seedd_relay_bytes_sent_total")
@@ -197,6 +202,10 @@ void PullProgress(std::string_view model, double ratio) {
 void InstalledFiles(std::string_view cache, uint64_t installed, uint64_t opened) {
   F().installed_files.Add({{"cache", std::string(cache)}}).Set(static_cast<double>(installed));
   F().installed_opened.Add({{"cache", std::string(cache)}}).Set(static_cast<double>(opened));
+}
+
+void PreheatPull(std::string_view outcome) {
+  F().preheat_pulls.Add({{"outcome", std::string(outcome)}}).Increment();
 }
 
 void RelayBytesSent(uint64_t bytes) { F().relayed.Increment(static_cast<double>(bytes)); }

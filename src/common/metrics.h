@@ -44,6 +44,8 @@ void PullProgress(std::string_view model, double ratio);
 // The files a warmup installed as `cache` ("compile_cache:triton", a model's
 // name...) and how many of them another process opened since.
 void InstalledFiles(std::string_view cache, uint64_t installed, uint64_t opened);
+// A pull a preheat request started ended: `outcome` "done" or "failed".
+void PreheatPull(std::string_view outcome);
 // Weight bytes sent from a model this daemon pulled (relayed to the swarm).
 void RelayBytesSent(uint64_t bytes);
 // An upload thread waited `seconds` to keep within --relay-upload-rate.

@@ -191,7 +191,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::vector<Daemon::Rep::FleetFetch> fleet_fetches;
   BuildOptions weight_build;
   // Compile caches too large to travel inline travel on the weights data plane.
-  if (!options.models.empty() || !options.pulls.empty() || !options.compile_caches.empty()) {
+  // With a registry the daemon may be asked to pull (a preheat request) at any time.
+  if (!options.models.empty() || !options.pulls.empty() || !options.compile_caches.empty() ||
+      !options.registry_url.empty()) {
     std::vector<ServedModel> served;
     BuildOptions build;
     build.digest_cache = options.cache_dir / "weights" / ".digests";
@@ -329,8 +331,60 @@ std::string SourceLabel(const std::string& source) {
 
 }  // namespace
 
+FleetHost Daemon::DescribeHost() const {
+  FleetHost me;
+  me.ready = ready();
+  for (const auto& m : rep_->weights_->Models()) {
+    const uint64_t chunks = m->manifest.chunks.size();
+    me.models.push_back({m->manifest.model, m->manifest.root_digest, m->available == nullptr,
+                         m->manifest.total_size, chunks,
+                         m->available == nullptr ? chunks : m->available->Count()});
+  }
+  MutexLock lock(rep_->preheat_mu_);
+  for (const PullBoard::Entry& p : rep_->pulls_->Snapshot()) {
+    auto preheat = rep_->preheat_of_.find(p.model);
+    me.pulls.push_back({p.model, p.root_digest, p.state, p.total_bytes, p.verified_bytes,
+                        preheat == rep_->preheat_of_.end() ? "" : preheat->second});
+  }
+  return me;
+}
+
+// Publishes this host's status to the registry and takes preheat requests.
+void Daemon::StartFleetAgent(const std::string& relay) {
+  FleetAgent::Options fo;
+  fo.addr = relay;
+  fo.zone = rep_->options_.zone;
+  auto holds = [this](const std::string& model, const std::string& root) {
+    for (const auto& m : rep_->weights_->Models()) {
+      if (m->manifest.model == model && m->available == nullptr &&
+          (root.empty() || root == m->manifest.root_digest)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  auto pull = [this, relay](const std::string& what, const std::string& id) {
+    MutexLock lock(rep_->preheat_mu_);
+    rep_->preheat_of_[SplitPin(what).first] = id;
+    rep_->preheats_.emplace_back([this, relay, what, id] {
+      Status pulled =
+          PullAtStart(rep_->options_, what, relay, rep_->weights_, rep_->weight_install_);
+      metrics::PreheatPull(pulled.ok() ? "done" : "failed");
+      if (pulled.ok()) {
+        Logger().info("Preheat {}: model {} pulled and served", id, what);
+        WatchModel(SplitPin(what).first);
+      } else {
+        Logger().warn("Preheat {}: model {}: {}", id, what, pulled.message());
+      }
+    });
+  };
+  rep_->fleet_ = std::make_unique<FleetAgent>(
+      rep_->registry_, fo, [this] { return DescribeHost(); }, holds, pull);
+}
+
 // The files of model `name` as the daemon installed it (<cache>/weights/NAME/current).
 void Daemon::WatchModel(const std::string& name) {
+  if (rep_->usage_ == nullptr) return;
   const std::filesystem::path current = rep_->options_.cache_dir / "weights" / name / "current";
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::canonical(current, ec);
@@ -368,7 +422,7 @@ Result<std::optional<HostPort>> Daemon::Start() {
   }
   if (rep_->options_.autotune.warmup || !rep_->options_.compile_caches.empty() ||
       !rep_->options_.pulls.empty() || !rep_->fleet_fetches_.empty() ||
-      !rep_->origin_pulls_.empty()) {
+      !rep_->origin_pulls_.empty() || rep_->registry_ != nullptr) {
     rep_->usage_ = UsageWatch::Start(rep_->options_.used_grace);
   }
   if (rep_->options_.autotune.warmup) {
@@ -422,6 +476,7 @@ Result<std::optional<HostPort>> Daemon::Start() {
   }
   if (rep_->registry_ != nullptr && rep_->weights_ != nullptr && !relay.empty()) {
     rep_->announcer_ = std::make_unique<RegistryAnnouncer>(rep_->registry_, rep_->weights_, relay);
+    StartFleetAgent(relay);
   }
   if (rep_->compile_plane_ != nullptr) {
     rep_->compile_plane_->SetPuller(
@@ -554,6 +609,17 @@ Result<std::optional<HostPort>> Daemon::Start() {
 void Daemon::Stop() {
   rep_->ready_ = false;
   rep_->admin_.reset();
+  rep_->fleet_.reset();
+  {
+    // Preheat pulls stop (their journals kept) before what they publish to goes.
+    std::vector<std::thread> preheats;
+    {
+      MutexLock lock(rep_->preheat_mu_);
+      preheats.swap(rep_->preheats_);
+    }
+    if (!preheats.empty()) rep_->cancel_->store(true);
+    for (std::thread& t : preheats) t.join();
+  }
   rep_->announcer_.reset();
   rep_->transport_->Close();
   if (rep_->weights_ != nullptr && !rep_->stopped_) {

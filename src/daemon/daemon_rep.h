@@ -3,15 +3,18 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
 #include "daemon/admin_server.h"
 #include "daemon/compile_cache_plane.h"
+#include "daemon/fleet_agent.h"
 #include "daemon/usage_watch.h"
 #include "kinds/autotune/flashinfer_cache.h"
 #include "kinds/weights/net/registry.h"
@@ -43,8 +46,13 @@ struct Daemon::Rep {
   std::vector<FleetFetch> fleet_fetches_;
   BuildOptions weight_build_;                     // how served models are indexed
   std::unique_ptr<RegistryAnnouncer> announcer_;  // while serving, with a registry
-  std::shared_ptr<PullBoard> pulls_;              // the pulls' progress, for /status
-  std::shared_ptr<const TrustedKeys> trust_;      // null without --trust-key
+  std::unique_ptr<FleetAgent> fleet_;             // likewise: status and preheat requests
+  // Pulls started by preheat requests, joined by Stop.
+  Mutex preheat_mu_;
+  std::vector<std::thread> preheats_ GUARDED_BY(preheat_mu_);
+  std::map<std::string, std::string> preheat_of_ GUARDED_BY(preheat_mu_);  // model -> request
+  std::shared_ptr<PullBoard> pulls_;          // the pulls' progress, for /status
+  std::shared_ptr<const TrustedKeys> trust_;  // null without --trust-key
   struct WarmupRecord {
     std::string kind, state, source, error;  // state: "running", "done", "failed"
     double seconds = 0;

@@ -1,5 +1,6 @@
 #include "common/mutex.h"
 #include "daemon/daemon_rep.h"
+#include "seedd/json_text.h"
 #include "seedd/store_registry.h"
 #include "seedd/weights.h"
 
@@ -73,7 +74,27 @@ Json Daemon::StatusJson() const {
     stores.push_back(
         {{"backend", url.substr(0, url.find("://"))}, {"location", RedactStoreUrl(url)}});
   }
+  // The fleet as the registry has it (each daemon's own status, a second old at most).
+  Json fleet = Json::array();
+  if (rep_->registry_ != nullptr) {
+    Result<std::vector<std::pair<std::string, std::string>>> read = rep_->registry_->Hosts();
+    std::vector<std::pair<std::string, std::string>> hosts;
+    if (read.ok()) hosts = std::move(*read);
+    for (const auto& [addr, text] : hosts) {
+      Result<Json> j = ParseJson(text);
+      if (!j.ok()) continue;
+      Result<FleetHost> h = ParseFleetHost(addr, *j);
+      if (!h.ok()) continue;
+      Json e = FleetHostJson(*h);
+      e.erase("updated_ms");
+      e["addr"] = h->addr;
+      e["age_seconds"] = h->age_seconds;
+      fleet.push_back(std::move(e));
+    }
+  }
   return Json{{"ready", ready()},
+              {"zone", rep_->options_.zone},
+              {"fleet", std::move(fleet)},
               {"listen", rep_->bound_.has_value() ? rep_->bound_->ToString() : ""},
               {"models", std::move(models)},
               {"pulls", std::move(pulls)},

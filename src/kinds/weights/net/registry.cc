@@ -131,6 +131,112 @@ Result<std::vector<std::string>> SwarmRegistry::Holders(const std::string& root,
   return holders;
 }
 
+Status SwarmRegistry::PutHost(const std::string& addr, const std::string& json,
+                              std::chrono::milliseconds ttl) {
+  const std::string& prefix = client_->config().prefix;
+  Result<RedisReply> set = client_->Command(
+      {"SET", prefix + "seedd:host:" + addr, json, "PX", std::to_string(ttl.count())});
+  if (!set.ok()) return set.status();
+  Result<RedisReply> added = client_->Command(
+      {"ZADD", prefix + "seedd:hosts", std::to_string(NowMs() + ttl.count()), addr});
+  if (!added.ok()) return added.status();
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> SwarmRegistry::Hosts(size_t max_bytes) {
+  const std::string& prefix = client_->config().prefix;
+  const std::string key = prefix + "seedd:hosts";
+  const std::string now = std::to_string(NowMs());
+  Result<RedisReply> pruned = client_->Command({"ZREMRANGEBYSCORE", key, "-inf", "(" + now});
+  if (!pruned.ok()) return pruned.status();
+  Result<RedisReply> r = client_->Command(
+      {"ZRANGE", key, now, "+inf", "BYSCORE", "LIMIT", "0", std::to_string(kMaxHosts)});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_ARRAY) return RedisClient::Unexpected("ZRANGE", r->get());
+  std::vector<std::string> addrs;
+  for (size_t i = 0; i < (*r)->elements && i < kMaxHosts; ++i) {
+    const redisReply* e = (*r)->element[i];
+    if (e->type != REDIS_REPLY_STRING || e->len > 300) continue;
+    std::string addr(e->str, e->len);
+    if (ParseHostPort(addr).ok()) addrs.push_back(std::move(addr));
+  }
+  std::vector<std::pair<std::string, std::string>> hosts;
+  if (addrs.empty()) return hosts;
+  std::vector<std::string> keys;
+  for (const std::string& a : addrs) keys.push_back(prefix + "seedd:host:" + a);
+  std::vector<std::string_view> args = {"MGET"};
+  args.insert(args.end(), keys.begin(), keys.end());
+  Result<RedisReply> got = client_->Command(args);
+  if (!got.ok()) return got.status();
+  if ((*got)->type != REDIS_REPLY_ARRAY || (*got)->elements != addrs.size()) {
+    return RedisClient::Unexpected("MGET", got->get());
+  }
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    const redisReply* e = (*got)->element[i];
+    if (e->type != REDIS_REPLY_STRING || e->len > max_bytes) continue;
+    hosts.emplace_back(addrs[i], std::string(e->str, e->len));
+  }
+  std::sort(hosts.begin(), hosts.end());
+  return hosts;
+}
+
+Status SwarmRegistry::AddPreheat(const std::string& id, const std::string& json) {
+  Result<RedisReply> r =
+      client_->Command({"HSET", client_->config().prefix + "seedd:preheat", id, json});
+  if (!r.ok()) return r.status();
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> SwarmRegistry::Preheats() {
+  const std::string key = client_->config().prefix + "seedd:preheat";
+  Result<RedisReply> n = client_->Command({"HLEN", key});
+  if (!n.ok()) return n.status();
+  if ((*n)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("HLEN", n->get());
+  if ((*n)->integer > static_cast<long long>(kMaxPreheats)) {
+    return Status::ResourceExhausted("the registry holds " + std::to_string((*n)->integer) +
+                                     " preheat requests, more than " +
+                                     std::to_string(kMaxPreheats));
+  }
+  Result<RedisReply> r = client_->Command({"HGETALL", key});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_ARRAY) return RedisClient::Unexpected("HGETALL", r->get());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i + 1 < (*r)->elements && out.size() < kMaxPreheats; i += 2) {
+    const redisReply* k = (*r)->element[i];
+    const redisReply* v = (*r)->element[i + 1];
+    if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || k->len > 64 ||
+        v->len > 4096) {
+      continue;
+    }
+    out.emplace_back(std::string(k->str, k->len), std::string(v->str, v->len));
+  }
+  return out;
+}
+
+Status SwarmRegistry::DropPreheat(const std::string& id) {
+  const std::string& prefix = client_->config().prefix;
+  Result<RedisReply> r = client_->Command({"HDEL", prefix + "seedd:preheat", id});
+  if (!r.ok()) return r.status();
+  Result<RedisReply> d = client_->Command({"DEL", prefix + "seedd:preheat:" + id});
+  if (!d.ok()) return d.status();
+  return Status::Ok();
+}
+
+Result<bool> SwarmRegistry::TakePlace(const std::string& id, const std::string& holder,
+                                      uint64_t places, std::chrono::milliseconds ttl) {
+  static constexpr std::string_view kScript =
+      "if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end "
+      "if tonumber(ARGV[2]) > 0 and redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then "
+      "return 0 end "
+      "redis.call('SADD', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[3]) return 1";
+  Result<RedisReply> r =
+      client_->Command({"EVAL", kScript, "1", client_->config().prefix + "seedd:preheat:" + id,
+                        holder, std::to_string(places), std::to_string(ttl.count())});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("EVAL", r->get());
+  return (*r)->integer == 1;
+}
+
 RegistryAnnouncer::RegistryAnnouncer(std::shared_ptr<SwarmRegistry> registry,
                                      std::shared_ptr<WeightServer> server, std::string addr,
                                      std::chrono::milliseconds ttl)

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -61,6 +62,26 @@ class SwarmRegistry {
   Status Put(const std::string& name, const std::string& value, std::chrono::milliseconds ttl);
   // NAME's value (at most `max_bytes`: a longer one is an error), or nullopt.
   Result<std::optional<std::string>> Get(const std::string& name, size_t max_bytes = 1024);
+
+  // The fleet's hosts: each daemon's status (a JSON object) under
+  // <prefix>seedd:host:<addr> for `ttl`, listed in the sorted set
+  // <prefix>seedd:hosts by expiry.
+  static constexpr size_t kMaxHosts = 4096;
+  Status PutHost(const std::string& addr, const std::string& json, std::chrono::milliseconds ttl);
+  // Live hosts, at most kMaxHosts: (HOST:PORT, its status text of at most
+  // `max_bytes`; longer ones are skipped).
+  Result<std::vector<std::pair<std::string, std::string>>> Hosts(size_t max_bytes = 64 << 10);
+  // Preheat requests: the hash <prefix>seedd:preheat (id -> JSON text); the
+  // hosts that took a place of request `id` in the set <prefix>seedd:preheat:<id>.
+  static constexpr size_t kMaxPreheats = 64;
+  Status AddPreheat(const std::string& id, const std::string& json);
+  // At most kMaxPreheats requests (id, text of at most 4 KiB).
+  Result<std::vector<std::pair<std::string, std::string>>> Preheats();
+  Status DropPreheat(const std::string& id);
+  // One of `places` places (0: no bound) of request `id` taken for `holder`,
+  // atomically: true when `holder` has one (now or before).
+  Result<bool> TakePlace(const std::string& id, const std::string& holder, uint64_t places,
+                         std::chrono::milliseconds ttl);
 
  private:
   explicit SwarmRegistry(std::unique_ptr<RedisClient> client);
