@@ -11,12 +11,6 @@
 namespace seedd {
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool IsRootDigest(std::string_view s) {
   if (s.size() != 64) return false;
   for (char c : s) {
@@ -91,7 +85,7 @@ Json FleetHostJson(const FleetHost& host) {
               {"ready", host.ready},
               {"models", std::move(models)},
               {"pulls", std::move(pulls)},
-              {"updated_ms", NowMs()}};
+              {"updated_ms", SwarmRegistry::NowMs()}};
 }
 
 Result<FleetHost> ParseFleetHost(const std::string& addr, const Json& j) {
@@ -102,7 +96,8 @@ Result<FleetHost> ParseFleetHost(const std::string& addr, const Json& j) {
   SEEDD_RETURN_IF_ERROR(Take(j, "ready", &h.ready, false));
   int64_t updated = 0;
   SEEDD_RETURN_IF_ERROR(Take(j, "updated_ms", &updated));
-  h.age_seconds = std::max<double>(0, static_cast<double>(NowMs() - updated) / 1000.0);
+  h.age_seconds =
+      std::max<double>(0, static_cast<double>(SwarmRegistry::NowMs() - updated) / 1000.0);
   auto models = j.find("models");
   if (models == j.end() || !models->is_array() || models->size() > 1024) {
     return Status::InvalidArgument("'models' is not an array of at most 1024");
@@ -208,11 +203,12 @@ Result<PreheatTicket> RequestPreheat(const std::string& registry_url,
         std::ceil(static_cast<double>(ticket.matching_hosts) * request.percent / 100.0));
   }
   ticket.id = RandomHexOrDie(8);
-  Json j = {{"model", request.model},
-            {"root_digest", request.root_digest},
-            {"zone", request.zone},
-            {"places", ticket.places},
-            {"expires_ms", NowMs() + std::chrono::milliseconds(request.ttl).count()}};
+  Json j = {
+      {"model", request.model},
+      {"root_digest", request.root_digest},
+      {"zone", request.zone},
+      {"places", ticket.places},
+      {"expires_ms", SwarmRegistry::NowMs() + std::chrono::milliseconds(request.ttl).count()}};
   Result<std::shared_ptr<SwarmRegistry>> registry = SwarmRegistry::Open(registry_url);
   if (!registry.ok()) return registry.status();
   SEEDD_RETURN_IF_ERROR((*registry)->AddPreheat(ticket.id, DumpJson(j)));

@@ -5,16 +5,6 @@
 #include "seedd/logging.h"
 
 namespace seedd {
-namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 FleetAgent::FleetAgent(std::shared_ptr<SwarmRegistry> registry, Options options, Describe describe,
                        Holds holds, Pull pull)
     : registry_(std::move(registry)),
@@ -60,7 +50,7 @@ void FleetAgent::Turn() {
   }
   if (failing_) Logger().info("Fleet registry {}: reachable again", registry_->Describe());
   failing_ = false;
-  const int64_t now = NowMs();
+  const int64_t now = SwarmRegistry::NowMs();
   for (const auto& [id, text] : *requests) {
     if (handled_.count(id) != 0) continue;
     Result<Json> j = ParseJson(text);

@@ -11,15 +11,12 @@
 #include "stores/redis/redis_client.h"
 
 namespace seedd {
-namespace {
 
-int64_t NowMs() {
+int64_t SwarmRegistry::NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
 
 Result<std::shared_ptr<SwarmRegistry>> SwarmRegistry::Open(std::string_view url) {
   if (url.rfind("redis://", 0) != 0) {

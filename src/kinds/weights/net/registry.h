@@ -35,6 +35,9 @@ class WeightServer;
 class SwarmRegistry {
  public:
   static constexpr size_t kMaxHolders = 256;
+  // The registry's clock: milliseconds since the Unix epoch (expiry times, the
+  // hosts' and preheat requests' times are in it).
+  static int64_t NowMs();
 
   // Connects (a PING) to the redis:// URL.
   static Result<std::shared_ptr<SwarmRegistry>> Open(std::string_view url);
