@@ -191,6 +191,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   std::vector<Daemon::Rep::FleetFetch> fleet_fetches;
   BuildOptions weight_build;
   // Compile caches too large to travel inline travel on the weights data plane.
+  // What warmups and pulls install is watched (usage_watch.h).
+  std::shared_ptr<UsageWatch> usage;
+  if (options.autotune.warmup || !options.compile_caches.empty() || !options.pulls.empty() ||
+      !options.models.empty() || !options.registry_url.empty()) {
+    usage = UsageWatch::Start(options.used_grace);
+  }
   // With a registry the daemon may be asked to pull (a preheat request) at any time.
   if (!options.models.empty() || !options.pulls.empty() || !options.compile_caches.empty() ||
       !options.registry_url.empty()) {
@@ -231,6 +237,16 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     WeightServerOptions serving;
     serving.relay_upload_rate = options.relay_upload_rate;
     serving.relay_pacing = options.relay_upload_pacing;
+    // An engine that copies a pulled model from this daemon (seedctl pull, seedd.pull)
+    // uses its files as much as one that opens them in place.
+    serving.served_to_client = [usage, cache_dir = options.cache_dir](const std::string& model,
+                                                                      const std::string& file) {
+      if (usage == nullptr) return;
+      std::error_code ec;
+      const std::filesystem::path dir =
+          std::filesystem::canonical(cache_dir / "weights" / model / "current", ec);
+      if (!ec) usage->MarkUsed(model, dir / file);
+    };
     weights = std::make_shared<WeightServer>(std::move(served), serving);
     compile_plane = std::make_shared<DaemonCompileCachePlane>(options.cache_dir, build, weights);
     WeightInstallOptions install;
@@ -270,6 +286,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
   rep->autotune_ = std::move(autotune);
   rep->shared_ = shared;
   rep->weights_ = std::move(weights);
+  rep->usage_ = std::move(usage);
   rep->weight_shards_ = std::move(weight_shards);
   rep->weight_install_ = std::move(weight_install);
   rep->compile_plane_ = std::move(compile_plane);
@@ -419,11 +436,6 @@ Result<std::optional<HostPort>> Daemon::Start() {
                            " cannot be written (" + writable.message() +
                            "): seedd keeps pulled models and verified chunks there; give it a "
                            "writable --cache-dir");
-  }
-  if (rep_->options_.autotune.warmup || !rep_->options_.compile_caches.empty() ||
-      !rep_->options_.pulls.empty() || !rep_->fleet_fetches_.empty() ||
-      !rep_->origin_pulls_.empty() || rep_->registry_ != nullptr) {
-    rep_->usage_ = UsageWatch::Start(rep_->options_.used_grace);
   }
   if (rep_->options_.autotune.warmup) {
     // Before the daemon reports ready: a replica is warm when seedd says so.

@@ -60,7 +60,7 @@ struct Daemon::Rep {
   void RecordWarmup(WarmupRecord record);
   mutable Mutex warmups_mu_;
   std::vector<WarmupRecord> warmups_ GUARDED_BY(warmups_mu_);
-  std::unique_ptr<UsageWatch> usage_;  // what the warmups installed, watched
+  std::shared_ptr<UsageWatch> usage_;  // what the warmups installed, watched (null: nothing to)
   std::optional<HostPort> bound_;      // the D2D listener, once Start bound it
   std::unique_ptr<AdminServer> admin_;
   std::atomic<bool> ready_{false};

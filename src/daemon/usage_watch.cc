@@ -89,7 +89,8 @@ class FanotifyUsageWatch final : public UsageWatch {
         if (c.watch == "fanotify") c.watch = error;
         continue;
       }
-      fids.emplace(std::move(*fid), fids.size());
+      auto added = fids.emplace(std::move(*fid), fids.size());
+      c.by_path.emplace(f.string(), added.first->second);
       dirs.insert(f.parent_path());
     }
     c.files = files.size();
@@ -137,8 +138,29 @@ class FanotifyUsageWatch final : public UsageWatch {
     size_t opened_count = 0;
     std::optional<Clock::time_point> first_open;
     bool warned = false;
+    std::map<std::string, size_t> by_path;  // a watched file's path -> its index
   };
 
+  // File `index` of `c` opened at `now` (under mu_).
+  static void Opened(Cache& c, size_t index, Clock::time_point now) {
+    if (index >= c.opened.size() || c.opened[index]) return;
+    c.opened[index] = true;
+    ++c.opened_count;
+    if (!c.first_open) c.first_open = now;
+    metrics::InstalledFiles(c.name, c.files, c.opened_count);
+  }
+
+ public:
+  void MarkUsed(const std::string& cache, const std::filesystem::path& file) override {
+    MutexLock lock(mu_);
+    for (Cache& c : caches_) {
+      if (c.name != cache) continue;
+      auto it = c.by_path.find(file.string());
+      if (it != c.by_path.end()) Opened(c, it->second, Clock::now());
+    }
+  }
+
+ private:
   Report ReportOf(const Cache& c, Clock::time_point now) const {
     Report r;
     r.cache = c.name;
@@ -183,12 +205,7 @@ class FanotifyUsageWatch final : public UsageWatch {
             const auto* fh = reinterpret_cast<const file_handle*>(info->handle);
             auto it = fids_.find(FidKey(info->fsid, *fh));
             if (it == fids_.end()) continue;
-            Cache& c = caches_[it->second.first];
-            if (c.opened[it->second.second]) continue;
-            c.opened[it->second.second] = true;
-            ++c.opened_count;
-            if (!c.first_open) c.first_open = now;
-            metrics::InstalledFiles(c.name, c.files, c.opened_count);
+            Opened(caches_[it->second.first], it->second.second, now);
           }
         }
       }

@@ -37,6 +37,10 @@ class UsageWatch {
   // watched again replaces its earlier files.
   virtual void Watch(const std::string& cache, const std::vector<std::filesystem::path>& files,
                      const std::string& hint) = 0;
+  // Counts `file` (one of the paths given to Watch) of `cache` as opened by
+  // another process: an engine that read it through the daemon (a pull from it
+  // by a fetcher that does not relay). Unknown caches and files are ignored.
+  virtual void MarkUsed(const std::string& cache, const std::filesystem::path& file) = 0;
 
   struct Report {
     std::string cache;

@@ -19,6 +19,8 @@ import urllib.request
 
 import pytest
 
+from conftest import TOKEN
+
 # The extension's source: the same path on every host, as an engine image has.
 SOURCE = """#include <torch/extension.h>
 torch::Tensor add(torch::Tensor x) { return x + %d; }
@@ -168,9 +170,9 @@ def test_a_pulled_model_is_watched_and_reported_unused_until_a_process_reads_it(
     seed = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "a"),
                   "--model", "m=%s" % model, "--log-level", "warn"])
     admin = free_port()
-    start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "b"),
-           "--pull", "m", "--source", "%s:%d" % seed.addr, "--admin-listen",
-           "127.0.0.1:%d" % admin, "--used-grace", "1", "--log-level", "warn"])
+    node = start([seedd_bin, "--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "b"),
+                  "--pull", "m", "--source", "%s:%d" % seed.addr, "--admin-listen",
+                  "127.0.0.1:%d" % admin, "--used-grace", "1", "--log-level", "warn"])
     u = eventually(lambda: (usage(admin, "m") or {}).get("state") == "unused" and usage(admin, "m"))
     assert u and u["files_installed"] == 2 and u["files_opened"] == 0, status(admin)["usage"]
     # The engine loads the weights through the daemon's `current` link.
@@ -178,3 +180,9 @@ def test_a_pulled_model_is_watched_and_reported_unused_until_a_process_reads_it(
         f.read(16)
     u = eventually(lambda: usage(admin, "m")["files_opened"] == 1 and usage(admin, "m"))
     assert u and u["state"] == "used", usage(admin, "m")
+    # An engine that copies the model from the daemon (seedd.pull, seedctl pull)
+    # reads every file through it: each counts as used too.
+    import seedd
+    seedd.pull("m", node.addr, tmp_path / "engine", token=os.environ.get("SEEDD_TOKEN") or TOKEN)
+    u = eventually(lambda: usage(admin, "m")["files_opened"] == 2 and usage(admin, "m"))
+    assert u, usage(admin, "m")

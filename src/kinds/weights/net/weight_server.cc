@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "common/crypto.h"
@@ -227,6 +228,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
       if (pacing != nullptr) pacing->Closed(conn);
     }
   } forget{relay_pacing_.get(), conn};
+  std::set<std::string> reported;  // files counted as used on this connection
   std::map<std::string, UniqueFd, std::less<>> files;
   std::string address;                                        // the peer's, once it asks for a slot
   const std::string claimant = peer ? relay : std::string();  // who takes claims
@@ -359,6 +361,9 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     }
     EndSend(root, claimant, index, sent);
     if (!sent) return;
+    if (relay.empty() && options_.served_to_client && reported.insert(c.file).second) {
+      options_.served_to_client(model->manifest.model, c.file);
+    }
   }
 }
 

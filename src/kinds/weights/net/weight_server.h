@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,11 @@ struct WeightServerOptions : SwarmPolicy {
   // Below that cap, the server paces them by itself from the queueing its
   // uploads meet (RelayPacing, proto/upload_pacer.h); false: only the cap.
   bool relay_pacing = false;
+  // Called once per connection and file when a chunk of a model's file (its
+  // manifest path) is sent to a fetcher that does not relay (an engine's
+  // seedctl pull or seedd.pull: one that announces no relay address): the
+  // daemon counts the file as used by the engine. On the stream thread.
+  std::function<void(const std::string& model, const std::string& file)> served_to_client;
 };
 
 class WeightServer {
