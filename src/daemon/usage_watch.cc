@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <set>
@@ -26,10 +27,10 @@ using Clock = std::chrono::steady_clock;
 
 // A file's identity as fanotify reports it: the filesystem id, then the handle
 // type and bytes.
-std::string FidKey(const __kernel_fsid_t& fsid, const file_handle& fh) {
+std::string FidKey(const __kernel_fsid_t& fsid, int handle_type, std::string_view handle) {
   std::string key(reinterpret_cast<const char*>(&fsid), sizeof fsid);
-  key.append(reinterpret_cast<const char*>(&fh.handle_type), sizeof fh.handle_type);
-  key.append(reinterpret_cast<const char*>(fh.f_handle), fh.handle_bytes);
+  key.append(reinterpret_cast<const char*>(&handle_type), sizeof handle_type);
+  key.append(handle);
   return key;
 }
 
@@ -51,7 +52,8 @@ std::optional<std::string> FidOfPath(const std::filesystem::path& path, std::str
   __kernel_fsid_t fsid;
   static_assert(sizeof fsid == sizeof sfs.f_fsid);
   std::memcpy(&fsid, &sfs.f_fsid, sizeof fsid);
-  return FidKey(fsid, *fh);
+  return FidKey(fsid, fh->handle_type,
+                std::string_view(reinterpret_cast<const char*>(fh->f_handle), fh->handle_bytes));
 }
 
 class FanotifyUsageWatch final : public UsageWatch {
@@ -182,7 +184,7 @@ class FanotifyUsageWatch final : public UsageWatch {
   }
 
   void Run() {
-    alignas(fanotify_event_metadata) char buf[64 << 10];
+    char buf[64 << 10];
     const pid_t self = ::getpid();
     for (;;) {
       pollfd p[2] = {{stop_.get(), POLLIN, 0}, {fan_.get(), POLLIN, 0}};
@@ -194,16 +196,31 @@ class FanotifyUsageWatch final : public UsageWatch {
           if (len <= 0) break;
           const auto now = Clock::now();
           MutexLock lock(mu_);
-          auto* m = reinterpret_cast<fanotify_event_metadata*>(buf);
-          for (ssize_t left = len; FAN_EVENT_OK(m, left); m = FAN_EVENT_NEXT(m, left)) {
-            if (m->vers != FANOTIFY_METADATA_VERSION) break;
-            if (m->pid == self || m->event_len < sizeof *m + sizeof(fanotify_event_info_fid)) {
-              continue;
+          // Events with file handles need not be 8-byte aligned in the buffer:
+          // each part is copied out before it is read.
+          for (size_t off = 0; off + sizeof(fanotify_event_metadata) <= static_cast<size_t>(len);) {
+            fanotify_event_metadata m;
+            std::memcpy(&m, buf + off, sizeof m);
+            if (m.vers != FANOTIFY_METADATA_VERSION || m.event_len < m.metadata_len ||
+                m.metadata_len < sizeof m || off + m.event_len > static_cast<size_t>(len)) {
+              break;
             }
-            auto* info = reinterpret_cast<fanotify_event_info_fid*>(m + 1);
-            if (info->hdr.info_type != FAN_EVENT_INFO_TYPE_FID) continue;
-            const auto* fh = reinterpret_cast<const file_handle*>(info->handle);
-            auto it = fids_.find(FidKey(info->fsid, *fh));
+            const char* info = buf + off + m.metadata_len;
+            const size_t info_len = m.event_len - m.metadata_len;
+            off += m.event_len;
+            constexpr size_t kHandleAt = offsetof(fanotify_event_info_fid, handle);
+            if (m.pid == self || info_len < kHandleAt + sizeof(file_handle)) continue;
+            fanotify_event_info_header hdr;
+            std::memcpy(&hdr, info, sizeof hdr);
+            if (hdr.info_type != FAN_EVENT_INFO_TYPE_FID) continue;
+            __kernel_fsid_t fsid;
+            std::memcpy(&fsid, info + offsetof(fanotify_event_info_fid, fsid), sizeof fsid);
+            file_handle fh;
+            std::memcpy(&fh, info + kHandleAt, sizeof fh);
+            if (kHandleAt + sizeof fh + fh.handle_bytes > info_len) continue;
+            auto it =
+                fids_.find(FidKey(fsid, fh.handle_type,
+                                  std::string_view(info + kHandleAt + sizeof fh, fh.handle_bytes)));
             if (it == fids_.end()) continue;
             Opened(caches_[it->second.first], it->second.second, now);
           }
