@@ -20,6 +20,7 @@
 #include "config_file.h"
 #include "notify.h"
 #include "seedd/daemon.h"
+#include "seedd/fleet.h"
 #include "seedd/logging.h"
 #include "seedd/signing.h"
 #include "seedd/store_registry.h"
@@ -342,13 +343,7 @@ int main(int argc, char** argv) {
                  "with --registry: this daemon's zone (a rack, a building), published with its "
                  "status (seedctl status --fleet); seedctl preheat --zone asks only its daemons")
       ->check([](const std::string& z) -> std::string {
-        if (z.size() > 64) return "a zone has at most 64 characters";
-        for (char c : z) {
-          if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-            return "a zone has letters, digits, '-', '_' and '.' only";
-          }
-        }
-        return "";
+        return seedd::IsZoneName(z) ? "" : "at most 64 letters, digits, '-', '_' and '.'";
       });
   app.add_option("--used-grace", used_grace,
                  "seconds after a warmup installs files (a compile cache, an autotune table, a "

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "seedd/json.h"
@@ -49,6 +50,9 @@ struct FleetHost {
   std::vector<FleetPull> pulls;
   double age_seconds = 0;  // since it last published
 };
+
+// A zone's name: at most 64 letters, digits, '-', '_' and '.' (empty: none).
+bool IsZoneName(std::string_view zone);
 
 // A host's status as published (FleetAgent) and read back.
 Json FleetHostJson(const FleetHost& host);

@@ -7,19 +7,11 @@
 #include "kinds/weights/files/manifest.h"
 #include "kinds/weights/net/registry.h"
 #include "seedd/json_text.h"
+#include "seedd/weights.h"
 
 namespace seedd {
-namespace {
 
-bool IsRootDigest(std::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-bool IsZone(std::string_view z) {
+bool IsZoneName(std::string_view z) {
   if (z.size() > 64) return false;
   for (char c : z) {
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -29,6 +21,10 @@ bool IsZone(std::string_view z) {
   }
   return true;
 }
+
+namespace {
+
+bool IsRootDigest(std::string_view s) { return ValidatePin(s, "root digest").ok(); }
 
 // Field `key` of `j` as T, or InvalidArgument naming it.
 template <typename T>
@@ -162,7 +158,7 @@ Result<PreheatEntry> ParsePreheat(const std::string& id, const Json& j) {
   if (!e.root_digest.empty() && !IsRootDigest(e.root_digest)) {
     return Status::InvalidArgument("'root_digest' is not 64 lowercase hex digits");
   }
-  if (!IsZone(e.zone)) return Status::InvalidArgument("'zone' is malformed");
+  if (!IsZoneName(e.zone)) return Status::InvalidArgument("'zone' is malformed");
   return e;
 }
 
@@ -174,7 +170,7 @@ Result<PreheatTicket> RequestPreheat(const std::string& registry_url,
   if (!request.root_digest.empty() && !IsRootDigest(request.root_digest)) {
     return Status::InvalidArgument("the root digest must be 64 lowercase hex digits");
   }
-  if (!IsZone(request.zone)) {
+  if (!IsZoneName(request.zone)) {
     return Status::InvalidArgument("zone '" + request.zone + "': letters, digits, - _ . only");
   }
   if (request.percent < 0 || request.percent > 100) {
