@@ -243,6 +243,9 @@ struct SourceUse {
 struct FetchStats {
   uint64_t bytes_received = 0;    // chunk bytes that arrived (including rejected ones)
   uint64_t bytes_from_peers = 0;  // of which from relays rather than seeds
+  // Of bytes_received, from sources of another zone than this host's (or of a
+  // zone not known); 0 without a zone (FetchOptions::zone).
+  uint64_t bytes_across_zones = 0;
   uint64_t chunks_rejected = 0;   // failed verification and were fetched again
   uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
   uint64_t chunks_holes = 0;      // all zeros: not sent, not written

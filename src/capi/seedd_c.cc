@@ -249,6 +249,7 @@ seedd::Json StatsOf(const seedd::PullResult& r) {
           {"up_to_date", s.up_to_date},
           {"bytes_received", s.bytes_received},
           {"bytes_from_peers", s.bytes_from_peers},
+          {"bytes_across_zones", s.bytes_across_zones},
           {"bytes_resumed", s.bytes_resumed},
           {"chunks_rejected", s.chunks_rejected},
           {"chunks_resumed", s.chunks_resumed},

@@ -97,6 +97,13 @@ struct Families {
           .Name("seedd_relay_bytes_sent_total")
           .Help("Weight bytes sent from models this daemon pulled (relayed to other fetchers)")
           .Register(*registry);
+  prometheus::Family<prometheus::Counter>& across_zones =
+      BuildCounter()
+          .Name("seedd_pull_bytes_across_zones_total")
+          .Help(
+              "Weight bytes this daemon's pulls received from sources of another zone (or of a "
+              "zone not known), with --zone set")
+          .Register(*registry);
   prometheus::Family<prometheus::Counter>& relay_wait =
       BuildCounter()
           .Name("seedd_relay_upload_wait_seconds_total")
@@ -120,6 +127,7 @@ struct Families {
   prometheus::Counter& verified = chunks_verified.Add({});
   prometheus::Counter& failed = chunk_failures.Add({});
   prometheus::Counter& relayed = relay_bytes.Add({});
+  prometheus::Counter& crossed = across_zones.Add({});
   prometheus::Counter& relay_waited = relay_wait.Add({});
   prometheus::Gauge& relay_paced = relay_pace.Add({});
 };
@@ -183,6 +191,8 @@ void BytesReceived(Plane plane, uint64_t bytes) {
 void ChunkVerified() { F().verified.Increment(); }
 
 void ChunkVerificationFailed() { F().failed.Increment(); }
+
+void BytesAcrossZones(uint64_t bytes) { F().crossed.Increment(static_cast<double>(bytes)); }
 
 void StoreOperation(std::string_view backend, std::string_view op, std::string_view result) {
   Labelled(F().store_ops, {{"backend", backend}, {"op", op}, {"result", result}}).Increment();

@@ -46,6 +46,8 @@ void PullProgress(std::string_view model, double ratio);
 void InstalledFiles(std::string_view cache, uint64_t installed, uint64_t opened);
 // A pull a preheat request started ended: `outcome` "done" or "failed".
 void PreheatPull(std::string_view outcome);
+// Weight bytes a pull received from sources of another zone (seedd --zone).
+void BytesAcrossZones(uint64_t bytes);
 // Weight bytes sent from a model this daemon pulled (relayed to the swarm).
 void RelayBytesSent(uint64_t bytes);
 // An upload thread waited `seconds` to keep within --relay-upload-rate.

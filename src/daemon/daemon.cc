@@ -235,6 +235,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
       served.push_back(ServeIndexed(std::move(*m)));
     }
     WeightServerOptions serving;
+    serving.zone = options.zone;
     serving.relay_upload_rate = options.relay_upload_rate;
     serving.relay_pacing = options.relay_upload_pacing;
     // An engine that copies a pulled model from this daemon (seedctl pull, seedd.pull)
@@ -256,6 +257,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     install.cancel = cancel;
     install.max_neighbours = options.max_neighbours;
     install.registry = registry;
+    install.zone = options.zone;
     install.verify_sha256 = options.verify_pulled_files;
     install.board = board;
     install.trust = trust;

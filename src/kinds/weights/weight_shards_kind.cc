@@ -81,6 +81,7 @@ Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
   fetch.verify_sha256 = install.verify_sha256;
   fetch.tls = install.tls;
   fetch.relay = relay;
+  fetch.zone = install.zone;
   fetch.announced = [server, root = manifest.root_digest, self = fetch.relay,
                      limit = 2 * install.max_neighbours] {
     return server->Peers(root, self, limit);
@@ -121,16 +122,21 @@ Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
   LogFields counts{{"bytes", manifest.total_size},
                    {"seconds", secs},
                    {"bytes_from_relays", stats.bytes_from_peers},
+                   {"bytes_across_zones", stats.bytes_across_zones},
                    {"relays", stats.peers.size()},
                    {"chunks_resumed", stats.chunks_resumed},
                    {"bytes_reused", stats.bytes_reused}};
+  const std::string across =
+      install.zone.empty()
+          ? std::string()
+          : ", " + HumanBytes(stats.bytes_across_zones) + " from other zones than " + install.zone;
   Logger().info(
-      "Pulled model {} ({}) in {} ({}; {} from {} relays, {} resumed chunks, {} reused locally; {} "
-      "requests, {} sent ahead, {} answered busy, {} claimed; {} connections refused by a full "
+      "Pulled model {} ({}) in {} ({}; {} from {} relays{}, {} resumed chunks, {} reused locally; "
+      "{} requests, {} sent ahead, {} answered busy, {} claimed; {} connections refused by a full "
       "source)",
       manifest.model, HumanBytes(manifest.total_size), HumanSeconds(secs),
       HumanRate(static_cast<double>(manifest.total_size) / std::max(secs, 1e-9)),
-      HumanBytes(stats.bytes_from_peers), stats.peers.size(), stats.chunks_resumed,
+      HumanBytes(stats.bytes_from_peers), stats.peers.size(), across, stats.chunks_resumed,
       HumanBytes(stats.bytes_reused), stats.requests, stats.requests_ahead, stats.answered_busy,
       stats.answered_claimed, stats.refused_full);
   return Status::Ok();

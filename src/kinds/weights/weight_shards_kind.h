@@ -70,6 +70,7 @@ struct WeightInstallOptions {
   std::shared_ptr<SwarmRegistry> registry;          // see FetchOptions::registry
   bool verify_sha256 = false;                       // see FetchOptions::verify_sha256
   std::shared_ptr<const TlsContext> tls;            // see FetchOptions::tls
+  std::string zone;                                 // see FetchOptions::zone
   std::shared_ptr<PullBoard> board;                 // where pulls report; may be null
   // Only manifests signed by one of these keys are installed; null: any.
   std::shared_ptr<const TrustedKeys> trust;

@@ -38,6 +38,7 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       session_(RandomHexOrDie(8)),
       core_(ChunkLengths(m), o, !o.relay.empty(), std::random_device{}()) {
   core_.SetSelf(o.relay);
+  core_.SetZone(o.zone);
   std::map<std::string_view, uint32_t> file_index;
   for (size_t f = 0; f < m.files.size(); ++f) file_index.emplace(m.files[f].path, f);
   chunk_file_.reserve(m.chunks.size());
@@ -360,14 +361,14 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   } else {
     source->work.notify_all();
   }
-  stats_->bytes_received += received;
-  if (!source->seed) stats_->bytes_from_peers += received;
+  CountLocked(received, source);
   if (!journaled.ok()) {
     core_.OnReturned(source->id, index);
     return journaled;
   }
   const uint64_t rotations = core_.rotations();
-  core_.OnArrived(source->id, index);  // endgame copies still on the wire are drained
+  // Endgame copies still on the wire are drained.
+  core_.OnArrived(source->id, index, std::chrono::steady_clock::now());
   if (core_.rotations() != rotations) {
     Logger().debug("weight_data: relay {} sent nothing in the last {} chunks; trying another",
                    core_.Name(core_.last_rotated()), options_.rotate_after);
@@ -401,8 +402,16 @@ void Fetch::Reject(uint32_t index, Source* source) {
 
 void Fetch::Count(uint64_t n, const Source* source) {
   MutexLock lock(mu_);
+  CountLocked(n, source);
+}
+
+void Fetch::CountLocked(uint64_t n, const Source* source) {
   stats_->bytes_received += n;
   if (!source->seed) stats_->bytes_from_peers += n;
+  if (core_.Remote(source->id)) {
+    stats_->bytes_across_zones += n;
+    metrics::BytesAcrossZones(n);
+  }
 }
 
 bool Fetch::Track(int fd) {

@@ -61,6 +61,7 @@ struct DataConn {
   std::unique_ptr<Conn> conn;
   bool wait_in_line = false;  // the server takes "SDRW" and "SDNW"
   bool claim_holder = false;  // a "claimed" answer names the relay holding the claim
+  std::string zone;           // the source's zone, as its answer said (empty: none)
   bool valid() const { return fd.valid(); }
 };
 
@@ -86,7 +87,9 @@ class Fetch {
   bool Finished();
   // Dropped, or retired from the neighbours: its connections end.
   bool Dropped(const Source* source);
-  void AddSourceLocked(const HostPort& addr, bool seed) REQUIRES(mu_);
+  // `zone`: its zone, when the naming said (a state's relay list).
+  void AddSourceLocked(const HostPort& addr, bool seed,
+                       const std::optional<std::string>& zone = std::nullopt) REQUIRES(mu_);
   // The seeds `given`, a name that resolves to several addresses as one seed
   // per address. Resolves without mu_ held; `first` logs what a name became.
   void AddSeeds(const std::vector<HostPort>& given, bool first) EXCLUDES(mu_);
@@ -138,6 +141,7 @@ class Fetch {
   Status Record(uint32_t index, bool hole, const Source* source, uint64_t received = 0);
   void Reject(uint32_t index, Source* source);
   void Count(uint64_t n, const Source* source);
+  void CountLocked(uint64_t n, const Source* source) REQUIRES(mu_);
   // A state response: the bitmap, then relay names one per line.
   void ApplyState(Source* source, std::string_view body);
   // A watch response: chunks `source` verified since the last one.

@@ -11,6 +11,7 @@
 #include "common/crypto.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
+#include "seedd/fleet.h"
 #include "kinds/weights/data_plane.h"
 #include "kinds/weights/net/fetch.h"
 #include "seedd/json_text.h"
@@ -50,6 +51,7 @@ bool Fetch::OpenOrFail(Source* source, DataConn* conn) {
   if (fd.ok()) {
     MutexLock lock(mu_);
     source->full_since = {};
+    core_.SetSourceZone(source->id, fd->zone);
     *conn = std::move(*fd);
     return true;
   }
@@ -243,6 +245,7 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
     request["relay"] = options_.relay;
     request["session"] = session_;
   }
+  if (!options_.zone.empty()) request["zone"] = options_.zone;
   const auto deadline = Clock::now() + options_.timeout;
   std::unique_ptr<Conn> conn;
   if (options_.tls != nullptr) {
@@ -295,7 +298,13 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
   const bool wait_in_line = line != response->end() && *line == true;
   auto named = response->find("claim_holder");
   const bool claim_holder = named != response->end() && *named == true;
-  return DataConn{std::move(*fd), std::move(conn), wait_in_line, claim_holder};
+  // The source's zone: none when it says none, or something no zone is.
+  std::string zone;
+  if (auto z = response->find("zone");
+      z != response->end() && z->is_string() && IsZoneName(z->get<std::string>())) {
+    zone = z->get<std::string>();
+  }
+  return DataConn{std::move(*fd), std::move(conn), wait_in_line, claim_holder, std::move(zone)};
 }
 
 Status Fetch::AnswerChallenge(Conn& conn, const Json& request, const Json& challenge,

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/mutex.h"
+#include "seedd/fleet.h"
 #include "kinds/weights/net/fetch.h"
 #include "kinds/weights/net/registry.h"
 #include "seedd/logging.h"
@@ -65,10 +66,11 @@ void Fetch::AddRelays(const std::vector<HostPort>& relays) {
   FillNeighboursLocked();
 }
 
-void Fetch::AddSourceLocked(const HostPort& addr, bool seed) {
+void Fetch::AddSourceLocked(const HostPort& addr, bool seed,
+                            const std::optional<std::string>& zone) {
   const std::string name = addr.ToString();
   if (name == options_.relay) return;
-  std::optional<PeerId> id = core_.AddSource(name, seed);
+  std::optional<PeerId> id = core_.AddSource(name, seed, zone);
   if (!id) return;
   auto source = std::make_unique<Source>();
   source->addr = addr;
@@ -90,8 +92,15 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
   for (size_t pos = (n + 7) / 8; pos < body.size();) {
     size_t end = body.find('\n', pos);
     if (end == std::string::npos) end = body.size();
-    Result<HostPort> peer = ParseHostPort(body.substr(pos, end - pos));
-    if (peer.ok()) AddSourceLocked(*peer, false);
+    // "HOST:PORT" or, to a fetcher that said its zone, "HOST:PORT ZONE".
+    std::string_view line = body.substr(pos, end - pos);
+    std::optional<std::string> zone;
+    if (size_t space = line.find(' '); space != std::string_view::npos) {
+      if (IsZoneName(line.substr(space + 1))) zone = std::string(line.substr(space + 1));
+      line = line.substr(0, space);
+    }
+    Result<HostPort> peer = ParseHostPort(line);
+    if (peer.ok()) AddSourceLocked(*peer, false, zone);
     pos = end + 1;
   }
   FillNeighboursLocked();

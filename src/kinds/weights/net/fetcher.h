@@ -70,6 +70,10 @@ struct FetchOptions : FetchPolicy {
   // relay): announced to the sources, and seeds are then asked one chunk at a
   // time per connection so that each chunk leaves the seed about once.
   std::string relay;
+  // This host's zone (seedd --zone; empty: none): sources of other zones are
+  // asked only for what this zone lacks (FetcherCore::SetZone), and the bytes
+  // they send are counted in FetchStats::bytes_across_zones.
+  std::string zone;
   // When set (size = the manifest's chunk count), verified chunks are added as
   // they land (a server publishes it to relay them).
   std::shared_ptr<ChunkSet> verified;

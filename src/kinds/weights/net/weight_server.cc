@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/crypto.h"
+#include "seedd/fleet.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -185,17 +186,28 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
     }
     session = r->get<std::string>();
   }
+  Asker asker;
+  if (auto z = request.find("zone"); z != request.end()) {
+    if (!z->is_string() || !IsZoneName(z->get<std::string>())) {
+      return error("invalid zone (expected at most 64 letters, digits, - _ .)");
+    }
+    asker.zone = z->get<std::string>();
+  }
   // "claim_holder": a "claimed" answer names the relay holding the claim.
   auto named = request.find("claim_holder");
-  const bool name_holder = named != request.end() && named->is_boolean() && named->get<bool>();
+  asker.name_holder = named != request.end() && named->is_boolean() && named->get<bool>();
   const size_t chunk_count = model->manifest.chunks.size();
-  const bool peer = !relay.empty() && Announce(root, relay, session, chunk_count);
+  asker.peer = !relay.empty() && Announce(root, relay, session, chunk_count, asker.zone);
+  asker.relay = std::move(relay);
+  asker.session = std::move(session);
   // "wait_in_line": this server takes "SDRW" and "SDNW" (older ones close the
   // connection on them).
-  std::string ok = EncodeJsonFrame(Json{
-      {"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}, {"claim_holder", true}});
+  Json answer{
+      {"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}, {"claim_holder", true}};
+  if (!options_.zone.empty()) answer["zone"] = options_.zone;
+  std::string ok = EncodeJsonFrame(answer);
   if (!conn.SendAllBy(ok.data(), ok.size(), SendBy(ok.size()))) return;
-  ServeRequests(conn, root, std::move(model), peer, relay, session, name_holder);
+  ServeRequests(conn, root, std::move(model), asker);
 }
 
 void WeightServer::WarnChanged(const ServedModel& model, const std::string& file,
@@ -211,9 +223,10 @@ void WeightServer::WarnChanged(const ServedModel& model, const std::string& file
 }
 
 void WeightServer::ServeRequests(Conn& conn, const std::string& root,
-                                 std::shared_ptr<const ServedModel> model, bool peer,
-                                 const std::string& relay, const std::string& session,
-                                 bool name_holder) {
+                                 std::shared_ptr<const ServedModel> model, const Asker& asker) {
+  const bool peer = asker.peer;
+  const std::string& relay = asker.relay;
+  const bool name_holder = asker.name_holder;
   const size_t chunk_count = model->manifest.chunks.size();
   auto send_header = [&](std::string_view magic, uint32_t index, uint32_t status, uint32_t aux,
                          uint64_t length, std::chrono::steady_clock::time_point deadline) {
@@ -256,8 +269,8 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     }
     const auto& chunks = model->manifest.chunks;
     if (state || watch) {
-      if (peer) Announce(root, relay, session, chunk_count);
-      if (!ServeState(conn, *model, watch, index, relay)) return;
+      if (peer) Announce(root, relay, asker.session, chunk_count, asker.zone);
+      if (!ServeState(conn, *model, watch, index, asker)) return;
       continue;
     }
     const auto small = deadline_for(kHeaderBytes);
@@ -368,7 +381,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
 }
 
 bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
-                              const std::string& relay) {
+                              const Asker& asker) {
   const size_t chunks = model.manifest.chunks.size();
   std::string body;
   uint64_t next = 0;
@@ -390,9 +403,12 @@ bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, 
       if (chunks % 8 != 0) body.back() = static_cast<char>(0xff00 >> (chunks % 8));
     }
     aux = static_cast<uint32_t>(next);
-    for (const std::string& addr :
-         Peers(model.manifest.root_digest, relay, options_.max_peers_listed)) {
-      body += addr + "\n";
+    // "HOST:PORT ZONE" to an asker that said a zone, for relays that said one.
+    for (const ListedRelay& r : ListPeers(model.manifest.root_digest, asker.relay,
+                                          options_.max_peers_listed, asker.zone)) {
+      body += r.name;
+      if (!asker.zone.empty() && !r.zone.empty()) body += " " + r.zone;
+      body += "\n";
     }
   }
   const auto deadline = SendBy(kHeaderBytes + body.size());

@@ -55,6 +55,10 @@ struct WeightServerOptions : SwarmPolicy {
   // seedctl pull or seedd.pull: one that announces no relay address): the
   // daemon counts the file as used by the engine. On the stream thread.
   std::function<void(const std::string& model, const std::string& file)> served_to_client;
+  // This host's zone (seedd --zone; empty: none), said to every fetcher in the
+  // data connection's answer so that fetchers of other zones ask it only for
+  // what their zone lacks.
+  std::string zone;
 };
 
 class WeightServer {
@@ -72,6 +76,9 @@ class WeightServer {
   // (they complement any asker), the rest at random.
   std::vector<std::string> Peers(const std::string& root, const std::string& except,
                                  size_t limit = SIZE_MAX);
+  // The same with their zones, those of `zone` first (ServerCore::ListPeers).
+  std::vector<ListedRelay> ListPeers(const std::string& root, const std::string& except,
+                                     size_t limit, const std::string& zone);
   // How many relays a state response or a manifest lists at most.
   size_t max_peers_listed() const { return options_.max_peers_listed; }
   // Chunk bytes sent so far, over every connection.
@@ -95,19 +102,27 @@ class WeightServer {
   }
   std::shared_ptr<const ServedModel> FindRoot(const std::string& root) const;
   bool Announce(const std::string& root, const std::string& relay, const std::string& session,
-                size_t chunks);
+                size_t chunks, const std::string& zone);
   // For "SDRN": 0 and a claim for `relay` (when not empty), or 2 and the aux
   // value, and the claim's holder in *holder when not null.
   uint32_t ClaimChunk(const std::string& root, const std::string& relay, uint32_t index,
                       uint32_t* aux, std::string* holder);
   void EndSend(const std::string& root, const std::string& relay, uint32_t index, bool complete);
+  // Who is asking on one data connection.
+  struct Asker {
+    bool peer = false;  // a relay remembered in the swarm: it takes claims
+    std::string relay;  // its HOST:PORT (empty: not a relay)
+    std::string session;
+    std::string zone;  // the zone it said (empty: none)
+    bool name_holder = false;
+  };
   void ServeRequests(Conn& conn, const std::string& root, std::shared_ptr<const ServedModel> model,
-                     bool peer, const std::string& relay, const std::string& session,
-                     bool name_holder);
+                     const Asker& asker);
   // Answers "SDST" (state) or "SDWT" (watch from `cursor`); false when the
-  // connection is to close.
+  // connection is to close. A state lists relays with their zones to an asker
+  // that said a zone.
   bool ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
-                  const std::string& relay);
+                  const Asker& asker);
   // An upload slot for a chunk to `relay` from `address`, by the rules of
   // UploadSlots (proto/upload_slots.h), waiting here when they say wait: false
   // for "busy". The slot is held by the connection `fd`, whose progress `sent`

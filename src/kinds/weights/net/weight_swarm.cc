@@ -12,13 +12,13 @@
 namespace seedd {
 
 bool WeightServer::Announce(const std::string& root, const std::string& relay,
-                            const std::string& session, size_t chunks) {
+                            const std::string& session, size_t chunks, const std::string& zone) {
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end() || it->second.chunks() != chunks) {
     it = swarms_.insert_or_assign(root, ServerCore(chunks, options_)).first;
   }
-  return it->second.Announce(relay, session, std::chrono::steady_clock::now());
+  return it->second.Announce(relay, session, std::chrono::steady_clock::now(), zone);
 }
 
 std::vector<std::string> WeightServer::Peers(const std::string& root, const std::string& except,
@@ -27,6 +27,15 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
   auto it = swarms_.find(root);
   if (it == swarms_.end()) return {};
   return it->second.Peers(except, limit, rng_, std::chrono::steady_clock::now());
+}
+
+std::vector<ListedRelay> WeightServer::ListPeers(const std::string& root,
+                                                const std::string& except, size_t limit,
+                                                const std::string& zone) {
+  MutexLock lock(mu_);
+  auto it = swarms_.find(root);
+  if (it == swarms_.end()) return {};
+  return it->second.ListPeers(except, limit, rng_, std::chrono::steady_clock::now(), zone);
 }
 
 uint32_t WeightServer::ClaimChunk(const std::string& root, const std::string& relay, uint32_t index,

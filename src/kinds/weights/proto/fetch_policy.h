@@ -71,6 +71,12 @@ struct FetchPolicy {
   // rarest first in between, which a swarm needs. For loaders that read files
   // as they complete (PullOptions::order).
   bool in_order = false;
+  // Zones (FetcherCore::SetZone): relay neighbours of other zones at most (the
+  // rest of the set is the own zone's), and how long a fetcher with nothing
+  // arriving waits before it takes across zones a chunk another member of its
+  // zone owns (SwarmScheduler's policy).
+  size_t remote_neighbours = 4;
+  std::chrono::milliseconds zone_patience{1000};
   // How often a seed is asked for more relays while the neighbour set has room.
   std::chrono::milliseconds state_interval{500};
   // A chunk a seed says another fetcher claimed (it is being sent there) is

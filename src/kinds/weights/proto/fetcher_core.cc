@@ -15,6 +15,7 @@ SchedulerOptions SchedulerOptionsOf(const FetchPolicy& p, bool relaying, uint64_
   // reaches the swarm sooner when its uplink is not split many ways.
   if (relaying) s.seed_requests = 1;
   s.in_order = p.in_order;
+  s.zone_patience = p.zone_patience;
   s.random_seed = seed;
   return s;
 }
@@ -35,14 +36,38 @@ FetcherCore::FetcherCore(std::vector<uint64_t> chunk_lengths, const FetchPolicy&
 
 void FetcherCore::Resumed(uint32_t chunk) { sched_.AlreadyHave(chunk); }
 
-std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed) {
+std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed,
+                                             const std::optional<std::string>& zone) {
   if (name == self_) return std::nullopt;
+  if (auto known = ids_.find(name); known != ids_.end()) {
+    if (zone && !sources_[known->second].zone_known) SetSourceZone(known->second, *zone);
+    return std::nullopt;
+  }
   if (sources_.size() >= kMaxSourcesEver || live_ >= kMaxSources) return std::nullopt;
-  if (!ids_.emplace(name, static_cast<PeerId>(sources_.size())).second) return std::nullopt;
-  sources_.push_back(SourceState{name, seed});
+  const auto id = static_cast<PeerId>(sources_.size());
+  ids_.emplace(name, id);
+  sources_.emplace_back();
+  sources_.back().name = name;
+  sources_.back().seed = seed;
+  if (zone) {
+    sources_.back().zone = *zone;
+    sources_.back().zone_known = true;
+  }
   ++live_;
   relays_named_ += !seed;
-  return static_cast<PeerId>(sources_.size() - 1);
+  return id;
+}
+
+void FetcherCore::SetZone(const std::string& zone) {
+  zone_ = zone;
+  if (!zone.empty()) sched_.SetZoned(ZoneKey(self_));
+}
+
+void FetcherCore::SetSourceZone(PeerId peer, const std::string& zone) {
+  SourceState& s = sources_[peer];
+  s.zone = zone;
+  s.zone_known = true;
+  if (s.neighbour) sched_.SetRemote(peer, Remote(s), ZoneKey(s.name));
 }
 
 int FetcherCore::Depth(const SourceState& s) const {
@@ -65,6 +90,7 @@ std::optional<NewNeighbour> FetcherCore::Start(PeerId id) {
   if (s.seed && relaying_) connections = std::min(connections, 2);
   if (!sched_.AddNeighbour(id, s.seed, connections * depth)) return std::nullopt;
   s.neighbour = true;
+  if (!zone_.empty()) sched_.SetRemote(id, Remote(s), ZoneKey(s.name));
   return NewNeighbour{id, connections, depth};
 }
 
@@ -79,6 +105,16 @@ std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
     if (std::optional<NewNeighbour> n = Start(id)) started.push_back(*n);
   }
   follow_.clear();
+  // A zoned fetcher's relays: those of its zone first, then those whose zone
+  // is not known yet, then at most remote_neighbours of other zones.
+  auto rank = [this](const SourceState& s) {
+    if (zone_.empty() || s.seed) return 0;
+    return !s.zone_known ? 1 : s.zone == zone_ ? 0 : 2;
+  };
+  size_t remote = 0;
+  for (const SourceState& s : sources_) {
+    remote += s.neighbour && !s.dropped && !s.seed && rank(s) == 2;
+  }
   for (bool seeds : {true, false}) {
     std::vector<PeerId> candidates;
     for (PeerId id = 0; id < sources_.size(); ++id) {
@@ -86,9 +122,16 @@ std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
       if (s.seed == seeds && !s.neighbour && !s.dropped && !s.retired) candidates.push_back(id);
     }
     std::shuffle(candidates.begin(), candidates.end(), rng_);
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](PeerId a, PeerId b) { return rank(sources_[a]) < rank(sources_[b]); });
     for (PeerId id : candidates) {
       if (sched_.NeighboursWanted() == 0) return started;
-      if (std::optional<NewNeighbour> n = Start(id)) started.push_back(*n);
+      const bool across = rank(sources_[id]) == 2;
+      if (across && remote >= policy_.remote_neighbours) break;
+      if (std::optional<NewNeighbour> n = Start(id)) {
+        started.push_back(*n);
+        remote += across;
+      }
     }
   }
   return started;
@@ -213,8 +256,9 @@ void FetcherCore::Retire(PeerId id) {
   sources_[id].retired = true;
 }
 
-std::vector<Cancel> FetcherCore::OnArrived(PeerId peer, uint32_t chunk) {
-  std::vector<Cancel> cancels = sched_.Arrived(peer, chunk);
+std::vector<Cancel> FetcherCore::OnArrived(PeerId peer, uint32_t chunk,
+                                           SchedulerClock::time_point now) {
+  std::vector<Cancel> cancels = sched_.Arrived(peer, chunk, now);
   ++sources_[peer].sent;
   if (policy_.rotate_after > 0 && ++arrived_since_rotation_ >= policy_.rotate_after) {
     arrived_since_rotation_ = 0;

@@ -65,10 +65,23 @@ class FetcherCore {
 
   // This fetcher's own address as a relay: never a source of its own.
   void SetSelf(const std::string& name) { self_ = name; }
+  // This host's zone (after SetSelf; empty: none). A zoned fetcher prefers
+  // relay neighbours of its zone (at most FetchPolicy::remote_neighbours of
+  // others) and asks sources of other zones, or of a zone not known yet, only
+  // for what its zone lacks (SwarmScheduler's policy).
+  void SetZone(const std::string& zone);
+  // A source's zone, as it said (its data connection's answer, a state's
+  // relay list).
+  void SetSourceZone(PeerId peer, const std::string& zone);
+  // Whether bytes from `peer` cross zones: this host has a zone and `peer` is
+  // not known to be of it.
+  bool Remote(PeerId peer) const { return Remote(sources_[peer]); }
   // A seed or relay named (given, resolved, from the registry, a state, the
   // announcements). Its id when new; nullopt when known, this fetcher itself,
   // or over the bounds (kMaxSources live, kMaxSourcesEver in all).
-  std::optional<PeerId> AddSource(const std::string& name, bool seed);
+  // `zone`: its zone, when the naming said.
+  std::optional<PeerId> AddSource(const std::string& name, bool seed,
+                                  const std::optional<std::string>& zone = std::nullopt);
   // Every seed and the manifest's relays are known: from now on a swarm with
   // nothing left to offer is hopeless (before, a seed down at once is not).
   void SourcesKnown() { sources_known_ = true; }
@@ -115,7 +128,7 @@ class FetcherCore {
   // them for the whole pull (simulated, 300 hosts: the slowest got every chunk
   // from 6 of its 16 neighbours, at half its downlink). The driver fills
   // neighbours when rotations() grew.
-  std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk);
+  std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk, SchedulerClock::time_point now = {});
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
   void OnHave(PeerId peer, uint32_t chunk);
@@ -174,7 +187,12 @@ class FetcherCore {
     uint32_t sent = 0;
     uint32_t busy = 0;
     bool whole = false;
+    std::string zone;  // as it said, once zone_known
+    bool zone_known = false;
   };
+  bool Remote(const SourceState& s) const {
+    return !zone_.empty() && (!s.zone_known || s.zone != zone_);
+  }
   // Requests in flight on one data connection to `s`.
   int Depth(const SourceState& s) const;
   std::optional<NewNeighbour> Start(PeerId id);
@@ -199,6 +217,7 @@ class FetcherCore {
   std::vector<bool> force_;                                // ask the seed plainly ("SDRQ")
   std::vector<bool> writing_;                              // a copy is being written
   std::string self_;
+  std::string zone_;
   std::vector<PeerId> follow_;  // claim holders to make neighbours first
   uint64_t follows_ = 0;
   uint64_t rotations_ = 0;

@@ -1,8 +1,13 @@
 // One version's swarm on the serving side, as a sans-I/O core: the relays that
 // announced themselves for a root digest (each until it is not heard from for
 // relay_ttl, at most max_relays), the claims on chunks sent to them ("ask the
-// relays": each chunk leaves this server about once), and the tracker's sample
-// of relays handed to a fetcher. Time comes in as arguments. The data-plane
+// relays": each chunk leaves this server about once per zone), and the
+// tracker's sample of relays handed to a fetcher.
+//
+// Zones: a relay may say its zone when it announces itself. A claim holds only
+// relays of the holder's zone (one of another zone is sent the chunk: it
+// fetches from its own zone, not across), and a fetcher of a zone is handed
+// the relays of its zone first. Time comes in as arguments. The data-plane
 // server (weight_server.h) keeps one per root digest under its lock; the
 // simulator (bench/swarm) runs one at its origin.
 //
@@ -75,14 +80,30 @@ struct ClaimAnswer {
   std::string holder;  // with !send: the relay holding the claim
 };
 
+// A relay in the tracker's sample, with its zone (empty: none said).
+struct ListedRelay {
+  std::string name;
+  std::string zone;
+};
+
+// Zones with claims of their own in one swarm; relays of further zones share
+// the claims of relays that said none.
+inline constexpr size_t kMaxZonesPerSwarm = 64;
+
 class ServerCore {
  public:
-  ServerCore(size_t chunks, const SwarmPolicy& policy) : policy_(policy), claims_(chunks) {}
+  ServerCore(size_t chunks, const SwarmPolicy& policy)
+      : policy_(policy),
+        chunks_(chunks),
+        claims_(1, std::vector<ClaimState>(chunks)),
+        zones_(1) {}
 
   // `relay` (HOST:PORT, this fetch `session`) is fetching: false when it is
   // not remembered (max_relays live ones are known). A new session of a known
-  // relay (a restart with an empty cache) loses the claims it held.
-  bool Announce(const std::string& relay, const std::string& session, ServeClock::time_point now);
+  // relay (a restart with an empty cache) loses the claims it held. `zone`: the
+  // zone it said (empty: none); a relay that changes zones loses its claims.
+  bool Announce(const std::string& relay, const std::string& session, ServeClock::time_point now,
+                const std::string& zone = "");
   // Whether chunk `index` is sent to `relay` (empty, or not remembered: a
   // fetcher that takes no claims): a live relay other than `relay` holds its
   // claim => "claimed". Otherwise a remembered `relay` takes the claim. A
@@ -93,10 +114,16 @@ class ServerCore {
   void EndSend(const std::string& relay, uint32_t index, bool complete, ServeClock::time_point now);
   // Live relays but `except`, at most `limit`: half of them (rounded up) those
   // holding the most chunks this server sent (they complement any asker, counted
-  // at most once a second), the rest those handed out least so far.
+  // at most once a second), the rest those handed out least so far. For an
+  // asker of `zone` (not empty), the relays of that zone come first, chosen
+  // among themselves by the same rule.
+  std::vector<ListedRelay> ListPeers(const std::string& except, size_t limit,
+                                     std::mt19937_64& rng, ServeClock::time_point now,
+                                     const std::string& zone);
+  // Their names, for an asker of no zone.
   std::vector<std::string> Peers(const std::string& except, size_t limit, std::mt19937_64& rng,
                                  ServeClock::time_point now);
-  size_t chunks() const { return claims_.size(); }
+  size_t chunks() const { return chunks_; }
   size_t relays() const { return addrs_.size(); }
 
  private:
@@ -107,6 +134,12 @@ class ServerCore {
   };
   // Forgets the relays not heard from for relay_ttl (ids are renumbered).
   void Expire(ServeClock::time_point now);
+  // The claims of `id`'s zone (0: relays of no zone, and unknown askers).
+  std::vector<ClaimState>& ClaimsOf(int id) { return claims_[id >= 0 ? zone_of_[id] : 0]; }
+  // The index of `zone`'s claims, made on first use.
+  size_t ZoneIndex(const std::string& zone);
+  // `ids` ordered for the sample (see Peers), cut to `limit`.
+  void Pick(std::vector<int>* ids, size_t limit, std::mt19937_64& rng, ServeClock::time_point now);
   int IdOf(const std::string& relay) const {
     auto it = ids_.find(relay);
     return it == ids_.end() ? -1 : it->second;
@@ -120,7 +153,10 @@ class ServerCore {
   std::vector<std::string> addrs_;            // by id
   std::vector<ServeClock::time_point> seen_;  // by id
   std::vector<std::string> sessions_;         // by id
-  std::vector<ClaimState> claims_;            // by chunk
+  std::vector<size_t> zone_of_;               // by id: its index in claims_
+  size_t chunks_;
+  std::vector<std::vector<ClaimState>> claims_;  // by zone index, by chunk
+  std::vector<std::string> zones_;               // by zone index (0: "")
   std::vector<uint32_t> held_;                // by id: claims held, as of held_at_
   ServeClock::time_point held_at_{};
   std::vector<uint64_t> listed_;  // by id: times handed out by Peers

@@ -54,6 +54,99 @@ void SwarmScheduler::Recount(uint32_t chunk, int delta) {
   if (bucketed) Insert(chunk);
 }
 
+void SwarmScheduler::CountHolder(const Neighbour& n, uint32_t c, int delta) {
+  Recount(c, delta);
+  if (zoned_ && !n.remote) {
+    local_having_[c] = static_cast<uint16_t>(local_having_[c] + delta);
+  }
+}
+
+uint64_t ZoneKey(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char ch : name) {
+    h ^= static_cast<unsigned char>(ch);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+namespace {
+
+// The score of host `key` for chunk `c` (splitmix64 of the pair).
+uint64_t Score(uint64_t key, uint32_t c) {
+  uint64_t z = key ^ (static_cast<uint64_t>(c) * 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void SwarmScheduler::SetZoned(uint64_t self_key) {
+  if (!zoned_) local_having_ = relays_having_;  // every neighbour so far is local
+  zoned_ = true;
+  self_key_ = self_key;
+}
+
+void SwarmScheduler::SetRemote(PeerId peer, bool remote, uint64_t key) {
+  Neighbour* n = Find(peer);
+  if (n == nullptr || !zoned_) return;
+  n->key = key;
+  if (n->remote == remote) return;
+  if (!n->seed && n->proven) {
+    for (uint32_t c : n->owned) CountHolder(*n, c, -1);
+  }
+  n->remote = remote;
+  if (!n->seed && n->proven) {
+    for (uint32_t c : n->owned) CountHolder(*n, c, +1);
+  }
+}
+
+bool SwarmScheduler::ZoneHas(uint32_t chunk) const {
+  if (!zoned_) return false;
+  if (local_having_[chunk] > 0) return true;
+  for (const Neighbour& n : neighbours_) {
+    if (n.seed && !n.remote && n.have[chunk]) return true;
+  }
+  return false;
+}
+
+bool SwarmScheduler::Owns(uint32_t chunk) const {
+  if (!zoned_) return true;
+  const uint64_t mine = Score(self_key_, chunk);
+  for (const Neighbour& n : neighbours_) {
+    // Members of this zone still fetching: a relay that holds every chunk
+    // fetches nothing more.
+    if (n.seed || n.remote || n.owned.size() >= state_.size()) continue;
+    if (Score(n.key, chunk) > mine) return false;
+  }
+  return true;
+}
+
+bool SwarmScheduler::CrossingWanted(const Neighbour& n, uint32_t c,
+                                    SchedulerClock::time_point now) const {
+  if (state_[c] != kMissing || !n.have[c] || ZoneHas(c)) return false;
+  return !n.seed || (relays_having_[c] == 0 && seed_not_before_[c] <= now);
+}
+
+std::optional<uint32_t> SwarmScheduler::AcrossZones(const Neighbour& n,
+                                                    SchedulerClock::time_point now) {
+  // A seed offers every chunk: its candidates are the missing ones no relay
+  // neighbour has (bucket 0); a relay's, those it owns.
+  const std::vector<uint32_t>& pool = n.seed ? buckets_[0] : n.owned;
+  if (pool.empty()) return std::nullopt;
+  const bool starved = Starved(now);
+  std::optional<uint32_t> other;
+  const size_t start = rng_() % pool.size();
+  for (size_t k = 0; k < pool.size(); ++k) {
+    const uint32_t c = pool[(start + k) % pool.size()];
+    if (!CrossingWanted(n, c, now)) continue;
+    if (Owns(c)) return c;
+    if (starved && !other) other = c;
+  }
+  return other;
+}
+
 void SwarmScheduler::AlreadyHave(uint32_t chunk) {
   if (state_[chunk] != kMissing) return;
   Erase(chunk);
@@ -78,7 +171,7 @@ void SwarmScheduler::RemoveNeighbour(PeerId peer) {
   Neighbour& n = *found;
   for (uint32_t c : std::vector<uint32_t>(n.requested)) Release(n, c);
   if (!n.seed && n.proven) {
-    for (uint32_t c : n.owned) Recount(c, -1);
+    for (uint32_t c : n.owned) CountHolder(n, c, -1);
     --proven_relays_;
   }
   seeds_ -= n.seed;
@@ -96,7 +189,7 @@ void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
   n.have[chunk] = true;
   if (n.seed) return;  // seeds are not counted: they are asked only for the rarest
   n.owned.push_back(chunk);
-  if (n.proven) Recount(chunk, +1);
+  if (n.proven) CountHolder(n, chunk, +1);
 }
 
 void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) {
@@ -110,7 +203,7 @@ void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) 
   for (uint32_t c = 0; c < have.size(); ++c) {
     if (have[c] == n.have[c]) continue;
     n.have[c] = have[c];
-    if (n.proven) Recount(c, have[c] ? +1 : -1);
+    if (n.proven) CountHolder(n, c, have[c] ? +1 : -1);
   }
   n.owned.clear();
   for (uint32_t c = 0; c < have.size(); ++c) {
@@ -242,8 +335,9 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
       relay_requests_ >= options_.max_requests + (Behind() ? options_.catch_up_requests : 0)) {
     return std::nullopt;
   }
-  std::optional<uint32_t> c = Rarest(n, now);
-  if (!c.has_value() && unrequested_ == 0) c = EndgameCopy(n, now);
+  if (zoned_ && quiet_since_ == SchedulerClock::time_point{}) quiet_since_ = now;
+  std::optional<uint32_t> c = n.remote ? AcrossZones(n, now) : Rarest(n, now);
+  if (!c.has_value() && unrequested_ == 0 && (!n.remote || Starved(now))) c = EndgameCopy(n, now);
   if (!c.has_value()) return std::nullopt;
   return Take(n, *c);
 }
@@ -259,10 +353,15 @@ SchedulerClock::time_point SwarmScheduler::NextChance(PeerId peer,
       if (n->have[c] && seed_not_before_[c] > now) chance = std::min(chance, seed_not_before_[c]);
     }
   }
+  // A remote neighbour may take chunks this host does not own once it starves.
+  if (n->remote && quiet_since_ != SchedulerClock::time_point{} && !Starved(now)) {
+    chance = std::min(chance, quiet_since_ + options_.zone_patience);
+  }
   return chance;
 }
 
-std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
+std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk,
+                                            SchedulerClock::time_point now) {
   std::vector<Cancel> cancels;
   if (chunk >= state_.size() || state_[chunk] == kDone) {
     if (Neighbour* n = Find(peer)) Unrequest(*n, chunk);
@@ -273,6 +372,7 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk) {
   state_[chunk] = kDone;
   copies_[chunk] = 0;
   ++done_;
+  if (zoned_ && now != SchedulerClock::time_point{}) quiet_since_ = now;
   Prove(peer);
   for (size_t i = 0; i < ids_.size(); ++i) {
     if (Unrequest(neighbours_[i], chunk) && ids_[i] != peer) cancels.push_back({ids_[i], chunk});
@@ -285,7 +385,7 @@ void SwarmScheduler::Prove(PeerId peer) {
   if (n == nullptr || n->seed || n->proven) return;
   n->proven = true;
   ++proven_relays_;
-  for (uint32_t c : n->owned) Recount(c, +1);
+  for (uint32_t c : n->owned) CountHolder(*n, c, +1);
 }
 
 bool SwarmScheduler::Failed(PeerId peer, uint32_t chunk) {

@@ -29,7 +29,15 @@
 //  - a neighbour that says it is busy is asked for nothing until the time it
 //    was given, and its chunk is asked elsewhere;
 //  - a relay that fails is dropped at once, a seed after max_seed_failures
-//    (anyone with the token can announce a relay; the seed was given by the user).
+//    (anyone with the token can announce a relay; the seed was given by the user);
+//  - zones (SetZoned): a neighbour of another zone (SetRemote) is asked
+//    only for chunks no neighbour of this host's zone has (a seed of the zone
+//    has what it offers) and that this host owns: of the zone's members it
+//    knows (itself and its local relay neighbours still fetching), the one
+//    whose key scores highest for the chunk (rendezvous hashing), so each
+//    chunk crosses into a zone about once and its members pass it on. Others
+//    are taken from a remote neighbour only once nothing arrived for
+//    zone_patience (an owner that stalls or left unseen is not waited for).
 //
 // Cost: O(chunks) bits per neighbour; a call is O(1) typically (chunks are kept
 // in buckets by how many relay neighbours have them), O(chunks) at worst.
@@ -41,6 +49,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <string_view>
 #include <vector>
 
 namespace seedd {
@@ -66,7 +75,13 @@ struct SchedulerOptions {
   // The lowest-numbered chunk first while no relay is proven and once a quarter
   // of the chunks or fewer are unrequested (FetchPolicy::in_order).
   bool in_order = false;
+  // Zones (SetZoned): see the policy above.
+  std::chrono::milliseconds zone_patience{1000};
 };
+
+// The rendezvous key of a host's name (HOST:PORT as announced): the same on
+// every host (FNV-1a, 64 bits).
+uint64_t ZoneKey(std::string_view name);
 
 // A request that a copy arriving elsewhere made useless: the driver cancels it.
 struct Cancel {
@@ -87,6 +102,23 @@ class SwarmScheduler {
   bool AddNeighbour(PeerId peer, bool seed, int slots = 0);
   // Its requests go back to the missing chunks.
   void RemoveNeighbour(PeerId peer);
+  // This host has a zone; `self_key` is its rendezvous key (ZoneKey of its
+  // name). Neighbours are of its zone until SetRemote says otherwise.
+  void SetZoned(uint64_t self_key);
+  bool zoned() const { return zoned_; }
+  // `peer` is of another zone than this host (remote) or of its own, with its
+  // rendezvous key (ZoneKey of its name). Neighbours are local until said.
+  void SetRemote(PeerId peer, bool remote, uint64_t key);
+  bool IsRemote(PeerId peer) const {
+    const Neighbour* n = Find(peer);
+    return n != nullptr && n->remote;
+  }
+  // Whether a neighbour of this host's zone has `chunk` (a proven relay, or a
+  // seed that offers it).
+  bool ZoneHas(uint32_t chunk) const;
+  // Whether this host is the one of its zone to fetch `chunk` across (see the
+  // policy above); true when not zoned.
+  bool Owns(uint32_t chunk) const;
   void NeighbourHas(PeerId peer, uint32_t chunk);
   // Its whole state (true: has the chunk).
   void NeighbourState(PeerId peer, const std::vector<bool>& have);
@@ -105,8 +137,9 @@ class SwarmScheduler {
   // then without any other event. time_point::max() when none.
   SchedulerClock::time_point NextChance(PeerId peer, SchedulerClock::time_point now) const;
   // `chunk` arrived from `peer` and was verified (which proves a relay). Returns
-  // the other requests of it to cancel (endgame copies).
-  std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk);
+  // the other requests of it to cancel (endgame copies). `now`: when (zones
+  // count the time since the last arrival).
+  std::vector<Cancel> Arrived(PeerId peer, uint32_t chunk, SchedulerClock::time_point now = {});
   // `peer` (a relay) has proven itself (Arrived does this at its first chunk):
   // from now on what it offers is counted, and keeps the seed from those chunks.
   void Prove(PeerId peer);
@@ -164,6 +197,8 @@ class SwarmScheduler {
     int failures = 0;
     bool proven = false;                      // a relay that delivered a verified chunk
     SchedulerClock::time_point not_before{};  // busy until then
+    bool remote = false;                      // of another zone
+    uint64_t key = 0;                         // its rendezvous key
   };
 
   // Bucket bookkeeping of the chunks that are missing and not requested.
@@ -180,6 +215,20 @@ class SwarmScheduler {
   // The first missing chunk `n` has (a seed: one no relay has, not deferred).
   std::optional<uint32_t> FirstInOrder(const Neighbour& n, SchedulerClock::time_point now);
   std::optional<uint32_t> EndgameCopy(const Neighbour& n, SchedulerClock::time_point now);
+  // For a remote neighbour: a missing chunk it has that this host's zone lacks,
+  // one this host owns, else (once starved) any.
+  std::optional<uint32_t> AcrossZones(const Neighbour& n, SchedulerClock::time_point now);
+  // Whether a remote neighbour may be asked for `c` (the zone lacks it; a seed:
+  // no relay neighbour has it and it is not deferred).
+  bool CrossingWanted(const Neighbour& n, uint32_t c, SchedulerClock::time_point now) const;
+  // Nothing arrived for zone_patience (from the first request on).
+  bool Starved(SchedulerClock::time_point now) const {
+    return quiet_since_ != SchedulerClock::time_point{} &&
+           now - quiet_since_ >= options_.zone_patience;
+  }
+  // Counts `n`'s holding of `c` (a proven relay) in the buckets and, when it
+  // is of this zone, in local_having_.
+  void CountHolder(const Neighbour& n, uint32_t c, int delta);
   // Requests `n` may have in flight now.
   int SlotsOf(const Neighbour& n) const;
 
@@ -187,6 +236,11 @@ class SwarmScheduler {
   std::mt19937_64 rng_;
   std::vector<State> state_;
   std::vector<uint16_t> relays_having_;  // per chunk: relay neighbours that have it
+  bool zoned_ = false;
+  uint64_t self_key_ = 0;
+  std::vector<uint16_t> local_having_;   // per chunk: those of this zone (zoned)
+  // The last arrival, or the first request (zoned; see Starved).
+  SchedulerClock::time_point quiet_since_{};
   std::vector<uint8_t> copies_;          // per chunk: requests in flight
   std::vector<SchedulerClock::time_point> seed_not_before_;
   std::vector<std::vector<uint32_t>> buckets_;  // by relays_having_: missing, not requested
