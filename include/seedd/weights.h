@@ -246,6 +246,11 @@ struct FetchStats {
   // Of bytes_received, from sources of another zone than this host's (or of a
   // zone not known); 0 without a zone (FetchOptions::zone).
   uint64_t bytes_across_zones = 0;
+  // Chunk requests to sources of other zones: for chunks this host owns (it is
+  // its zone's member to fetch them across), and for others (taken once
+  // nothing arrived for a while, or endgame copies).
+  uint64_t requests_across_owned = 0;
+  uint64_t requests_across_other = 0;
   uint64_t chunks_rejected = 0;   // failed verification and were fetched again
   uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
   uint64_t chunks_holes = 0;      // all zeros: not sent, not written

@@ -126,10 +126,9 @@ Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
                    {"relays", stats.peers.size()},
                    {"chunks_resumed", stats.chunks_resumed},
                    {"bytes_reused", stats.bytes_reused}};
-  const std::string across =
-      install.zone.empty()
-          ? std::string()
-          : ", " + HumanBytes(stats.bytes_across_zones) + " from other zones than " + install.zone;
+  const std::string across = install.zone.empty() ? std::string()
+                                                  : ", " + HumanBytes(stats.bytes_across_zones) +
+                                                        " from other zones than " + install.zone;
   Logger().info(
       "Pulled model {} ({}) in {} ({}; {} from {} relays{}, {} resumed chunks, {} reused locally; "
       "{} requests, {} sent ahead, {} answered busy, {} claimed; {} connections refused by a full "
@@ -139,6 +138,17 @@ Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
       HumanBytes(stats.bytes_from_peers), stats.peers.size(), across, stats.chunks_resumed,
       HumanBytes(stats.bytes_reused), stats.requests, stats.requests_ahead, stats.answered_busy,
       stats.answered_claimed, stats.refused_full);
+  if (Logger().should_log(spdlog::level::debug)) {
+    std::string by_source;
+    for (const SourceUse& u : stats.used) {
+      by_source += (by_source.empty() ? "" : ", ") + u.name + " " + HumanBytes(u.bytes);
+    }
+    Logger().debug(
+        "Model {}: {} received, {} rejected chunks; {} chunk requests across zones (owned), {} "
+        "(others'); verified bytes by source: {}",
+        manifest.model, HumanBytes(stats.bytes_received), stats.chunks_rejected,
+        stats.requests_across_owned, stats.requests_across_other, by_source);
+  }
   return Status::Ok();
 }
 

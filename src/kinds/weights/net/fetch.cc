@@ -136,6 +136,9 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
   std::vector<std::thread> workers = std::move(workers_);
   lock.Unlock();
   for (auto& w : workers) w.join();
+  lock.Lock();
+  stats_->requests_across_owned = core_.scheduler().crossed_owned();
+  stats_->requests_across_other = core_.scheduler().crossed_other();
 }
 
 bool Fetch::Cancelled() {

@@ -7,9 +7,9 @@
 #include <algorithm>
 
 #include "common/mutex.h"
-#include "seedd/fleet.h"
 #include "kinds/weights/net/fetch.h"
 #include "kinds/weights/net/registry.h"
+#include "seedd/fleet.h"
 #include "seedd/logging.h"
 #include "transport/client.h"
 

@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "common/crypto.h"
-#include "seedd/fleet.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "kinds/weights/proto/records.h"
+#include "seedd/fleet.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
 #include "seedd/seed_config.h"

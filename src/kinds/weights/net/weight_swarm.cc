@@ -29,9 +29,8 @@ std::vector<std::string> WeightServer::Peers(const std::string& root, const std:
   return it->second.Peers(except, limit, rng_, std::chrono::steady_clock::now());
 }
 
-std::vector<ListedRelay> WeightServer::ListPeers(const std::string& root,
-                                                const std::string& except, size_t limit,
-                                                const std::string& zone) {
+std::vector<ListedRelay> WeightServer::ListPeers(const std::string& root, const std::string& except,
+                                                 size_t limit, const std::string& zone) {
   MutexLock lock(mu_);
   auto it = swarms_.find(root);
   if (it == swarms_.end()) return {};

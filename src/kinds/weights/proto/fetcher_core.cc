@@ -55,7 +55,17 @@ std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed,
   }
   ++live_;
   relays_named_ += !seed;
+  if (zone && !seed && *zone == zone_ && !zone_.empty()) UpdateMembers();
   return id;
+}
+
+void FetcherCore::UpdateMembers() {
+  std::vector<std::pair<PeerId, uint64_t>> members;
+  for (PeerId id = 0; id < sources_.size(); ++id) {
+    const SourceState& s = sources_[id];
+    if (!s.seed && !s.dropped && !Remote(s)) members.emplace_back(id, ZoneKey(s.name));
+  }
+  sched_.SetZoneMembers(std::move(members));
 }
 
 void FetcherCore::SetZone(const std::string& zone) {
@@ -65,9 +75,11 @@ void FetcherCore::SetZone(const std::string& zone) {
 
 void FetcherCore::SetSourceZone(PeerId peer, const std::string& zone) {
   SourceState& s = sources_[peer];
+  const bool was_remote = Remote(s);
   s.zone = zone;
   s.zone_known = true;
   if (s.neighbour) sched_.SetRemote(peer, Remote(s), ZoneKey(s.name));
+  if (!s.seed && was_remote != Remote(s)) UpdateMembers();
 }
 
 int FetcherCore::Depth(const SourceState& s) const {
@@ -241,6 +253,7 @@ bool FetcherCore::OnFailed(PeerId peer, std::optional<uint32_t> chunk) {
   if (!dropped) return false;
   s.dropped = true;
   --live_;
+  if (!s.seed && !Remote(s)) UpdateMembers();
   return true;
 }
 

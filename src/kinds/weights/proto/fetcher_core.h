@@ -199,6 +199,8 @@ class FetcherCore {
   // Whether `holder` is a neighbour or is to be one, or was dropped here.
   enum class Following { kNo, kYes, kHolderDropped };
   Following Follow(const std::string& holder, uint32_t chunk);
+  // Tells the scheduler the relays of this host's zone (SetZoneMembers).
+  void UpdateMembers();
   // Retires `id`, a relay neighbour (see Follow, Rotate).
   void Retire(PeerId id);
   // Every FetchPolicy::rotate_after chunks: see OnArrived.

@@ -93,10 +93,7 @@ inline constexpr size_t kMaxZonesPerSwarm = 64;
 class ServerCore {
  public:
   ServerCore(size_t chunks, const SwarmPolicy& policy)
-      : policy_(policy),
-        chunks_(chunks),
-        claims_(1, std::vector<ClaimState>(chunks)),
-        zones_(1) {}
+      : policy_(policy), chunks_(chunks), claims_(1, std::vector<ClaimState>(chunks)), zones_(1) {}
 
   // `relay` (HOST:PORT, this fetch `session`) is fetching: false when it is
   // not remembered (max_relays live ones are known). A new session of a known
@@ -117,9 +114,8 @@ class ServerCore {
   // at most once a second), the rest those handed out least so far. For an
   // asker of `zone` (not empty), the relays of that zone come first, chosen
   // among themselves by the same rule.
-  std::vector<ListedRelay> ListPeers(const std::string& except, size_t limit,
-                                     std::mt19937_64& rng, ServeClock::time_point now,
-                                     const std::string& zone);
+  std::vector<ListedRelay> ListPeers(const std::string& except, size_t limit, std::mt19937_64& rng,
+                                     ServeClock::time_point now, const std::string& zone);
   // Their names, for an asker of no zone.
   std::vector<std::string> Peers(const std::string& except, size_t limit, std::mt19937_64& rng,
                                  ServeClock::time_point now);
@@ -157,7 +153,7 @@ class ServerCore {
   size_t chunks_;
   std::vector<std::vector<ClaimState>> claims_;  // by zone index, by chunk
   std::vector<std::string> zones_;               // by zone index (0: "")
-  std::vector<uint32_t> held_;                // by id: claims held, as of held_at_
+  std::vector<uint32_t> held_;                   // by id: claims held, as of held_at_
   ServeClock::time_point held_at_{};
   std::vector<uint64_t> listed_;  // by id: times handed out by Peers
 };

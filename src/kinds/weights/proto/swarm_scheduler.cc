@@ -114,11 +114,11 @@ bool SwarmScheduler::ZoneHas(uint32_t chunk) const {
 bool SwarmScheduler::Owns(uint32_t chunk) const {
   if (!zoned_) return true;
   const uint64_t mine = Score(self_key_, chunk);
-  for (const Neighbour& n : neighbours_) {
-    // Members of this zone still fetching: a relay that holds every chunk
-    // fetches nothing more.
-    if (n.seed || n.remote || n.owned.size() >= state_.size()) continue;
-    if (Score(n.key, chunk) > mine) return false;
+  for (const auto& [id, key] : members_) {
+    if (Score(key, chunk) <= mine) continue;
+    // A member that holds every chunk fetches nothing more.
+    const Neighbour* n = Find(id);
+    if (n == nullptr || n->owned.size() < state_.size()) return false;
   }
   return true;
 }
@@ -261,6 +261,20 @@ std::optional<uint32_t> SwarmScheduler::Rarest(const Neighbour& n, SchedulerCloc
     if (std::optional<uint32_t> c = FirstInOrder(n, now)) return c;
     if (n.seed) return std::nullopt;
   }
+  if (n.seed && zoned_) {
+    // A seed of this host's zone: what no relay neighbour of the zone has (those
+    // of other zones are not asked for it), and not what this seed deferred.
+    if (unrequested_ == 0) return std::nullopt;
+    const size_t start = rng_() % state_.size();
+    for (size_t k = 0; k < state_.size(); ++k) {
+      const auto c = static_cast<uint32_t>((start + k) % state_.size());
+      if (state_[c] == kMissing && n.have[c] && local_having_[c] == 0 &&
+          seed_not_before_[c] <= now) {
+        return c;
+      }
+    }
+    return std::nullopt;
+  }
   if (n.seed) {
     // Only what no relay neighbour has, and not what this seed deferred.
     const auto& bucket = buckets_[0];
@@ -339,6 +353,7 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   std::optional<uint32_t> c = n.remote ? AcrossZones(n, now) : Rarest(n, now);
   if (!c.has_value() && unrequested_ == 0 && (!n.remote || Starved(now))) c = EndgameCopy(n, now);
   if (!c.has_value()) return std::nullopt;
+  if (n.remote) ++(Owns(*c) ? crossed_owned_ : crossed_other_);
   return Take(n, *c);
 }
 
@@ -349,13 +364,20 @@ SchedulerClock::time_point SwarmScheduler::NextChance(PeerId peer,
   if (n == nullptr) return chance;
   if (n->not_before > now) chance = n->not_before;
   if (n->seed) {
-    for (uint32_t c : buckets_[0]) {
+    auto look = [&](uint32_t c) {
       if (n->have[c] && seed_not_before_[c] > now) chance = std::min(chance, seed_not_before_[c]);
+    };
+    if (zoned_ && !n->remote) {  // it is asked for what the zone's relays lack
+      for (uint32_t c = 0; c < state_.size(); ++c) {
+        if (state_[c] == kMissing) look(c);
+      }
+    } else {
+      for (uint32_t c : buckets_[0]) look(c);
     }
   }
   // A remote neighbour may take chunks this host does not own once it starves.
   if (n->remote && quiet_since_ != SchedulerClock::time_point{} && !Starved(now)) {
-    chance = std::min(chance, quiet_since_ + options_.zone_patience);
+    chance = std::min(chance, quiet_since_ + options_.zone_patience * (arrived_any_ ? 1 : 4));
   }
   return chance;
 }
@@ -372,7 +394,10 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk,
   state_[chunk] = kDone;
   copies_[chunk] = 0;
   ++done_;
-  if (zoned_ && now != SchedulerClock::time_point{}) quiet_since_ = now;
+  if (zoned_ && now != SchedulerClock::time_point{}) {
+    quiet_since_ = now;
+    arrived_any_ = true;
+  }
   Prove(peer);
   for (size_t i = 0; i < ids_.size(); ++i) {
     if (Unrequest(neighbours_[i], chunk) && ids_[i] != peer) cancels.push_back({ids_[i], chunk});

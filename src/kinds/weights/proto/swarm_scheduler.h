@@ -33,7 +33,8 @@
 //  - zones (SetZoned): a neighbour of another zone (SetRemote) is asked
 //    only for chunks no neighbour of this host's zone has (a seed of the zone
 //    has what it offers) and that this host owns: of the zone's members it
-//    knows (itself and its local relay neighbours still fetching), the one
+//    knows (itself and the relays of its zone, but neighbours that hold every
+//    chunk), the one
 //    whose key scores highest for the chunk (rendezvous hashing), so each
 //    chunk crosses into a zone about once and its members pass it on. Others
 //    are taken from a remote neighbour only once nothing arrived for
@@ -50,6 +51,7 @@
 #include <optional>
 #include <random>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace seedd {
@@ -106,12 +108,22 @@ class SwarmScheduler {
   // name). Neighbours are of its zone until SetRemote says otherwise.
   void SetZoned(uint64_t self_key);
   bool zoned() const { return zoned_; }
+  // Requests to neighbours of other zones so far: for chunks this host owns,
+  // and for others (taken once it starved, endgame copies included).
+  uint64_t crossed_owned() const { return crossed_owned_; }
+  uint64_t crossed_other() const { return crossed_other_; }
   // `peer` is of another zone than this host (remote) or of its own, with its
   // rendezvous key (ZoneKey of its name). Neighbours are local until said.
   void SetRemote(PeerId peer, bool remote, uint64_t key);
   bool IsRemote(PeerId peer) const {
     const Neighbour* n = Find(peer);
     return n != nullptr && n->remote;
+  }
+  // The relays of this host's zone it knows (neighbours or not), with their
+  // rendezvous keys: the members that own chunks (Owns). Neighbours among them
+  // that hold every chunk fetch nothing more and own none.
+  void SetZoneMembers(std::vector<std::pair<PeerId, uint64_t>> members) {
+    members_ = std::move(members);
   }
   // Whether a neighbour of this host's zone has `chunk` (a proven relay, or a
   // seed that offers it).
@@ -221,10 +233,12 @@ class SwarmScheduler {
   // Whether a remote neighbour may be asked for `c` (the zone lacks it; a seed:
   // no relay neighbour has it and it is not deferred).
   bool CrossingWanted(const Neighbour& n, uint32_t c, SchedulerClock::time_point now) const;
-  // Nothing arrived for zone_patience (from the first request on).
+  // Nothing arrived for zone_patience, or for four times that from the first
+  // request on (the first chunks of a fleet starting together wait for the
+  // seeds' upload slots).
   bool Starved(SchedulerClock::time_point now) const {
     return quiet_since_ != SchedulerClock::time_point{} &&
-           now - quiet_since_ >= options_.zone_patience;
+           now - quiet_since_ >= options_.zone_patience * (arrived_any_ ? 1 : 4);
   }
   // Counts `n`'s holding of `c` (a proven relay) in the buckets and, when it
   // is of this zone, in local_having_.
@@ -238,10 +252,14 @@ class SwarmScheduler {
   std::vector<uint16_t> relays_having_;  // per chunk: relay neighbours that have it
   bool zoned_ = false;
   uint64_t self_key_ = 0;
-  std::vector<uint16_t> local_having_;   // per chunk: those of this zone (zoned)
+  std::vector<std::pair<PeerId, uint64_t>> members_;
+  uint64_t crossed_owned_ = 0;
+  uint64_t crossed_other_ = 0;
+  bool arrived_any_ = false;
+  std::vector<uint16_t> local_having_;  // per chunk: those of this zone (zoned)
   // The last arrival, or the first request (zoned; see Starved).
   SchedulerClock::time_point quiet_since_{};
-  std::vector<uint8_t> copies_;          // per chunk: requests in flight
+  std::vector<uint8_t> copies_;  // per chunk: requests in flight
   std::vector<SchedulerClock::time_point> seed_not_before_;
   std::vector<std::vector<uint32_t>> buckets_;  // by relays_having_: missing, not requested
   std::vector<uint32_t> position_;              // of a chunk in its bucket
