@@ -368,6 +368,77 @@ TEST_F(SwarmTest, AFetcherReplacesRelayNeighboursThatSendNothing) {
   EXPECT_TRUE(stats.sources_dropped.empty());
 }
 
+// Bytes from a source of another zone count as across zones (the stats, the
+// metric); from one of the fetcher's own zone, they do not; without a zone,
+// nothing is counted.
+TEST_F(SwarmTest, BytesFromASourceOfAnotherZoneAreCountedAcrossZones) {
+  WriteRandom(model_ / "big.bin", 4 << 20, 11);
+  WeightServerOptions zone_a;
+  zone_a.zone = "a";
+  HostPort origin = ServeWeights(Server(zone_a));
+  auto counted = [] {
+    const std::string text = metrics::Text();
+    const std::string name = "\nseedd_pull_bytes_across_zones_total ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size()));
+  };
+  const double before = counted();
+  ASSERT_GE(before, 0.0);
+  for (const char* zone : {"b", "a", ""}) {
+    FetchOptions options = Options();
+    options.relay = "127.0.0.1:10";
+    options.zone = zone;
+    FetchStats stats;
+    const std::filesystem::path out = dir_.path() / ("out-" + std::string(zone));
+    ASSERT_OK(FetchModel(manifest_, {origin}, out, options, &stats));
+    EXPECT_TRUE(testing::SameTree(model_, out));
+    if (std::string(zone) == "b") {
+      EXPECT_EQ(stats.bytes_across_zones, stats.bytes_received);
+      EXPECT_GE(stats.bytes_across_zones, manifest_.total_size);
+      EXPECT_GT(stats.requests_across_owned, 0u);
+      EXPECT_GE(counted() - before, static_cast<double>(stats.bytes_across_zones));
+    } else {
+      EXPECT_EQ(stats.bytes_across_zones, 0u) << "zone '" << zone << "'";
+      EXPECT_EQ(stats.requests_across_owned + stats.requests_across_other, 0u);
+    }
+  }
+}
+
+// A state lists relays with their zones to a fetcher that said its zone, those
+// of its zone first, and names only to one that did not.
+TEST_F(SwarmTest, AStateListsRelaysOfTheAskersZoneFirstWithTheirZones) {
+  auto server = Server(WeightServerOptions{});
+  HostPort addr = ServeWeights(server);
+  std::vector<UniqueFd> held;
+  for (int i = 1; i <= 3; ++i) {
+    held.push_back(
+        Announce(addr, manifest_.root_digest, "10.0.1." + std::to_string(i) + ":1", "a"));
+    held.push_back(
+        Announce(addr, manifest_.root_digest, "10.0.2." + std::to_string(i) + ":1", "b"));
+  }
+  UniqueFd zoned = Announce(addr, manifest_.root_digest, "10.0.2.9:1", "b");
+  std::vector<std::string> names = Listed(Ask(zoned.get(), "SDST", 0));
+  ASSERT_EQ(names.size(), 6u);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string zone = i < 3 ? " b" : " a";
+    EXPECT_EQ(names[i].substr(names[i].size() - 2), zone) << names[i];
+  }
+  UniqueFd plain = Announce(addr, manifest_.root_digest, "10.0.3.1:1");
+  for (const std::string& name : Listed(Ask(plain.get(), "SDST", 0))) {
+    EXPECT_EQ(name.find(' '), std::string::npos) << name;
+  }
+  // A zone that is not one is refused before anything is served.
+  UniqueFd bad = testing::ConnectRaw(addr);
+  testing::SendAll(bad.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
+                                                   {"root_digest", manifest_.root_digest},
+                                                   {"token", testing::kToken},
+                                                   {"relay", "10.0.4.1:1"},
+                                                   {"zone", "bad zone!"}}));
+  Json refused = testing::ReadResponse(bad.get());
+  EXPECT_EQ(refused["status"], "error");
+  EXPECT_NE(refused.value("message", "").find("invalid zone"), std::string::npos) << refused;
+}
+
 // A fetcher that keeps one request at a time on a connection sends the next
 // while half of the chunk before is still to arrive: it waits at the source
 // and follows without a round trip.

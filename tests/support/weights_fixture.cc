@@ -98,13 +98,16 @@ Record Ask(int fd, const char* magic, uint32_t index) {
   return rec;
 }
 
-UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay) {
+UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay,
+                  const std::string& zone) {
   UniqueFd fd = ConnectRaw(server);
-  SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"},
-                                         {"root_digest", root},
-                                         {"token", kToken},
-                                         {"relay", relay},
-                                         {"session", "s-" + relay}}));
+  Json request{{"kind", "weight_data"},
+               {"root_digest", root},
+               {"token", kToken},
+               {"relay", relay},
+               {"session", "s-" + relay}};
+  if (!zone.empty()) request["zone"] = zone;
+  SendAll(fd.get(), EncodeJsonFrame(request));
   EXPECT_EQ(ReadResponse(fd.get())["status"], "ok");
   return fd;
 }

@@ -48,7 +48,9 @@ struct Record {
 Record Ask(int fd, const char* magic, uint32_t index);
 // Announces `relay` to `server` for `root` on a data connection, as a relaying
 // fetcher does; the connection stays open for requests.
-UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay);
+// `zone`: said when not empty.
+UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay,
+                  const std::string& zone = "");
 // Opens an authenticated data connection for `root_digest`; the JSON answer in *answer.
 UniqueFd OpenData(const HostPort& server, const std::string& root_digest, Json* answer);
 

@@ -435,5 +435,52 @@ TEST(FetcherCore, OneCopyOfAChunkIsWrittenAtATimeAndNoneOnceVerified) {
   EXPECT_TRUE(core.Complete());
 }
 
+TEST(FetcherCore, AZonedFetcherTakesRelaysOfItsZoneFirstAndFewOfOthers) {
+  FetchPolicy p;
+  p.max_neighbours = 8;
+  p.remote_neighbours = 2;
+  FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
+  core.SetSelf("b0:1");
+  core.SetZone("b");
+  ASSERT_TRUE(core.AddSource("origin:1", true));
+  for (int i = 1; i <= 6; ++i) {
+    ASSERT_TRUE(core.AddSource("a" + std::to_string(i) + ":1", false, std::string("a")));
+  }
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(core.AddSource("b" + std::to_string(i) + ":1", false, std::string("b")));
+  }
+  core.SourcesKnown();
+  std::vector<NewNeighbour> started = core.FillNeighbours();
+  // The seed, the four of zone b, and two of zone a: the set keeps room.
+  int seeds = 0, local = 0, remote = 0;
+  for (const NewNeighbour& n : started) {
+    const std::string& name = core.Name(n.id);
+    if (core.IsSeed(n.id)) {
+      ++seeds;
+    } else if (name[0] == 'b') {
+      ++local;
+      EXPECT_FALSE(core.Remote(n.id)) << name;
+    } else {
+      ++remote;
+      EXPECT_TRUE(core.Remote(n.id)) << name;
+    }
+  }
+  EXPECT_EQ(seeds, 1);
+  EXPECT_EQ(local, 4);
+  EXPECT_EQ(remote, 2);
+  // The seed's zone is not known until its data connection says it: bytes from
+  // it count as across zones until then, and not once it says "b".
+  const PeerId seed = *core.IdOf("origin:1");
+  EXPECT_TRUE(core.Remote(seed));
+  core.SetSourceZone(seed, "b");
+  EXPECT_FALSE(core.Remote(seed));
+}
+
+TEST(FetcherCore, AFetcherWithNoZoneCountsNothingAcrossZones) {
+  FetcherCore core = Core(4, 1 << 20);
+  const PeerId relay = *core.AddSource("a1:1", false, std::string("a"));
+  EXPECT_FALSE(core.Remote(relay));
+}
+
 }  // namespace
 }  // namespace seedd

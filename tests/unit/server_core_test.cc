@@ -143,5 +143,44 @@ TEST(ServerCore, TheRestOfTheSampleIsTheRelaysHandedOutLeast) {
   for (const auto& [name, n] : rest) EXPECT_EQ(n, 1) << name;
 }
 
+TEST(ServerCore, AClaimHoldsOnlyRelaysOfTheHoldersZone) {
+  ServerCore core(4, Policy());
+  ASSERT_TRUE(core.Announce("a1:1", "s", kT0, "a"));
+  ASSERT_TRUE(core.Announce("a2:1", "s", kT0, "a"));
+  ASSERT_TRUE(core.Announce("b1:1", "s", kT0, "b"));
+  ASSERT_TRUE(core.Announce("b2:1", "s", kT0, "b"));
+  ASSERT_TRUE(core.Claim("a1:1", 1, kT0).send);
+  // Zone a is told to fetch it from a1; zone b is sent it once, and then
+  // told to fetch it from b1: each zone gets the chunk from here once.
+  ClaimAnswer a2 = core.Claim("a2:1", 1, kT0);
+  EXPECT_FALSE(a2.send);
+  EXPECT_EQ(a2.holder, "a1:1");
+  EXPECT_TRUE(core.Claim("b1:1", 1, kT0).send);
+  ClaimAnswer b2 = core.Claim("b2:1", 1, kT0);
+  EXPECT_FALSE(b2.send);
+  EXPECT_EQ(b2.holder, "b1:1");
+  // A relay that moves to another zone loses the claims it held in its old one.
+  ASSERT_TRUE(core.Announce("b1:1", "s", kT0, "c"));
+  EXPECT_TRUE(core.Claim("b2:1", 1, kT0).send);
+}
+
+TEST(ServerCore, AFetcherOfAZoneIsHandedTheRelaysOfItsZoneFirst) {
+  ServerCore core(4, Policy());
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(core.Announce("a" + std::to_string(i) + ":1", "s", kT0, "a"));
+    ASSERT_TRUE(core.Announce("b" + std::to_string(i) + ":1", "s", kT0, "b"));
+  }
+  std::mt19937_64 rng(1);
+  std::vector<ListedRelay> listed = core.ListPeers("b0:1", 8, rng, kT0, "b");
+  ASSERT_EQ(listed.size(), 8u);
+  // The five other relays of zone b, then three of zone a, each with its zone.
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(listed[i].zone, i < 5 ? "b" : "a") << i;
+    EXPECT_EQ(listed[i].name.substr(0, 1), listed[i].zone) << listed[i].name;
+  }
+  // An asker of no zone gets the usual sample, names only.
+  EXPECT_EQ(core.Peers("", 8, rng, kT0).size(), 8u);
+}
+
 }  // namespace
 }  // namespace seedd

@@ -565,5 +565,132 @@ TEST(SwarmScheduler, InOrderRarestFirstWhileRelaysHelpThenInOrderForTheLastQuart
   EXPECT_EQ(s.Next(2, kT0), 7u);
 }
 
+// Zones. Host keys are ZoneKey of names, so every host computes the same owner.
+namespace zones {
+
+// Not the clock's epoch: a time of zero means "not yet" to the scheduler.
+const SchedulerClock::time_point kT1 = kT0 + std::chrono::hours(1);
+
+// The chunks of `n` that `self` owns among `members` (ZoneKey of names).
+std::set<uint32_t> Owned(const std::string& self, const std::vector<std::string>& members,
+                         size_t n) {
+  SwarmScheduler s(n, Options());
+  s.SetZoned(ZoneKey(self));
+  std::vector<std::pair<PeerId, uint64_t>> keys;
+  for (size_t i = 0; i < members.size(); ++i) {
+    keys.emplace_back(static_cast<PeerId>(100 + i), ZoneKey(members[i]));
+  }
+  s.SetZoneMembers(keys);
+  std::set<uint32_t> owned;
+  for (uint32_t c = 0; c < n; ++c) {
+    if (s.Owns(c)) owned.insert(c);
+  }
+  return owned;
+}
+
+TEST(SwarmScheduler, EveryChunkHasExactlyOneOwnerInAZoneWhoseMembersKnowEachOther) {
+  const std::vector<std::string> zone = {"b1:1", "b2:1", "b3:1", "b4:1"};
+  std::map<uint32_t, int> owners;
+  for (const std::string& self : zone) {
+    std::vector<std::string> others;
+    for (const std::string& m : zone) {
+      if (m != self) others.push_back(m);
+    }
+    const std::set<uint32_t> mine = Owned(self, others, 400);
+    // About a quarter each (rendezvous hashing spreads them).
+    EXPECT_GT(mine.size(), 60u) << self;
+    EXPECT_LT(mine.size(), 140u) << self;
+    for (uint32_t c : mine) ++owners[c];
+  }
+  ASSERT_EQ(owners.size(), 400u);
+  for (const auto& [chunk, count] : owners) EXPECT_EQ(count, 1) << "chunk " << chunk;
+}
+
+TEST(SwarmScheduler, ARemoteNeighbourIsAskedOnlyForChunksTheZoneLacksAndThisHostOwns) {
+  const size_t n = 64;
+  SwarmScheduler s(n, Options());
+  s.SetZoned(ZoneKey("b1:1"));
+  ASSERT_TRUE(AddRelay(s, 1));  // b2, of this zone
+  s.SetRemote(1, false, ZoneKey("b2:1"));
+  ASSERT_TRUE(AddRelay(s, 2));  // a1, of another zone
+  s.SetRemote(2, true, ZoneKey("a1:1"));
+  s.SetZoneMembers({{1, ZoneKey("b2:1")}});
+  // b2 holds the first half; a1 holds everything.
+  s.NeighbourState(2, std::vector<bool>(n, true));
+  // Nothing is taken across until the members are known (a seed listed them).
+  EXPECT_FALSE(s.Next(2, kT1));
+  s.MembersKnown();
+  std::vector<bool> half(n, false);
+  for (size_t c = 0; c < n / 2; ++c) half[c] = true;
+  s.NeighbourState(1, half);
+  s.NeighbourState(2, std::vector<bool>(n, true));
+  EXPECT_TRUE(s.ZoneHas(0));
+  EXPECT_FALSE(s.ZoneHas(n - 1));
+  // a1 is asked only for chunks of the second half that b1 owns (b2, still
+  // fetching, owns the others).
+  std::set<uint32_t> asked;
+  for (int i = 0; i < 64; ++i) {
+    std::optional<uint32_t> c = s.Next(2, kT1);
+    if (!c) break;
+    asked.insert(*c);
+    s.Arrived(2, *c, kT1);
+  }
+  ASSERT_FALSE(asked.empty());
+  for (uint32_t c : asked) {
+    EXPECT_GE(c, n / 2) << "the zone has chunk " << c;
+    EXPECT_TRUE(s.Owns(c)) << c;
+  }
+  size_t owned_missing = 0;
+  for (uint32_t c = n / 2; c < n; ++c) owned_missing += s.Owns(c);
+  EXPECT_EQ(asked.size(), owned_missing);
+  EXPECT_EQ(s.crossed_other(), 0u);
+  EXPECT_EQ(s.crossed_owned(), asked.size());
+}
+
+TEST(SwarmScheduler, AStarvedHostTakesAcrossAChunkAnotherMemberOwnsOnlyAfterThePatience) {
+  SchedulerOptions o = Options();
+  o.zone_patience = std::chrono::milliseconds(1000);
+  SwarmScheduler s(2, o);
+  s.SetZoned(ZoneKey("b1:1"));
+  ASSERT_TRUE(AddRelay(s, 2));  // a1, of another zone, holding both chunks
+  s.SetRemote(2, true, ZoneKey("a1:1"));
+  s.NeighbourState(2, {true, true});
+  // Another member of the zone, not a neighbour, that owns one of the two
+  // chunks (the first name of b2:1, b3:1... that splits them).
+  std::optional<uint32_t> mine;
+  for (int k = 2; k < 100 && !mine; ++k) {
+    s.SetZoneMembers({{7, ZoneKey("b" + std::to_string(k) + ":1")}});
+    if (s.Owns(0) != s.Owns(1)) mine = s.Owns(0) ? 0 : 1;
+  }
+  ASSERT_TRUE(mine);
+  const uint32_t theirs = 1 - *mine;
+  s.MembersKnown();
+  ASSERT_EQ(s.Next(2, kT1), *mine);
+  s.Arrived(2, *mine, kT1);
+  // b2's chunk: not before a whole patience passed with nothing arriving.
+  EXPECT_FALSE(s.Next(2, kT1 + std::chrono::milliseconds(999)));
+  EXPECT_EQ(s.NextChance(2, kT1 + std::chrono::milliseconds(999)),
+            kT1 + std::chrono::milliseconds(1000));
+  EXPECT_EQ(s.Next(2, kT1 + std::chrono::milliseconds(1000)), theirs);
+  EXPECT_EQ(s.crossed_other(), 1u);
+}
+
+TEST(SwarmScheduler, AHostWhoseZoneHasASeedAsksNeighboursOfOtherZonesForNothing) {
+  const size_t n = 16;
+  SwarmScheduler s(n, Options());
+  s.SetZoned(ZoneKey("a1:1"));
+  ASSERT_TRUE(s.AddNeighbour(0, true));  // the origin, of this zone
+  s.SetRemote(0, false, ZoneKey("origin:1"));
+  ASSERT_TRUE(AddRelay(s, 1));  // b1, of another zone, holding everything
+  s.SetRemote(1, true, ZoneKey("b1:1"));
+  s.NeighbourState(1, std::vector<bool>(n, true));
+  // Even once starved: the zone's seed has every chunk.
+  EXPECT_FALSE(s.Next(1, kT1 + std::chrono::hours(1)));
+  // The seed is asked, though a relay of another zone has the chunk.
+  EXPECT_TRUE(s.Next(0, kT1));
+}
+
+}  // namespace zones
+
 }  // namespace
 }  // namespace seedd

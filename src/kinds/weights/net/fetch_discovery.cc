@@ -103,6 +103,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
     if (peer.ok()) AddSourceLocked(*peer, false, zone);
     pos = end + 1;
   }
+  core_.OnRelaysListed(source->id);
   FillNeighboursLocked();
   WakeWorkersLocked();
   ended_.notify_all();

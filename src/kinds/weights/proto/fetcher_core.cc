@@ -16,6 +16,7 @@ SchedulerOptions SchedulerOptionsOf(const FetchPolicy& p, bool relaying, uint64_
   if (relaying) s.seed_requests = 1;
   s.in_order = p.in_order;
   s.zone_patience = p.zone_patience;
+  s.zone_requests = p.zone_requests;
   s.random_seed = seed;
   return s;
 }

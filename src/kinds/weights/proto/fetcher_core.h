@@ -129,6 +129,11 @@ class FetcherCore {
   // from 6 of its 16 neighbours, at half its downlink). The driver fills
   // neighbours when rotations() grew.
   std::vector<Cancel> OnArrived(PeerId peer, uint32_t chunk, SchedulerClock::time_point now = {});
+  // A seed's state listed its relays (after AddSource of each): a zoned fetcher
+  // knows the members of its zone from now on, and may take chunks across.
+  void OnRelaysListed(PeerId peer) {
+    if (sources_[peer].seed) sched_.MembersKnown();
+  }
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
   void OnHave(PeerId peer, uint32_t chunk);

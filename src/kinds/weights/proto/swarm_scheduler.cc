@@ -54,9 +54,8 @@ void SwarmScheduler::Recount(uint32_t chunk, int delta) {
   if (bucketed) Insert(chunk);
 }
 
-void SwarmScheduler::CountHolder(const Neighbour& n, uint32_t c, int delta) {
-  Recount(c, delta);
-  if (zoned_ && !n.remote) {
+void SwarmScheduler::LocalCount(const Neighbour& n, uint32_t c, int delta) {
+  if (zoned_ && !n.seed && !n.remote) {
     local_having_[c] = static_cast<uint16_t>(local_having_[c] + delta);
   }
 }
@@ -83,8 +82,13 @@ uint64_t Score(uint64_t key, uint32_t c) {
 }  // namespace
 
 void SwarmScheduler::SetZoned(uint64_t self_key) {
-  if (!zoned_) local_having_ = relays_having_;  // every neighbour so far is local
-  zoned_ = true;
+  if (!zoned_) {  // every neighbour so far is of this zone
+    zoned_ = true;
+    local_having_.assign(state_.size(), 0);
+    for (const Neighbour& n : neighbours_) {
+      for (uint32_t c : n.owned) LocalCount(n, c, +1);
+    }
+  }
   self_key_ = self_key;
 }
 
@@ -93,13 +97,9 @@ void SwarmScheduler::SetRemote(PeerId peer, bool remote, uint64_t key) {
   if (n == nullptr || !zoned_) return;
   n->key = key;
   if (n->remote == remote) return;
-  if (!n->seed && n->proven) {
-    for (uint32_t c : n->owned) CountHolder(*n, c, -1);
-  }
+  for (uint32_t c : n->owned) LocalCount(*n, c, -1);
   n->remote = remote;
-  if (!n->seed && n->proven) {
-    for (uint32_t c : n->owned) CountHolder(*n, c, +1);
-  }
+  for (uint32_t c : n->owned) LocalCount(*n, c, +1);
 }
 
 bool SwarmScheduler::ZoneHas(uint32_t chunk) const {
@@ -136,6 +136,7 @@ std::optional<uint32_t> SwarmScheduler::AcrossZones(const Neighbour& n,
   const std::vector<uint32_t>& pool = n.seed ? buckets_[0] : n.owned;
   if (pool.empty()) return std::nullopt;
   const bool starved = Starved(now);
+  if (!members_known_ && !starved) return std::nullopt;
   std::optional<uint32_t> other;
   const size_t start = rng_() % pool.size();
   for (size_t k = 0; k < pool.size(); ++k) {
@@ -171,9 +172,10 @@ void SwarmScheduler::RemoveNeighbour(PeerId peer) {
   Neighbour& n = *found;
   for (uint32_t c : std::vector<uint32_t>(n.requested)) Release(n, c);
   if (!n.seed && n.proven) {
-    for (uint32_t c : n.owned) CountHolder(n, c, -1);
+    for (uint32_t c : n.owned) Recount(c, -1);
     --proven_relays_;
   }
+  for (uint32_t c : n.owned) LocalCount(n, c, -1);
   seeds_ -= n.seed;
   const size_t at = static_cast<size_t>(found - neighbours_.data());
   ids_[at] = ids_.back();
@@ -189,7 +191,8 @@ void SwarmScheduler::NeighbourHas(PeerId peer, uint32_t chunk) {
   n.have[chunk] = true;
   if (n.seed) return;  // seeds are not counted: they are asked only for the rarest
   n.owned.push_back(chunk);
-  if (n.proven) CountHolder(n, chunk, +1);
+  if (n.proven) Recount(chunk, +1);
+  LocalCount(n, chunk, +1);
 }
 
 void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) {
@@ -203,7 +206,8 @@ void SwarmScheduler::NeighbourState(PeerId peer, const std::vector<bool>& have) 
   for (uint32_t c = 0; c < have.size(); ++c) {
     if (have[c] == n.have[c]) continue;
     n.have[c] = have[c];
-    if (n.proven) CountHolder(n, c, have[c] ? +1 : -1);
+    if (n.proven) Recount(c, have[c] ? +1 : -1);
+    LocalCount(n, c, have[c] ? +1 : -1);
   }
   n.owned.clear();
   for (uint32_t c = 0; c < have.size(); ++c) {
@@ -350,6 +354,15 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
     return std::nullopt;
   }
   if (zoned_ && quiet_since_ == SchedulerClock::time_point{}) quiet_since_ = now;
+  if (n.remote && options_.zone_requests > 0) {
+    // Requests across zones in flight: few, so that when this host learns of a
+    // member that owns chunks it was fetching, little is fetched twice.
+    int across = 0;
+    for (const Neighbour& m : neighbours_) {
+      if (m.remote) across += static_cast<int>(m.requested.size());
+    }
+    if (across >= options_.zone_requests) return std::nullopt;
+  }
   std::optional<uint32_t> c = n.remote ? AcrossZones(n, now) : Rarest(n, now);
   if (!c.has_value() && unrequested_ == 0 && (!n.remote || Starved(now))) c = EndgameCopy(n, now);
   if (!c.has_value()) return std::nullopt;
@@ -410,7 +423,7 @@ void SwarmScheduler::Prove(PeerId peer) {
   if (n == nullptr || n->seed || n->proven) return;
   n->proven = true;
   ++proven_relays_;
-  for (uint32_t c : n->owned) CountHolder(*n, c, +1);
+  for (uint32_t c : n->owned) Recount(c, +1);
 }
 
 bool SwarmScheduler::Failed(PeerId peer, uint32_t chunk) {

@@ -77,8 +77,10 @@ struct SchedulerOptions {
   // The lowest-numbered chunk first while no relay is proven and once a quarter
   // of the chunks or fewer are unrequested (FetchPolicy::in_order).
   bool in_order = false;
-  // Zones (SetZoned): see the policy above.
+  // Zones (SetZoned): see the policy above; requests to neighbours of other
+  // zones in flight at once (0: no bound beyond the others).
   std::chrono::milliseconds zone_patience{1000};
+  int zone_requests = 0;
 };
 
 // The rendezvous key of a host's name (HOST:PORT as announced): the same on
@@ -125,7 +127,11 @@ class SwarmScheduler {
   void SetZoneMembers(std::vector<std::pair<PeerId, uint64_t>> members) {
     members_ = std::move(members);
   }
-  // Whether a neighbour of this host's zone has `chunk` (a proven relay, or a
+  // The members are known as far as the seeds tell (a seed's state listed the
+  // relays of this zone): until then, or until it starves, this host takes
+  // nothing across zones (it would own every chunk, knowing no member).
+  void MembersKnown() { members_known_ = true; }
+  // Whether a neighbour of this host's zone has `chunk` (a relay, or a
   // seed that offers it).
   bool ZoneHas(uint32_t chunk) const;
   // Whether this host is the one of its zone to fetch `chunk` across (see the
@@ -240,9 +246,9 @@ class SwarmScheduler {
     return quiet_since_ != SchedulerClock::time_point{} &&
            now - quiet_since_ >= options_.zone_patience * (arrived_any_ ? 1 : 4);
   }
-  // Counts `n`'s holding of `c` (a proven relay) in the buckets and, when it
-  // is of this zone, in local_having_.
-  void CountHolder(const Neighbour& n, uint32_t c, int delta);
+  // Counts `n`'s holding of `c` in local_having_ when it is a relay of this
+  // zone (proven or not: one that lies holds the zone back for zone_patience).
+  void LocalCount(const Neighbour& n, uint32_t c, int delta);
   // Requests `n` may have in flight now.
   int SlotsOf(const Neighbour& n) const;
 
@@ -256,7 +262,8 @@ class SwarmScheduler {
   uint64_t crossed_owned_ = 0;
   uint64_t crossed_other_ = 0;
   bool arrived_any_ = false;
-  std::vector<uint16_t> local_having_;  // per chunk: those of this zone (zoned)
+  bool members_known_ = false;
+  std::vector<uint16_t> local_having_;  // per chunk: relays of this zone, proven or not
   // The last arrival, or the first request (zoned; see Starved).
   SchedulerClock::time_point quiet_since_{};
   std::vector<uint8_t> copies_;  // per chunk: requests in flight
