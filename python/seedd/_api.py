@@ -284,6 +284,7 @@ class PullStats:
     requests: int
     chunks_reused: int = 0  # copied from files held here (reuse_from), not fetched
     bytes_reused: int = 0
+    bytes_across_zones: int = 0  # from sources of another zone (a daemon's --zone)
     sources_dropped: list[str] = field(default_factory=list)
     peers: list[str] = field(default_factory=list)  # relays learnt on the way
     used: list[dict[str, Any]] = field(default_factory=list)  # {name, seed, bytes}

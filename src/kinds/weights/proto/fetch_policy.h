@@ -78,10 +78,10 @@ struct FetchPolicy {
   size_t remote_neighbours = 4;
   std::chrono::milliseconds zone_patience{1000};
   // Requests across zones in flight at once: a member that joins owns chunks
-  // others were fetching, and those in flight come across twice (bench/zones.sh,
-  // 64 MiB: 1.11-1.16x the model crossed with 4-6 in flight, see
-  // docs/benchmarks.md for this bound's figure).
-  int zone_requests = 2;
+  // others were fetching, and those in flight come across twice
+  // (bench/zones.sh, 2 x 8 hosts, 64 MiB: 1.12x the model crossed into the
+  // zone with 2, 1.04-1.07x with 1, the fleet's time the same).
+  int zone_requests = 1;
   // How often a seed is asked for more relays while the neighbour set has room.
   std::chrono::milliseconds state_interval{500};
   // A chunk a seed says another fetcher claimed (it is being sent there) is
