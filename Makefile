@@ -95,6 +95,7 @@ bench: test-deps build
 	bash bench/weights.sh $(BUILD)/bin
 	bash bench/small_files.sh $(BUILD)/bin
 	bash bench/fanout.sh $(BUILD)/bin
+	bash bench/zones.sh $(BUILD)/bin
 	bash bench/origins.sh $(BUILD)/bin
 	bash bench/origins_fleet.sh $(BUILD)/bin
 	bash bench/origins_ranges.sh $(BUILD)/bin

@@ -101,22 +101,7 @@ if [ -n "${INCAST:-}" ]; then
 fi
 
 echo "fanout: generating a ${size_mib} MiB model in tmpfs"
-python3 - "$shm/model" "$size_mib" <<'PY'
-import json, os, struct, sys
-root, mib = sys.argv[1], int(sys.argv[2])
-os.makedirs(root)
-block = os.urandom(64 << 20)
-shard_mib = 256
-for i in range((mib + shard_mib - 1) // shard_mib):
-    size = min(shard_mib, mib - i * shard_mib) << 20
-    header = json.dumps({"t%d" % i: {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}).encode()
-    with open(os.path.join(root, "model-%05d.safetensors" % i), "wb") as f:
-        f.write(struct.pack("<Q", len(header)) + header)
-        for k in range(size // len(block)):
-            f.write(block[k:] + block[:k])  # distinct chunks, cheap to make
-        f.write(block[: size % len(block)])
-open(os.path.join(root, "config.json"), "w").write("{}")
-PY
+make_model "$shm/model" "$size_mib"
 model_bytes="$(du -sb --apparent-size "$shm/model" | cut -f1)"
 
 # start_in HOST NAME ARGS...: seedd in host HOST's namespace, listening on its address.

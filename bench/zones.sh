@@ -72,20 +72,7 @@ for i in $(seq 0 "$targets"); do
 done
 
 echo "zones: generating a ${size_mib} MiB model in tmpfs"
-python3 - "$shm/model" "$size_mib" << 'PY'
-import json, os, struct, sys
-root, mib = sys.argv[1], int(sys.argv[2])
-os.makedirs(root)
-block = os.urandom(64 << 20)
-size = mib << 20
-header = json.dumps({"t": {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}).encode()
-with open(os.path.join(root, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(header)) + header)
-    for k in range(size // len(block)):
-        f.write(block[k:] + block[:k])  # distinct chunks, cheap to make
-    f.write(block[: size % len(block)])
-open(os.path.join(root, "config.json"), "w").write("{}")
-PY
+make_model "$shm/model" "$size_mib"
 model_bytes="$(du -sb --apparent-size "$shm/model" | cut -f1)"
 
 start_in() {

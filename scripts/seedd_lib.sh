@@ -87,3 +87,24 @@ start_seedd() {
 warmup_of() {
   sed -n 's/.*FlashInfer autotune warmup: table from \(.*\) in \([0-9.]*\) s.*/\1|\2/p' "$work/$1.err"
 }
+
+# make_model DIR MIB: a model of MIB MiB in safetensors shards of at most 256 MiB
+# (random bytes, every chunk distinct) and a config.json, for the benchmarks.
+make_model() {
+  python3 - "$1" "$2" <<'PY'
+import json, os, struct, sys
+root, mib = sys.argv[1], int(sys.argv[2])
+os.makedirs(root)
+block = os.urandom(64 << 20)
+shard_mib = 256
+for i in range((mib + shard_mib - 1) // shard_mib):
+    size = min(shard_mib, mib - i * shard_mib) << 20
+    header = json.dumps({"t%d" % i: {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}).encode()
+    with open(os.path.join(root, "model-%05d.safetensors" % i), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        for k in range(size // len(block)):
+            f.write(block[k:] + block[:k])  # distinct chunks, cheap to make
+        f.write(block[: size % len(block)])
+open(os.path.join(root, "config.json"), "w").write("{}")
+PY
+}
