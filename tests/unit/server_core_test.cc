@@ -182,5 +182,19 @@ TEST(ServerCore, AFetcherOfAZoneIsHandedTheRelaysOfItsZoneFirst) {
   EXPECT_EQ(core.Peers("", 8, rng, kT0).size(), 8u);
 }
 
+TEST(ServerCore, RelaysOfZonesBeyondTheBoundShareTheClaimsOfRelaysOfNone) {
+  ServerCore core(2, Policy());
+  for (size_t z = 0; z <= kMaxZonesPerSwarm; ++z) {
+    ASSERT_TRUE(core.Announce("z" + std::to_string(z) + ":1", "s", kT0, "z" + std::to_string(z)));
+  }
+  ASSERT_TRUE(core.Announce("none:1", "s", kT0));
+  // The last zone announced is one too many: its relay takes the claims of no zone.
+  const std::string last = "z" + std::to_string(kMaxZonesPerSwarm) + ":1";
+  ASSERT_TRUE(core.Claim(last, 0, kT0).send);
+  EXPECT_FALSE(core.Claim("none:1", 0, kT0).send);
+  // Zones within the bound keep their own.
+  EXPECT_TRUE(core.Claim("z0:1", 0, kT0).send);
+}
+
 }  // namespace
 }  // namespace seedd

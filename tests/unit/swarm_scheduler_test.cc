@@ -675,6 +675,36 @@ TEST(SwarmScheduler, AStarvedHostTakesAcrossAChunkAnotherMemberOwnsOnlyAfterTheP
   EXPECT_EQ(s.crossed_other(), 1u);
 }
 
+TEST(SwarmScheduler, OnceStarvedAHostTakesTheChunksOfAMemberThatLeftOneAfterAnother) {
+  SchedulerOptions o = Options();
+  o.zone_patience = std::chrono::milliseconds(1000);
+  const size_t n = 8;
+  SwarmScheduler s(n, o);
+  s.SetZoned(ZoneKey("b1:1"));
+  ASSERT_TRUE(AddRelay(s, 2));  // a1, of another zone, holding everything
+  s.SetRemote(2, true, ZoneKey("a1:1"));
+  s.NeighbourState(2, std::vector<bool>(n, true));
+  // Members that were listed once and never come (not neighbours), owning
+  // most chunks.
+  std::vector<std::pair<PeerId, uint64_t>> gone;
+  for (int k = 0; k < 16; ++k) gone.emplace_back(100 + k, ZoneKey("g" + std::to_string(k) + ":1"));
+  s.SetZoneMembers(gone);
+  s.MembersKnown();
+  auto t = kT1;
+  // What b1 owns comes at once; then nothing until it starves (4 patiences
+  // covers a host that owned none); then the rest, each as soon as the one
+  // before arrived.
+  while (std::optional<uint32_t> c = s.Next(2, t)) s.Arrived(2, *c, t);
+  ASSERT_FALSE(s.Complete());
+  t += std::chrono::milliseconds(4000);
+  while (std::optional<uint32_t> c = s.Next(2, t)) {
+    s.Arrived(2, *c, t);
+    t += std::chrono::milliseconds(10);
+  }
+  EXPECT_TRUE(s.Complete());
+  EXPECT_GT(s.crossed_other(), 0u);
+}
+
 TEST(SwarmScheduler, AHostWhoseZoneHasASeedAsksNeighboursOfOtherZonesForNothing) {
   const size_t n = 16;
   SwarmScheduler s(n, Options());

@@ -7,7 +7,7 @@ namespace seedd {
 size_t ServerCore::ZoneIndex(const std::string& zone) {
   auto it = std::find(zones_.begin(), zones_.end(), zone);
   if (it != zones_.end()) return static_cast<size_t>(it - zones_.begin());
-  if (zones_.size() >= kMaxZonesPerSwarm) return 0;
+  if (zones_.size() > kMaxZonesPerSwarm) return 0;  // zones_[0] is no zone
   zones_.push_back(zone);
   claims_.emplace_back(chunks_);
   return zones_.size() - 1;

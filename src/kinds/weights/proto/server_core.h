@@ -86,9 +86,9 @@ struct ListedRelay {
   std::string zone;
 };
 
-// Zones with claims of their own in one swarm; relays of further zones share
-// the claims of relays that said none.
-inline constexpr size_t kMaxZonesPerSwarm = 64;
+// Zones with claims of their own in one swarm (each costs a claim per chunk);
+// relays of further zones share the claims of relays that said none.
+inline constexpr size_t kMaxZonesPerSwarm = 8;
 
 class ServerCore {
  public:

@@ -85,6 +85,7 @@ void SwarmScheduler::SetZoned(uint64_t self_key) {
   if (!zoned_) {  // every neighbour so far is of this zone
     zoned_ = true;
     local_having_.assign(state_.size(), 0);
+    taken_across_.assign(state_.size(), false);
     for (const Neighbour& n : neighbours_) {
       for (uint32_t c : n.owned) LocalCount(n, c, +1);
     }
@@ -366,7 +367,11 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   std::optional<uint32_t> c = n.remote ? AcrossZones(n, now) : Rarest(n, now);
   if (!c.has_value() && unrequested_ == 0 && (!n.remote || Starved(now))) c = EndgameCopy(n, now);
   if (!c.has_value()) return std::nullopt;
-  if (n.remote) ++(Owns(*c) ? crossed_owned_ : crossed_other_);
+  if (n.remote) {
+    const bool owned = Owns(*c);
+    ++(owned ? crossed_owned_ : crossed_other_);
+    if (!owned) taken_across_[*c] = true;
+  }
   return Take(n, *c);
 }
 
@@ -407,7 +412,9 @@ std::vector<Cancel> SwarmScheduler::Arrived(PeerId peer, uint32_t chunk,
   state_[chunk] = kDone;
   copies_[chunk] = 0;
   ++done_;
-  if (zoned_ && now != SchedulerClock::time_point{}) {
+  // A chunk taken across for another member does not end the starving: the
+  // rest of what the members this host waits for own follows at once.
+  if (zoned_ && now != SchedulerClock::time_point{} && !taken_across_[chunk]) {
     quiet_since_ = now;
     arrived_any_ = true;
   }

@@ -38,7 +38,8 @@
 //    whose key scores highest for the chunk (rendezvous hashing), so each
 //    chunk crosses into a zone about once and its members pass it on. Others
 //    are taken from a remote neighbour only once nothing arrived for
-//    zone_patience (an owner that stalls or left unseen is not waited for).
+//    zone_patience (an owner that stalls or left unseen is not waited for),
+//    and then one after another: those arriving do not end the wait.
 //
 // Cost: O(chunks) bits per neighbour; a call is O(1) typically (chunks are kept
 // in buckets by how many relay neighbours have them), O(chunks) at worst.
@@ -263,6 +264,7 @@ class SwarmScheduler {
   uint64_t crossed_other_ = 0;
   bool arrived_any_ = false;
   bool members_known_ = false;
+  std::vector<bool> taken_across_;      // per chunk: asked across for another member
   std::vector<uint16_t> local_having_;  // per chunk: relays of this zone, proven or not
   // The last arrival, or the first request (zoned; see Starved).
   SchedulerClock::time_point quiet_since_{};
