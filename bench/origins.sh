@@ -104,9 +104,9 @@ for r in $(seq 1 "$reps"); do
   wait "${fleet_pids[@]}" 2> /dev/null || true
   fleet_s+=("$(awk "BEGIN {print $t1 - $t0}")")
   fleet_up+=("$(awk "BEGIN {print ($(blob_bytes) - $before) / $model_bytes}")")
-  # "X from upstream (N files), Y from the fleet (M files)" per daemon.
-  upstream=$(grep -ho 'from upstream ([0-9]* files)' "$work"/fleet-"$r"-*.err | tr -d '(' |
-    awk '{s += $3; if ($3 > 0) d++} END {printf "%d file(s) from upstream, by %d daemon(s)", s, d}')
+  # "X from upstream (N parts), Y from the fleet (M parts)" per daemon.
+  upstream=$(grep -ho 'from upstream ([0-9]* parts)' "$work"/fleet-"$r"-*.err | tr -d '(' |
+    awk '{s += $3; if ($3 > 0) d++} END {printf "%d part(s) from upstream, by %d daemon(s)", s, d}')
   echo "  fleet run $r: ${fleet_s[-1]} s, registry sent ${fleet_up[-1]} x the model; $upstream"
   if [ -n "${KEEP_LOGS:-}" ]; then mkdir -p "$KEEP_LOGS" && cp "$work"/fleet-"$r"-*.err "$KEEP_LOGS"/; fi
   rm -rf "$work"/fleet-"$r"-*

@@ -139,6 +139,26 @@ Result<std::filesystem::path> FetchOriginModel(
   return dir;
 }
 
+// All of `bytes` to `fd` (the file at `path`).
+Status WriteBytes(int fd, std::string_view bytes, const std::filesystem::path& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("write " + path.string(), errno);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::Ok();
+}
+
+// The pieces a large file travels as with the fleet: about a 64th of the model
+// (at least 1 MiB, at most 256 MiB), whole chunks of `chunk` bytes, so a
+// piece's chunk digests are the model's.
+uint64_t PieceBytes(uint64_t total, uint64_t chunk) {
+  const uint64_t want = std::clamp<uint64_t>(total / 64, 1 << 20, 256ull << 20);
+  chunk = std::max<uint64_t>(chunk, 1);
+  return std::max<uint64_t>(1, (want + chunk - 1) / chunk) * chunk;
+}
+
 constexpr size_t kMaxPartRecord = 64 << 20;  // a part's manifest: 64 MiB at most
 
 std::string HexOfVersion(const std::string& version) {
@@ -157,6 +177,12 @@ BuildOptions PartBuild(BuildOptions build, const OriginModel& model) {
 // which checks it against its upstream digest.
 class FleetOrigin final : public Origin {
  public:
+  // Bytes [offset, offset + length) of a file.
+  struct Piece {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+
   FleetOrigin(const DaemonOptions& options, std::string name, OriginPtr upstream,
               const OriginModel& model, FleetContext fleet, std::filesystem::path parts)
       : options_(options),
@@ -167,7 +193,8 @@ class FleetOrigin final : public Origin {
         fleet_(std::move(fleet)),
         parts_(std::move(parts)),
         holder_(RandomHexOrDie(8)),
-        part_build_(PartBuild(fleet_.build, model)) {
+        part_build_(PartBuild(fleet_.build, model)),
+        piece_bytes_(PieceBytes(model.total_size, part_build_.chunk_size)) {
     for (size_t i = 0; i < model_.files.size(); ++i) index_.emplace(model_.files[i].path, i);
   }
 
@@ -198,6 +225,8 @@ class FleetOrigin final : public Origin {
     const auto it = index_.find(file.path);
     if (it == index_.end()) return Status::Internal("no file " + file.path + " in the listing");
     const size_t k = it->second;
+    const std::vector<Piece> pieces = Pieces(file);
+    if (pieces.size() > 1) return FetchInPieces(k, file, pieces);
     const std::string part_key = Key("origin-part", k);
     const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
     // When a published part was first seen with nobody holding it (max: not so).
@@ -222,10 +251,12 @@ class FleetOrigin final : public Origin {
             fleet_.registry->Holders(part->manifest.root_digest, fleet_.relay, 16);
         if (holders.ok() && !holders->empty()) {
           no_holders_since = std::chrono::steady_clock::time_point::max();
-          Result<std::filesystem::path> pulled = PullPart(k, file, *part, *holders);
+          Result<std::filesystem::path> pulled = PullPart(std::to_string(k), file, *part, *holders);
           if (pulled.ok()) {
-            return std::optional<LocalBytes>(
-                LocalBytes{*pulled, file.digest.empty() ? part->expected : file.digest});
+            MutexLock lock(mu_);
+            pulled_[k] = {part->manifest, *pulled};
+            return std::optional<LocalBytes>(LocalBytes{
+                *pulled / file.path, file.digest.empty() ? part->expected : file.digest});
           }
           if (pulled.status().code() == StatusCode::kCancelled) return pulled.status();
           Logger().warn("Model {}: pulling {} from the fleet failed ({}); trying again", name_,
@@ -264,10 +295,132 @@ class FleetOrigin final : public Origin {
     }
   }
 
+  // A file over the piece size travels as pieces, each fetched from upstream by
+  // one daemon (a ranged GET) and shared as soon as it lands, so the fleet pulls
+  // the first pieces of a large file while its last are still upstream. Every
+  // daemon puts the pieces together and checks the whole file against its
+  // upstream digest before taking it.
+  Result<std::optional<LocalBytes>> FetchInPieces(size_t k, const OriginFile& file,
+                                                  const std::vector<Piece>& pieces) {
+    std::vector<std::optional<std::filesystem::path>> have(pieces.size());
+    std::vector<Manifest> manifests(pieces.size());
+    std::string expected = file.digest;
+    // When a published piece was first seen with nobody holding it (max: not so).
+    std::vector<std::chrono::steady_clock::time_point> no_holders_since(
+        pieces.size(), std::chrono::steady_clock::time_point::max());
+    const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
+    bool said = false;
+    for (;;) {
+      SEEDD_RETURN_IF_ERROR(Stopped(file));
+      bool moved = false;
+      size_t missing = 0;
+      for (size_t p = 0; p < pieces.size(); ++p) {
+        if (have[p].has_value()) continue;
+        ++missing;
+        const std::string key = PieceKey("origin-part", k, p);
+        Result<std::optional<std::string>> published = fleet_.registry->Get(key, kMaxPartRecord);
+        if (!published.ok()) return published.status().WithContext("--registry");
+        std::optional<Part> part;
+        if (published->has_value()) {
+          Result<Part> parsed = ParsePart(**published, file, pieces[p]);
+          if (parsed.ok()) {
+            part = std::move(*parsed);
+          } else {
+            Logger().warn("Model {}: ignoring the registry's {}: {}", name_, key,
+                          parsed.status().message());
+          }
+        }
+        if (part.has_value()) {
+          Result<std::vector<std::string>> holders =
+              fleet_.registry->Holders(part->manifest.root_digest, fleet_.relay, 16);
+          if (holders.ok() && !holders->empty()) {
+            no_holders_since[p] = std::chrono::steady_clock::time_point::max();
+            const std::string id = PieceId(k, p);
+            Result<std::filesystem::path> pulled = PullPart(id, file, *part, *holders);
+            if (pulled.ok()) {
+              Logger().info("Model {}: pulled piece {} of {} ({}) from the fleet", name_, p,
+                            file.path, HumanBytes(pieces[p].length));
+              ServePulled(part->manifest, *pulled, file, pieces[p]);
+              have[p] = *pulled / file.path;
+              manifests[p] = std::move(part->manifest);
+              if (expected.empty()) expected = part->expected;
+              moved = true;
+              --missing;
+              continue;
+            }
+            if (pulled.status().code() == StatusCode::kCancelled) return pulled.status();
+            Logger().warn(
+                "Model {}: pulling piece {} of {} from the fleet failed ({}); trying again", name_,
+                p, file.path, pulled.status().message());
+          } else if (no_holders_since[p] == std::chrono::steady_clock::time_point::max()) {
+            no_holders_since[p] = std::chrono::steady_clock::now();
+          }
+        }
+        // Not published (or published by daemons all gone for 5 s): the first to
+        // claim the piece fetches it from upstream.
+        const bool orphaned = part.has_value() &&
+                              no_holders_since[p] != std::chrono::steady_clock::time_point::max() &&
+                              std::chrono::steady_clock::now() - no_holders_since[p] > kOrphaned;
+        if (part.has_value() && !orphaned) continue;
+        Result<std::optional<Claim>> claim = ClaimPart(
+            PieceKey("origin-lease", k, p), key, PieceId(k, p),
+            [&](const std::string& text) { return ParsePart(text, file, pieces[p]).ok(); },
+            orphaned);
+        if (!claim.ok()) return claim.status();
+        if (!claim->has_value()) continue;
+        Result<Manifest> fetched =
+            FetchPieceUpstream(k, p, file, pieces[p], std::move(**claim), &expected);
+        if (!fetched.ok()) return fetched.status();
+        have[p] = parts_ / PieceId(k, p) / file.path;
+        manifests[p] = std::move(*fetched);
+        moved = true;
+        --missing;
+      }
+      if (missing == 0) break;
+      if (!moved) {
+        if (!said) {
+          Logger().info(
+              "Model {}: pieces of {} are being fetched from upstream by other daemons of the "
+              "fleet; waiting to pull them from there",
+              name_, file.path);
+          said = true;
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          return Status::DeadlineExceeded(
+              "waited --pull-timeout (" + std::to_string(options_.pull_timeout.count()) +
+              " s) for the fleet's fetch of " + file.path + " of " + model_.url);
+        }
+        std::this_thread::sleep_for(kPartPoll);
+      }
+    }
+    // The pieces put together: a file of its own, linked into the model once it
+    // matches the upstream digest (MaterializeModel checks it).
+    const std::filesystem::path whole = parts_ / ("whole-" + std::to_string(k));
+    SEEDD_RETURN_IF_ERROR(Assemble(have, pieces, whole));
+    {
+      MutexLock lock(mu_);
+      pieces_[k] = std::move(manifests);
+    }
+    return std::optional<LocalBytes>(LocalBytes{whole, expected});
+  }
+
   // MaterializeOptions::landed: the file is complete and checked; it is served as
   // a part from here on, and published when fetched from upstream here.
   void Landed(size_t k, const std::filesystem::path& path, const std::string& sha256) {
     const OriginFile& file = model_.files[k];
+    std::optional<std::vector<Manifest>> pieces;
+    {
+      MutexLock lock(mu_);
+      if (auto it = pieces_.find(k); it != pieces_.end()) {
+        pieces = std::move(it->second);
+        pieces_.erase(it);
+      }
+    }
+    if (pieces.has_value()) {
+      KnowPieces(k, *pieces, sha256);
+      ServePiecesFromWhole(k, std::move(*pieces));
+      return;
+    }
     const std::filesystem::path dir = parts_ / std::to_string(k);
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
@@ -334,8 +487,10 @@ class FleetOrigin final : public Origin {
   // file, and this daemon's waits for other files end (the fetch has failed).
   void Failed(size_t k, const Status& why) {
     std::optional<Claimed> claimed;
+    if (why.code() == StatusCode::kDataLoss) ForgetPieces(k);
     {
       MutexLock lock(mu_);
+      pieces_.erase(k);
       failed_ = why;
       if (auto c = claimed_.find(k); c != claimed_.end()) {
         claimed = std::move(c->second);
@@ -355,11 +510,12 @@ class FleetOrigin final : public Origin {
     }
   }
 
-  // "N from upstream, M from the fleet, ".
+  // "N from upstream (P parts), M from the fleet (Q parts), ": a part is a
+  // file, or a piece of a large one.
   std::string Said() const {
     return HumanBytes(from_upstream_.load()) + " from upstream (" +
-           std::to_string(files_upstream_.load()) + " files), " + HumanBytes(from_fleet_.load()) +
-           " from the fleet (" + std::to_string(files_fleet_.load()) + " files), ";
+           std::to_string(parts_upstream_.load()) + " parts), " + HumanBytes(from_fleet_.load()) +
+           " from the fleet (" + std::to_string(parts_fleet_.load()) + " parts), ";
   }
 
  private:
@@ -373,6 +529,7 @@ class FleetOrigin final : public Origin {
     Manifest manifest;
     std::string expected;
   };
+
   // A file's claim and the upstream slot it uses, renewed until released.
   struct Claim {
     std::string who;
@@ -401,6 +558,61 @@ class FleetOrigin final : public Origin {
     digests_[k] = std::move(d);
   }
 
+  // The pieces of file `k`, served from where they were fetched or pulled, are
+  // served from the whole file (parts_/whole-K, a link of the model's copy) from
+  // now on, and their own copies removed: a file's bytes are on disk once.
+  void ServePiecesFromWhole(size_t k, std::vector<Manifest> manifests) {
+    const OriginFile& file = model_.files[k];
+    const std::string whole = "whole-" + std::to_string(k);
+    struct stat st {};
+    if (::stat((parts_ / whole).c_str(), &st) != 0 ||
+        static_cast<uint64_t>(st.st_size) != file.size) {
+      return;  // served from their own copies still
+    }
+    const std::vector<Piece> pieces = Pieces(file);
+    for (size_t p = 0; p < pieces.size() && p < manifests.size(); ++p) {
+      ServedModel served;
+      served.manifest = std::move(manifests[p]);
+      served.dir = parts_;
+      served.files[file.path] = IndexedFile{whole, file.size, MtimeNs(st), pieces[p].offset};
+      fleet_.server->Publish(std::move(served));
+      std::error_code ec;
+      std::filesystem::remove_all(parts_ / PieceId(k, p), ec);
+      std::filesystem::remove_all(parts_ / ("pull-" + PieceId(k, p)), ec);
+    }
+  }
+
+  // Know for a file fetched in pieces: their chunk digests, one after another.
+  void KnowPieces(size_t k, const std::vector<Manifest>& pieces, const std::string& sha256) {
+    FileDigests d;
+    d.size = model_.files[k].size;
+    d.sha256 = sha256.substr(sha256.find(':') + 1);
+    for (const Manifest& piece : pieces) {
+      if (piece.chunk_size != part_build_.chunk_size ||
+          piece.chunk_digest != part_build_.chunk_digest || piece.files.size() != 1) {
+        return;
+      }
+      for (const ManifestChunk& c : piece.chunks) d.chunks.push_back(c.digest);
+    }
+    MutexLock lock(mu_);
+    digests_[k] = std::move(d);
+  }
+
+  // File `k` put together from its pieces did not match its upstream digest:
+  // the records of its pieces (as they are now) are dropped, so that the next
+  // try fetches them from upstream again rather than pulling the same bytes.
+  void ForgetPieces(size_t k) {
+    const std::vector<Piece> pieces = Pieces(model_.files[k]);
+    if (pieces.size() < 2) return;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      const std::string key = PieceKey("origin-part", k, p);
+      Result<std::optional<std::string>> record = fleet_.registry->Get(key, kMaxPartRecord);
+      if (record.ok() && record->has_value()) (void)fleet_.registry->Release(key, **record);
+    }
+    Logger().warn("Model {}: dropped the fleet's records of the pieces of {}", name_,
+                  model_.files[k].path);
+  }
+
   // The registry key KIND:<version hex>:<n> (origin_models.h).
   std::string Key(const char* kind, size_t n) const {
     return std::string(kind) + ":" + hex_ + ":" + std::to_string(n);
@@ -411,21 +623,147 @@ class FleetOrigin final : public Origin {
   }
 
   // A part record from the registry (peer input): a manifest of one file, this
-  // one, of its size.
-  Result<Part> ParsePart(const std::string& text, const OriginFile& file) const {
+  // one, of `piece`'s size, at its offset ("offset", 0 when absent).
+  Result<Part> ParsePart(const std::string& text, const OriginFile& file,
+                         std::optional<Piece> piece = std::nullopt) const {
+    if (!piece.has_value()) piece = Piece{0, file.size};
     Result<Json> j = ParseJson(text);
     if (!j.ok()) return j.status();
     if (!j->is_object() || !j->contains("manifest") || !j->contains("expected") ||
         !(*j)["expected"].is_string()) {
       return Status::InvalidArgument("not a part record ({\"manifest\", \"expected\"})");
     }
+    const Json offset = j->value("offset", Json(uint64_t{0}));
+    if (!offset.is_number_unsigned() || offset.get<uint64_t>() != piece->offset) {
+      return Status::InvalidArgument("its offset is not " + std::to_string(piece->offset));
+    }
     Result<Manifest> m = ParseManifest((*j)["manifest"]);
     if (!m.ok()) return m.status();
-    if (m->files.size() != 1 || m->files[0].path != file.path || m->files[0].size != file.size) {
+    if (m->files.size() != 1 || m->files[0].path != file.path ||
+        m->files[0].size != piece->length) {
       return Status::InvalidArgument("its manifest is not of " + file.path + " (" +
-                                     std::to_string(file.size) + " bytes) alone");
+                                     std::to_string(piece->length) + " bytes) alone");
     }
     return Part{std::move(*m), (*j)["expected"].get<std::string>()};
+  }
+
+  // The pieces of `file`: one (the whole file) unless it is over the piece
+  // size and its upstream digest is known before a whole GET (ranged GETs).
+  std::vector<Piece> Pieces(const OriginFile& file) const {
+    if (file.size <= piece_bytes_ || file.digest.empty()) return {Piece{0, file.size}};
+    std::vector<Piece> pieces;
+    for (uint64_t at = 0; at < file.size; at += piece_bytes_) {
+      pieces.push_back(Piece{at, std::min(piece_bytes_, file.size - at)});
+    }
+    return pieces;
+  }
+
+  // KIND:<version hex>:<file>.<piece>
+  std::string PieceKey(const char* kind, size_t k, size_t p) const {
+    return std::string(kind) + ":" + hex_ + ":" + PieceId(k, p);
+  }
+  static std::string PieceId(size_t k, size_t p) {
+    return std::to_string(k) + "." + std::to_string(p);
+  }
+
+  // Serves a part pulled into `dir` (its one file there) from here on.
+  void ServePulled(Manifest manifest, const std::filesystem::path& dir, const OriginFile& file,
+                   const Piece& piece) {
+    ServedModel served;
+    served.manifest = std::move(manifest);
+    served.dir = dir;
+    struct stat st {};
+    if (::stat((dir / file.path).c_str(), &st) == 0 &&
+        static_cast<uint64_t>(st.st_size) == piece.length) {
+      served.files[file.path] = IndexedFile{file.path, piece.length, MtimeNs(st)};
+    }
+    served.pulled = true;
+    fleet_.server->Publish(std::move(served));
+  }
+
+  // Piece `p` of file `k` from upstream (a ranged GET) into its part's
+  // directory, indexed, served and published; its manifest. *expected: the
+  // whole file's digest, as the upstream gives it.
+  Result<Manifest> FetchPieceUpstream(size_t k, size_t p, const OriginFile& file,
+                                      const Piece& piece, Claim claim, std::string* expected) {
+    struct Releasing {
+      FleetOrigin* self;
+      Claim& claim;
+      ~Releasing() { self->Release(claim); }
+    } releasing{this, claim};
+    const std::string id = PieceId(k, p);
+    const std::filesystem::path dir = parts_ / id;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directories((dir / file.path).parent_path(), ec);
+    if (ec) return Status::IoError("create " + dir.string() + ": " + ec.message());
+    const std::filesystem::path path = dir / file.path;
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid()) return ErrnoStatus("create " + path.string(), errno);
+    Logger().info("Model {}: fetching piece {} of {} ({} at {}) from upstream for the fleet", name_,
+                  p, file.path, HumanBytes(piece.length), piece.offset);
+    uint64_t written = 0;
+    Result<std::string> digest =
+        upstream_->FetchRange(file, piece.offset, piece.length, [&](std::string_view bytes) {
+          if (written + bytes.size() > piece.length) {
+            return Status::DataLoss(file.path + ": the upstream sent more than the range asked");
+          }
+          SEEDD_RETURN_IF_ERROR(WriteBytes(fd.get(), bytes, path));
+          written += bytes.size();
+          from_upstream_ += bytes.size();
+          return Status::Ok();
+        });
+    if (!digest.ok()) return digest.status().WithContext(file.path + " from " + model_.url);
+    if (written != piece.length) {
+      return Status::DataLoss(file.path + ": the upstream sent " + std::to_string(written) +
+                              " bytes of a range of " + std::to_string(piece.length));
+    }
+    if (::fsync(fd.get()) != 0) return ErrnoStatus("fsync " + path.string(), errno);
+    fd.Reset();
+    if (expected->empty()) *expected = *digest;
+    Result<IndexedModel> indexed = IndexModel(PieceName(k, p), dir, part_build_);
+    if (!indexed.ok()) return indexed.status().WithContext(file.path);
+    Manifest manifest = indexed->manifest;
+    const Json record = {
+        {"manifest", manifest.ToJson()}, {"expected", *digest}, {"offset", piece.offset}};
+    fleet_.server->Publish(ServeIndexed(std::move(*indexed)));
+    const std::string text = DumpJson(record);
+    Status put = fleet_.registry->Put(PieceKey("origin-part", k, p), text, kRootTtl);
+    if (!put.ok()) {
+      Logger().warn("Model {}: could not publish piece {} of {} in the registry: {}", name_, p,
+                    file.path, put.message());
+    }
+    ++parts_upstream_;
+    return manifest;
+  }
+
+  // The pieces at `have` (by piece) into one new file at `whole`.
+  static Status Assemble(const std::vector<std::optional<std::filesystem::path>>& have,
+                         const std::vector<Piece>& pieces, const std::filesystem::path& whole) {
+    std::error_code ec;
+    std::filesystem::remove(whole, ec);
+    UniqueFd out(::open(whole.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!out.valid()) return ErrnoStatus("create " + whole.string(), errno);
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      UniqueFd in(::open(have[p]->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!in.valid()) return ErrnoStatus("open " + have[p]->string(), errno);
+      loff_t from = 0;
+      loff_t to = static_cast<loff_t>(pieces[p].offset);
+      uint64_t left = pieces[p].length;
+      while (left > 0) {
+        // copy_file_range: a reflink where the file system can.
+        const ssize_t n = ::copy_file_range(in.get(), &from, out.get(), &to, left, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoStatus("copy " + have[p]->string(), errno);
+        if (n == 0) return Status::DataLoss(have[p]->string() + " is shorter than its piece");
+        left -= static_cast<uint64_t>(n);
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::string PieceName(size_t k, size_t p) const {
+    return "seedd-part-" + hex_.substr(0, 16) + "-" + PieceId(k, p);
   }
 
   // Cancelled when the daemon stops or another file of the model failed.
@@ -440,8 +778,10 @@ class FleetOrigin final : public Origin {
     return Status::Ok();
   }
 
-  // Pulls `part` from `holders` (relaying it meanwhile); returns the file.
-  Result<std::filesystem::path> PullPart(size_t k, const OriginFile& file, const Part& part,
+  // Pulls `part` (`id`: a file's index, or FILE.PIECE) from `holders`
+  // (relaying it meanwhile); returns the directory it is in.
+  Result<std::filesystem::path> PullPart(const std::string& id, const OriginFile& file,
+                                         const Part& part,
                                          const std::vector<std::string>& holders) {
     WeightInstallOptions install = fleet_.install;
     install.sources.clear();
@@ -449,9 +789,9 @@ class FleetOrigin final : public Origin {
       if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) install.sources.push_back(*hp);
     }
     install.board = nullptr;
-    // No part pull starts while this daemon fetches a file from upstream: the
-    // fleet waits on that file, and pulls from many peers would take most of
-    // this host's downlink from its one upstream stream.
+    // No part pull starts while this daemon fetches from upstream: the fleet
+    // waits on that part, and pulls from many peers would take most of this
+    // host's downlink from its one upstream stream.
     {
       MutexLock lock(mu_);
       while (upstream_active_ > 0) {
@@ -468,29 +808,38 @@ class FleetOrigin final : public Origin {
       std::counting_semaphore<2>& s;
       ~Done() { s.release(); }
     } done{pulls_};
-    // One place per file: a pull that failed mid-way resumes from its journal.
-    const std::filesystem::path dir = parts_ / ("pull-" + std::to_string(k));
+    // One place per part: a pull that failed mid-way resumes from its journal.
+    const std::filesystem::path dir = parts_ / ("pull-" + id);
     SEEDD_RETURN_IF_ERROR(FetchAndRelay(fleet_.server, install, part.manifest, fleet_.relay, dir));
-    from_fleet_ += file.size;
-    ++files_fleet_;
-    MutexLock lock(mu_);
-    pulled_[k] = {part.manifest, dir};
-    return dir / file.path;
+    from_fleet_ += part.manifest.total_size;
+    ++parts_fleet_;
+    return dir;
   }
 
   // One of the fleet's kUpstreamStreams slots, then file `k`; each held (and
   // renewed) until released. nullopt when either is held by another, when the
   // file was published meanwhile (unless `orphaned`: its holders are gone), or
-  // when this daemon fetches another file from upstream now: each upstream
+  // when this daemon fetches another part from upstream now: each upstream
   // stream has a daemon's downlink to itself, and the streams go to as many
   // daemons.
   Result<std::optional<Claim>> ClaimFile(size_t k, const OriginFile& file, bool orphaned) {
+    return ClaimPart(
+        Key("origin-lease", k), Key("origin-part", k), std::to_string(k),
+        [&](const std::string& text) { return ParsePart(text, file).ok(); }, orphaned);
+  }
+
+  // ClaimFile for any part: `lease` its claim, `part_key` its record (which
+  // `published` accepts), `id` its name among this daemon's claims.
+  Result<std::optional<Claim>> ClaimPart(const std::string& lease, const std::string& part_key,
+                                         const std::string& id,
+                                         const std::function<bool(const std::string&)>& published,
+                                         bool orphaned) {
     {
       MutexLock lock(mu_);
       if (upstream_active_ > 0) return std::optional<Claim>();
       ++upstream_active_;
     }
-    Result<std::optional<Claim>> claim = ClaimSlotAndFile(k, file, orphaned);
+    Result<std::optional<Claim>> claim = ClaimSlotAndPart(lease, part_key, id, published, orphaned);
     if (!claim.ok() || !claim->has_value()) UpstreamDone();
     return claim;
   }
@@ -503,9 +852,10 @@ class FleetOrigin final : public Origin {
     upstream_done_.notify_all();
   }
 
-  Result<std::optional<Claim>> ClaimSlotAndFile(size_t k, const OriginFile& file, bool orphaned) {
-    const std::string who = holder_ + "/" + std::to_string(k);
-    const std::string lease = Key("origin-lease", k);
+  Result<std::optional<Claim>> ClaimSlotAndPart(
+      const std::string& lease, const std::string& part_key, const std::string& id,
+      const std::function<bool(const std::string&)>& accept, bool orphaned) {
+    const std::string who = holder_ + "/" + id;
     for (int s = 0; s < kUpstreamStreams; ++s) {
       const std::string slot = Key("origin-slot", static_cast<size_t>(s));
       Result<bool> got = fleet_.registry->Claim(slot, who, kLeaseTtl);
@@ -520,9 +870,8 @@ class FleetOrigin final : public Origin {
       // Published between this daemon's look and its claim (the claim of the
       // daemon that published it ended): pulled, not fetched again.
       Result<std::optional<std::string>> published =
-          orphaned ? std::optional<std::string>()
-                   : fleet_.registry->Get(Key("origin-part", k), kMaxPartRecord);
-      if (!published.ok() || (published->has_value() && ParsePart(**published, file).ok())) {
+          orphaned ? std::optional<std::string>() : fleet_.registry->Get(part_key, kMaxPartRecord);
+      if (!published.ok() || (published->has_value() && accept(**published))) {
         (void)fleet_.registry->Release(lease, who);
         (void)fleet_.registry->Release(slot, who);
         if (!published.ok()) return published.status().WithContext("--registry");
@@ -557,7 +906,7 @@ class FleetOrigin final : public Origin {
       Release(claim);  // another daemon may try at once
       return expected.status();
     }
-    ++files_upstream_;
+    ++parts_upstream_;
     MutexLock lock(mu_);
     claimed_[k] = Claimed{std::move(claim), *expected};
     return expected;
@@ -573,16 +922,19 @@ class FleetOrigin final : public Origin {
   const std::string holder_;
   // Parts are chunked as the whole model: their digests are the model's.
   const BuildOptions part_build_;
+  const uint64_t piece_bytes_;
   std::map<std::string, size_t> index_;
   std::atomic<uint64_t> from_upstream_{0};
   std::atomic<uint64_t> from_fleet_{0};
-  std::atomic<uint64_t> files_upstream_{0};
-  std::atomic<uint64_t> files_fleet_{0};
+  std::atomic<uint64_t> parts_upstream_{0};
+  std::atomic<uint64_t> parts_fleet_{0};
   std::counting_semaphore<2> pulls_{2};
   Mutex mu_;
   std::map<size_t, Claimed> claimed_ GUARDED_BY(mu_);
   std::map<size_t, std::pair<Manifest, std::filesystem::path>> pulled_ GUARDED_BY(mu_);
   std::map<size_t, FileDigests> digests_ GUARDED_BY(mu_);
+  // The pieces' manifests of each file fetched in pieces, by piece.
+  std::map<size_t, std::vector<Manifest>> pieces_ GUARDED_BY(mu_);
   std::map<size_t, Claim> claiming_ GUARDED_BY(mu_);  // claimed by FetchLocal, for Fetch
   int upstream_active_ GUARDED_BY(mu_) = 0;           // files claimed here and not released
   Status failed_ GUARDED_BY(mu_);                     // the first file that did not land

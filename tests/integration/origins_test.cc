@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -66,16 +67,19 @@ class OriginsTest : public testing::DaemonProcessTest {
     }
     return out;
   }
-  // Sets KEY_PREFIX<index> to `value` (and its options, e.g. PX 1500) in
-  // `redis` for each of AModel()'s 5 files.
+  // Sets KEY_PREFIX<index> and KEY_PREFIX<index>.<piece> to `value` (and its
+  // options, e.g. PX 1500) in `redis` for each of AModel()'s 5 files and each
+  // piece its largest file travels as (3 of 1 MiB).
   static void SetForEachFile(const testing::RedisServer& redis, const std::string& key_prefix,
                              const std::vector<std::string>& value) {
     for (int k = 0; k < 5; ++k) {
-      std::vector<std::string> argv = {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()),
-                                       "SET", key_prefix + std::to_string(k)};
-      argv.insert(argv.end(), value.begin(), value.end());
-      auto set = RunCommand(argv);
-      ASSERT_EQ(set.status, 0) << set.err;
+      for (const std::string suffix : {"", ".0", ".1", ".2"}) {
+        std::vector<std::string> argv = {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()),
+                                         "SET", key_prefix + std::to_string(k) + suffix};
+        argv.insert(argv.end(), value.begin(), value.end());
+        auto set = RunCommand(argv);
+        ASSERT_EQ(set.status, 0) << set.err;
+      }
     }
   }
   // A daemon serving models/test:v1 of `registry` with `redis` as its registry;
@@ -529,7 +533,7 @@ TEST_F(OriginsTest, APartRecordThatLiesIsIgnoredAndTheFileFetchedFromUpstream) {
                  {R"({"manifest": {"model": "x"}, "expected": "sha256:00"})"});
   const std::string log = ServeAndPull(registry, redis, model);
   EXPECT_TRUE(Has(log, "ignoring the registry's origin-part:")) << log;
-  EXPECT_TRUE(Has(log, "from upstream (4 files)")) << log;
+  EXPECT_TRUE(Has(log, "from upstream (6 parts)")) << log;
 }
 
 }  // namespace
@@ -800,8 +804,9 @@ TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullIt
   }
   std::vector<std::string> addrs;
   for (auto& d : daemons) addrs.push_back(ReadyAddress(*d));
-  // Each of the 4 distinct files (the tokenizer is there twice) came from
-  // upstream to one daemon; every daemon got the others from the fleet.
+  // Each of the 6 parts (the 4 distinct files, the tokenizer being there twice,
+  // the largest as 3 pieces of 1 MiB) came from upstream to one daemon; every
+  // daemon got the others from the fleet.
   int upstream = 0;
   std::string logs;
   for (size_t i = 0; i < daemons.size(); ++i) {
@@ -815,13 +820,110 @@ TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullIt
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         log, m,
-        std::regex(R"(from upstream \((\d+) files\), [^(]* from the fleet \((\d+) files\))")))
+        std::regex(R"(from upstream \((\d+) parts\), [^(]* from the fleet \((\d+) parts\))")))
         << log;
     upstream += std::stoi(m[1]);
-    EXPECT_EQ(std::stoi(m[1]) + std::stoi(m[2]), 4) << log;
+    EXPECT_EQ(std::stoi(m[1]) + std::stoi(m[2]), 6) << log;
     EXPECT_TRUE(Has(log, "every file matched its upstream digest")) << log;
   }
-  EXPECT_EQ(upstream, 4) << logs;
+  EXPECT_EQ(upstream, 6) << logs;
+}
+
+// A file over the piece size (AModel()'s 3 MiB shard: 3 pieces of 1 MiB)
+// travels as pieces, each fetched from upstream by one daemon and pulled by the
+// others as soon as it is published: here the last piece's claim is held by a
+// daemon that died (it lapses after 4 s), and a second daemon pulls the first
+// two pieces from the first before the last is fetched from upstream.
+TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUpstream) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string digest = Push(registry, "models/test:v1", model);
+  const std::string hex = digest.substr(7);
+  for (int k = 0; k < 5; ++k) {
+    auto set = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
+                           "seedd:origin-lease:" + hex + ":" + std::to_string(k) + ".2",
+                           "a-daemon-that-died", "PX", "4000"});
+    ASSERT_EQ(set.status, 0) << set.err;
+  }
+  const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
+  std::vector<std::unique_ptr<testing::Process>> daemons;
+  auto start = [&](int i) {
+    std::string unused;
+    daemons.push_back(StartDaemon(
+        {"--model", url, "--registry", redis.url(), "--log-level", "info"}, &unused,
+        dir_.path() / ("cache-" + std::to_string(i)), "127.0.0.1:0", /*wait_ready=*/false));
+  };
+  start(0);
+  // The first two pieces published by the first daemon.
+  for (int tries = 0;; ++tries) {
+    ASSERT_LT(tries, 100) << "pieces 0 and 1 never published:\n" << daemons[0]->Stderr();
+    auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw",
+                            "KEYS", "seedd:origin-part:" + hex + ":*.[01]"});
+    ASSERT_EQ(keys.status, 0) << keys.err;
+    if (std::count(keys.out.begin(), keys.out.end(), '\n') >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  start(1);
+  std::string logs;
+  int upstream = 0;
+  std::vector<std::string> addrs;
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    addrs.push_back(ReadyAddress(*daemons[i]));
+    auto pulled = RunCommand(PullArgs(addrs[i], dir_.path() / ("into-" + std::to_string(i))));
+    ASSERT_EQ(pulled.status, 0) << pulled.err;
+    EXPECT_EQ(Files(dir_.path() / ("into-" + std::to_string(i))), model);
+  }
+  // Once the shard is whole, each daemon serves its pieces from the model's
+  // copy (their own copies removed): each still pulls byte for byte.
+  const std::string shard = "model-00001-of-00002.bin";
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    auto ls = RunCommand({SEEDCTL_BIN, "ls", "--source", addrs[i], "--token-file", token_file()});
+    ASSERT_EQ(ls.status, 0) << ls.err;
+    int pieces = 0;
+    for (int p = 0; p < 3; ++p) {
+      std::smatch m;
+      const std::regex name("(seedd-part-[0-9a-f]{16}-[0-9]+\\." + std::to_string(p) + ") ");
+      ASSERT_TRUE(std::regex_search(ls.out, m, name)) << ls.out;
+      const fs::path into = dir_.path() / ("piece-" + std::to_string(i) + "-" + std::to_string(p));
+      auto pulled = RunCommand(PullArgs(addrs[i], into, {}, m[1]));
+      ASSERT_EQ(pulled.status, 0) << pulled.err;
+      EXPECT_EQ(testing::ReadAll(into / shard), model.at(shard).substr(p << 20, 1 << 20));
+      ++pieces;
+    }
+    EXPECT_EQ(pieces, 3);
+    // No piece's own copy is left (their directories are FILE.PIECE, pull-FILE.PIECE).
+    const fs::path parts = dir_.path() / ("cache-" + std::to_string(i)) / "weights" / "origins" /
+                           "m" / (".parts-" + hex);
+    ASSERT_TRUE(fs::is_directory(parts));
+    for (const auto& e : fs::directory_iterator(parts)) {
+      EXPECT_EQ(e.path().filename().string().find('.'), std::string::npos) << e.path();
+    }
+  }
+  for (auto& d : daemons) {
+    d->Signal(SIGTERM);
+    ASSERT_TRUE(d->Wait(std::chrono::seconds(20)).has_value());
+    std::smatch m;
+    const std::string log = d->Stderr();
+    ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(from upstream \((\d+) parts\))"))) << log;
+    upstream += std::stoi(m[1]);
+    logs += log;
+  }
+  EXPECT_EQ(upstream, 6) << logs;  // every part once
+  // When a line of the logs was written (its timestamp), or "" when absent.
+  auto when = [](const std::string& log, const std::string& what) {
+    const size_t at = log.find(what);
+    if (at == std::string::npos) return std::string();
+    const size_t line = log.rfind('\n', at);
+    return log.substr(line == std::string::npos ? 0 : line + 1, 23);
+  };
+  const std::string second = daemons[1]->Stderr();
+  const std::string first_pulled = when(second, "pulled piece 0 of " + shard);
+  const std::string last_upstream = when(logs, "fetching piece 2 of " + shard);
+  ASSERT_FALSE(first_pulled.empty()) << second;
+  ASSERT_FALSE(when(second, "pulled piece 1 of " + shard).empty()) << second;
+  ASSERT_FALSE(last_upstream.empty()) << logs;
+  EXPECT_LT(first_pulled, last_upstream) << logs;
 }
 
 // Claims whose holder died (here: set by hand on every file, with a short life)
@@ -835,7 +937,7 @@ TEST_F(OriginsTest, AFleetFetchWhoseDaemonDiedIsTakenOverOnceItsClaimLapses) {
                  {"a-daemon-that-died", "PX", "1500"});
   const std::string log = ServeAndPull(registry, redis, model);
   EXPECT_TRUE(Has(log, "is being fetched from upstream by another daemon of the fleet")) << log;
-  EXPECT_TRUE(Has(log, "from upstream (4 files), 0 B from the fleet (0 files)")) << log;
+  EXPECT_TRUE(Has(log, "from upstream (6 parts), 0 B from the fleet (0 parts)")) << log;
 }
 
 // A daemon of a fleet whose upstream sends a file that does not match its

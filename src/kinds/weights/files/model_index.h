@@ -25,8 +25,10 @@ namespace seedd {
 // Where one manifest file's bytes are, and what they were when indexed.
 struct IndexedFile {
   std::string read_path;  // below the model's root, no link on the way
-  uint64_t size = 0;
+  uint64_t size = 0;      // of read_path, as its mtime
   int64_t mtime_ns = 0;
+  // Where the file's bytes start in read_path: a piece of a larger file.
+  uint64_t offset = 0;
 };
 
 struct IndexedModel {

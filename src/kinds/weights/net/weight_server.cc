@@ -350,7 +350,8 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
         continue;
       }
     }
-    if (IsHole(file, c.offset, c.length)) {
+    const uint64_t at = c.offset + (indexed != model->files.end() ? indexed->second.offset : 0);
+    if (IsHole(file, at, c.length)) {
       EndSend(root, claimant, index, true);
       if (!send_header(kChunkMagic, index, kChunkHole, 0, 0, small)) return;
       continue;
@@ -367,10 +368,10 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     };
     // Held to the relay rate while this host still pulls the model.
     if (relay_pacing_ != nullptr && model->available != nullptr) {
-      sent = sent && relay_pacing_->SendFile(conn, file, static_cast<off_t>(c.offset), c.length,
-                                             deadline, count);
+      sent = sent &&
+             relay_pacing_->SendFile(conn, file, static_cast<off_t>(at), c.length, deadline, count);
     } else {
-      sent = sent && conn.SendFileBy(file, static_cast<off_t>(c.offset), c.length, deadline, count);
+      sent = sent && conn.SendFileBy(file, static_cast<off_t>(at), c.length, deadline, count);
     }
     EndSend(root, claimant, index, sent);
     if (!sent) return;
