@@ -14,6 +14,8 @@
 #  - with TAKEOVER=1 (the default), the same with the daemon that first holds a
 #    file's claim killed (SIGKILL) 2 s after the start: the bytes sent again
 #    (target <= 1.3x the model) and the survivors' last ready.
+# RANGE_MIB sets the daemons' --origin-range-mib (files over it travel as
+# pieces of that size, each fetched from upstream once and shared as it lands).
 # Needs root (ip netns, tc).
 # Usage: bench/origins_fleet.sh BIN_DIR
 set -euo pipefail
@@ -94,7 +96,8 @@ start_in() {
   local host="$1" name="$2"
   shift 2
   ip netns exec "$(ns "$host")" "$bin/seedd" --listen "$(ip_of "$host"):7420" \
-    --token-file "$work/token" --cache-dir "$shm/$name" --log-level info "$@" \
+    --token-file "$work/token" --cache-dir "$shm/$name" --log-level info \
+    ${RANGE_MIB:+--origin-range-mib "$RANGE_MIB"} "$@" \
     > "$work/$name.out" 2> "$work/$name.err" &
   pids+=($!)
   host_pid[$host]=$!

@@ -274,7 +274,9 @@ int main(int argc, char** argv) {
   app.add_option("--origin-range-mib", origin_range_mib,
                  "files of oci:// and s3:// models larger than this many MiB are fetched as "
                  "ranged GETs of this size, 4 at once, and checked whole (one connection to an "
-                 "object store carries less than a host's link); 0: one GET per file")
+                 "object store carries less than a host's link); with --registry, each range "
+                 "is a piece one daemon fetches and the fleet pulls as soon as it lands; 0: one "
+                 "GET per file")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1048576.0));
   app.add_option("--origin-ca", origin_ca,

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <semaphore>
 #include <set>
@@ -150,13 +151,13 @@ Status WriteBytes(int fd, std::string_view bytes, const std::filesystem::path& p
   return Status::Ok();
 }
 
-// The pieces a large file travels as with the fleet: about a 64th of the model
-// (at least 1 MiB, at most 256 MiB), whole chunks of `chunk` bytes, so a
-// piece's chunk digests are the model's.
-uint64_t PieceBytes(uint64_t total, uint64_t chunk) {
-  const uint64_t want = std::clamp<uint64_t>(total / 64, 1 << 20, 256ull << 20);
+// The pieces a large file travels as with the fleet: its ranged GETs
+// (--origin-range-mib, `range`; 0: none), in whole chunks of `chunk` bytes so
+// that a piece's chunk digests are the model's.
+uint64_t PieceBytes(uint64_t range, uint64_t chunk) {
+  if (range == 0) return std::numeric_limits<uint64_t>::max();
   chunk = std::max<uint64_t>(chunk, 1);
-  return std::max<uint64_t>(1, (want + chunk - 1) / chunk) * chunk;
+  return std::max<uint64_t>(1, (range + chunk - 1) / chunk) * chunk;
 }
 
 constexpr size_t kMaxPartRecord = 64 << 20;  // a part's manifest: 64 MiB at most
@@ -194,7 +195,7 @@ class FleetOrigin final : public Origin {
         parts_(std::move(parts)),
         holder_(RandomHexOrDie(8)),
         part_build_(PartBuild(fleet_.build, model)),
-        piece_bytes_(PieceBytes(model.total_size, part_build_.chunk_size)) {
+        piece_bytes_(PieceBytes(options.origin_access.range_bytes, part_build_.chunk_size)) {
     for (size_t i = 0; i < model_.files.size(); ++i) index_.emplace(model_.files[i].path, i);
   }
 

@@ -13,6 +13,11 @@
 //  - the others pull that part from the daemons holding it (relaying to each
 //    other as any pull does), check the file against its upstream digest too,
 //    and serve it on;
+//  - a file over --origin-range-mib travels as pieces of that size instead,
+//    each claimed, fetched from upstream (a ranged GET) and published as a part
+//    of its own, so the fleet pulls a large file's first pieces while its last
+//    are upstream; every daemon puts the pieces together and checks the whole
+//    file against its upstream digest, then serves the pieces from it;
 //  - a claim whose daemon died lapses and the file is taken over;
 //  - once a daemon holds every file it serves the model (the same files give the
 //    same root digest everywhere) and publishes that root digest: a daemon
@@ -25,6 +30,8 @@
 //   <prefix>seedd:origin-part:<hex>:<file>   {"manifest": the part's manifest,
 //                                            "expected": the file's upstream
 //                                            digest}, one day
+//   <prefix>seedd:origin-lease|part:<hex>:<file>.<piece>  the same for a piece,
+//                                            its record with "offset"
 //   <prefix>seedd:origin-root:<hex>          the model's root digest, one day
 // <file> is the file's index in the upstream's listing (the same on every daemon
 // for one version).

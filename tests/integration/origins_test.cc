@@ -69,7 +69,7 @@ class OriginsTest : public testing::DaemonProcessTest {
   }
   // Sets KEY_PREFIX<index> and KEY_PREFIX<index>.<piece> to `value` (and its
   // options, e.g. PX 1500) in `redis` for each of AModel()'s 5 files and each
-  // piece its largest file travels as (3 of 1 MiB).
+  // piece its largest file travels as (3 of 1 MiB with --origin-range-mib 1).
   static void SetForEachFile(const testing::RedisServer& redis, const std::string& key_prefix,
                              const std::vector<std::string>& value) {
     for (int k = 0; k < 5; ++k) {
@@ -82,14 +82,16 @@ class OriginsTest : public testing::DaemonProcessTest {
       }
     }
   }
-  // A daemon serving models/test:v1 of `registry` with `redis` as its registry;
-  // a pull from it must bring `model`. Its log, once stopped.
+  // A daemon serving models/test:v1 of `registry` with `redis` as its registry
+  // (files over 1 MiB fetched in pieces of 1 MiB); a pull from it must bring
+  // `model`. Its log, once stopped.
   std::string ServeAndPull(OciRegistryServer& registry, const testing::RedisServer& redis,
                            const std::map<std::string, std::string>& model) {
     std::string addr;
-    auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
-                               "--registry", redis.url(), "--log-level", "info"},
-                              &addr, dir_.path() / "cache");
+    auto daemon =
+        StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1", "--registry",
+                     redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
+                    &addr, dir_.path() / "cache");
     auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
     EXPECT_EQ(pulled.status, 0) << pulled.err;
     EXPECT_EQ(Files(dir_.path() / "into"), model);
@@ -798,9 +800,10 @@ TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullIt
   std::vector<std::unique_ptr<testing::Process>> daemons;
   for (int i = 0; i < 3; ++i) {
     std::string unused;
-    daemons.push_back(StartDaemon(
-        {"--model", url, "--registry", redis.url(), "--log-level", "info"}, &unused,
-        dir_.path() / ("cache-" + std::to_string(i)), "127.0.0.1:0", /*wait_ready=*/false));
+    daemons.push_back(StartDaemon({"--model", url, "--registry", redis.url(), "--log-level", "info",
+                                   "--origin-range-mib", "1"},
+                                  &unused, dir_.path() / ("cache-" + std::to_string(i)),
+                                  "127.0.0.1:0", /*wait_ready=*/false));
   }
   std::vector<std::string> addrs;
   for (auto& d : daemons) addrs.push_back(ReadyAddress(*d));
@@ -829,7 +832,8 @@ TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullIt
   EXPECT_EQ(upstream, 6) << logs;
 }
 
-// A file over the piece size (AModel()'s 3 MiB shard: 3 pieces of 1 MiB)
+// A file over the piece size (AModel()'s 3 MiB shard with --origin-range-mib 1:
+// 3 pieces of 1 MiB)
 // travels as pieces, each fetched from upstream by one daemon and pulled by the
 // others as soon as it is published: here the last piece's claim is held by a
 // daemon that died (it lapses after 4 s), and a second daemon pulls the first
@@ -850,9 +854,10 @@ TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUp
   std::vector<std::unique_ptr<testing::Process>> daemons;
   auto start = [&](int i) {
     std::string unused;
-    daemons.push_back(StartDaemon(
-        {"--model", url, "--registry", redis.url(), "--log-level", "info"}, &unused,
-        dir_.path() / ("cache-" + std::to_string(i)), "127.0.0.1:0", /*wait_ready=*/false));
+    daemons.push_back(StartDaemon({"--model", url, "--registry", redis.url(), "--log-level", "info",
+                                   "--origin-range-mib", "1"},
+                                  &unused, dir_.path() / ("cache-" + std::to_string(i)),
+                                  "127.0.0.1:0", /*wait_ready=*/false));
   };
   start(0);
   // The first two pieces published by the first daemon.
@@ -952,9 +957,10 @@ TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesIts
   const std::string digest = "sha256:" + Sha256Hex(model["model-00001-of-00002.bin"]);
   ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, 1000));
   std::string addr;
-  auto daemon = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1",
-                             "--registry", redis.url(), "--log-level", "info"},
-                            &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
+  auto daemon =
+      StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1", "--registry",
+                   redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
+                  &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
   auto status = daemon->Wait(std::chrono::seconds(30));
   ASSERT_TRUE(status.has_value()) << "still running after 30 s:\n" << daemon->Stderr();
   EXPECT_NE(*status, 0);
