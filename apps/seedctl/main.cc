@@ -188,7 +188,9 @@ int main(int argc, char** argv) {
                    "vouches for it: the manifest must name exactly the upstream's files, each "
                    "with its layer's SHA-256 (checked before any byte moves), and every file's "
                    "SHA-256 is checked before commit; with @sha256: the model is pinned from the "
-                   "registry to --into, whichever daemons send it (--origin-auth, --origin-ca)")
+                   "registry to --into, whichever daemons send it (--origin-auth, --origin-ca); "
+                   "upstream=s3://BUCKET/PREFIX?...: the bucket's listing vouches: its objects and "
+                   "sizes before any byte moves, each file's MD5 (its ETag) before commit")
       ->capture_default_str()
       ->check([](const std::string& v) -> std::string {
         if (v == "chunks" || v == "sha256") return "";

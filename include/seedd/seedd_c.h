@@ -68,7 +68,8 @@ int seedd_exchange(const char* options, const char* request, char** response, ch
 
 /* A weights pull on a thread of its own. options: {"model", "into", "sources":
  * [HOST:PORT...], "token", "root_digest", "timeout", "replace", "verify_sha256",
- * "verify_upstream" (an oci:// URL that vouches for the model: PullOptions::upstream),
+ * "verify_upstream" (an oci:// or s3:// URL that vouches for the model:
+ * PullOptions::upstream),
  * "origin_auth", "origin_ca", "connections", "max_neighbours", "tls_ca", "tls_cert",
  * "tls_key", "reuse_from": [DIR...], "trust_keys": [PATH...], "order" ("index": files
  * complete in the manifest's order, PullOptions::order)}. */

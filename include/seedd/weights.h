@@ -307,9 +307,12 @@ struct PullOptions {
   // sizes) with each file's SHA-256 its upstream digest (an OCI layer's), else
   // FailedPrecondition naming the file, before any byte moves; every file's
   // SHA-256 is then checked before commit. So with @sha256: the model is pinned
-  // from the registry to `into`, whichever daemons send it. An upstream that
-  // names no SHA-256 for a file (an S3 listing gives MD5 ETags) cannot vouch
-  // for it: FailedPrecondition. Empty: no upstream check.
+  // from the registry to `into`, whichever daemons send it. For an S3 upstream
+  // (s3://BUCKET/PREFIX?...), whose listing gives each single-part object's MD5
+  // (its ETag), the paths and sizes are checked first and each file's MD5
+  // before commit (DataLoss naming the file and both digests; nothing
+  // committed). A file the upstream names no digest for (a multipart object)
+  // cannot be vouched for: FailedPrecondition. Empty: no upstream check.
   std::string upstream;
   OriginAccess upstream_access;  // credentials and CA for `upstream`
   bool replace = false;          // `into` may hold other files: replaced by the model

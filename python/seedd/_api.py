@@ -411,9 +411,10 @@ def pull(
     ``verify_upstream``: the model's upstream, ``oci://REGISTRY/REPOSITORY:TAG``
     or ``...@sha256:DIGEST``; the manifest must name exactly its files, each
     with its layer's SHA-256 (else ``FailedPrecondition`` before any byte
-    moves), and every file's SHA-256 is checked before commit (``origin_auth``:
-    registry credentials as ``docker login`` writes them; ``origin_ca``: a CA
-    bundle for an https registry). ``order="index"``: files complete one after
+    moves), and every file's SHA-256 is checked before commit; or an
+    ``s3://BUCKET/PREFIX?...`` whose objects' ETags (MD5s) every file must match
+    before commit (``origin_auth``: registry credentials as ``docker login``
+    writes them; ``origin_ca``: a CA bundle for an https registry or endpoint). ``order="index"``: files complete one after
     another in the manifest's order (a sharded checkpoint's shards in its
     index's order) when pulling from the sources alone and near the end of a
     swarm pull; ``progress`` then also gets ``files_ready``, the files whole

@@ -582,6 +582,48 @@ TEST_F(S3OriginTest, APrefixIsServedByADaemonAndPulledByteForByteEachFileChecked
   EXPECT_TRUE(Has(origin->Stderr(), "every file matched its upstream digest")) << origin->Stderr();
 }
 
+// `--verify upstream=s3://...`: the bucket vouches for the model through its
+// objects' ETags (the MD5 of a single-part object): the manifest must name
+// exactly the listed objects and sizes, and each file's MD5 is checked before
+// commit. A daemon serving other bytes of the same sizes under the model's
+// name is refused naming the file and both digests, and nothing is committed.
+TEST_F(S3OriginTest, AnS3UpstreamVouchesForThePulledModelThroughItsEtags) {
+  const auto model = AModel();
+  Upload("models/test", model);
+  const std::string upstream = "upstream=" + Url("models/test");
+  std::string origin_addr;
+  auto origin = StartDaemon({"--model", "m=" + Url("models/test")}, &origin_addr,
+                            dir_.path() / "origin-cache");
+  auto pulled = RunCommand(PullArgs(origin_addr, dir_.path() / "into", {"--verify", upstream}));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+
+  auto forged = model;
+  forged["model-00002-of-00002.bin"][10] ^= 1;
+  const fs::path other = dir_.path() / "forged";
+  for (const auto& [path, bytes] : forged) {
+    fs::create_directories((other / path).parent_path());
+    std::ofstream(other / path, std::ios::binary) << bytes;
+  }
+  std::string liar_addr;
+  auto liar =
+      StartDaemon({"--model", "m=" + other.string()}, &liar_addr, dir_.path() / "liar-cache");
+  auto refused = RunCommand(PullArgs(liar_addr, dir_.path() / "into-2", {"--verify", upstream}));
+  EXPECT_NE(refused.status, 0);
+  EXPECT_TRUE(Has(refused.err,
+                  "model-00002-of-00002.bin: md5:" + Md5HexOf(forged["model-00002-of-00002.bin"]) +
+                      ", the upstream's md5:" + Md5HexOf(model.at("model-00002-of-00002.bin"))))
+      << refused.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "into-2"));
+  // A file the bucket does not list is refused before any byte moves.
+  Upload("models/test-less", {{"config.json", model.at("config.json")}});
+  auto fewer = RunCommand(PullArgs(origin_addr, dir_.path() / "into-3",
+                                   {"--verify", "upstream=" + Url("models/test-less")}));
+  EXPECT_NE(fewer.status, 0);
+  EXPECT_TRUE(Has(fewer.err, "which the upstream does not")) << fewer.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "into-3"));
+}
+
 TEST_F(S3OriginTest, ALargeObjectIsFetchedAsParallelRangedGetsAndCheckedAgainstItsEtag) {
   const auto model = AModel();
   Upload("models/test", model);

@@ -166,8 +166,11 @@ Status RunPull(const PullPlan& plan, const std::function<Status(const Manifest&)
 namespace {
 
 // The sources' manifest `m` against the upstream's listing `up` (PullOptions::
-// upstream): the same files, each of its upstream size and SHA-256.
-Status MatchUpstream(const Manifest& m, const OriginModel& up) {
+// upstream): the same files, each of its upstream size and SHA-256; a file the
+// upstream gives an MD5 for (an S3 ETag) goes to *md5, to be checked once
+// fetched (the manifest carries no MD5).
+Status MatchUpstream(const Manifest& m, const OriginModel& up,
+                     std::map<std::string, std::string>* md5) {
   const std::string from = " (" + up.url + ", " + up.version + ")";
   std::map<std::string, const OriginFile*> listed;
   for (const OriginFile& f : up.files) listed.emplace(f.path, &f);
@@ -183,8 +186,13 @@ Status MatchUpstream(const Manifest& m, const OriginModel& up) {
                                         " bytes in the manifest, " + std::to_string(u.size) +
                                         " upstream" + from);
     }
+    if (u.digest.rfind("md5:", 0) == 0) {
+      (*md5)[f.path] = u.digest.substr(4);
+      listed.erase(it);
+      continue;
+    }
     if (u.digest.rfind("sha256:", 0) != 0) {
-      return Status::FailedPrecondition(f.path + ": the upstream names no SHA-256 for it (" +
+      return Status::FailedPrecondition(f.path + ": the upstream names no SHA-256 or MD5 for it (" +
                                         (u.digest.empty() ? std::string("no digest") : u.digest) +
                                         "), so it cannot vouch for the bytes" + from);
     }
@@ -242,8 +250,8 @@ Result<PullResult> PullModel(const std::string& model, const std::filesystem::pa
   }
   PullResult result;
   Status pulled = RunPull(plan, [&](const Manifest& m) {
-    if (upstream) SEEDD_RETURN_IF_ERROR(MatchUpstream(m, *upstream));
     FetchOptions options;
+    if (upstream) SEEDD_RETURN_IF_ERROR(MatchUpstream(m, *upstream, &options.upstream_md5));
     options.token = o.token;
     options.tls = o.tls;
     options.connections_per_source = std::max(1, o.connections);

@@ -39,9 +39,10 @@ uint32_t GetU32(const char* p) {
   return v;
 }
 
-Result<std::string> FileSha256(int fd, uint64_t size) {
+// The digest `md` (SHA-256, MD5) of the file's `size` bytes, in hex.
+Result<std::string> FileDigestHex(int fd, uint64_t size, const EVP_MD* md_type) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  EVP_DigestInit_ex(ctx, md_type, nullptr);
   std::string buf(8 << 20, '\0');
   for (uint64_t off = 0; off < size;) {
     ssize_t r = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), size - off),
@@ -451,7 +452,7 @@ Status Staging::CommitBatch(const std::vector<uint32_t>& chunks) {
   return Status::Ok();
 }
 
-Status Staging::Seal(bool verify_sha256) {
+Status Staging::Seal(bool verify_sha256, const std::map<std::string, std::string>& md5) {
   SEEDD_RETURN_IF_ERROR(Flush());
   {
     MutexLock lock(files_mu_);
@@ -474,20 +475,29 @@ Status Staging::Seal(bool verify_sha256) {
     return ErrnoStatus("sync " + dir_.string(), errno);
   }
   for (const ManifestFile& f : m_.files) {
-    if (sync_all && !verify_sha256) break;
+    if (sync_all && !verify_sha256 && md5.empty()) break;
     Result<UniqueFd> fd = OpenBeneath(dir_fd_.get(), f.path, O_RDONLY);
     if (!fd.ok()) return fd.status();
     if (!sync_all && ::fsync(fd->get()) != 0) return ErrnoStatus("fsync " + f.path, errno);
+    auto refuse = [&](const std::string& why) {
+      {
+        MutexLock lock(journal_mu_);
+        journal_.Reset();
+      }
+      std::filesystem::remove_all(dir_, ec);
+      return Status::DataLoss(why);
+    };
     if (verify_sha256) {
-      Result<std::string> digest = FileSha256(fd->get(), f.size);
+      Result<std::string> digest = FileDigestHex(fd->get(), f.size, EVP_sha256());
       if (!digest.ok()) return digest.status().WithContext(f.path);
-      if (*digest != f.sha256) {
-        {
-          MutexLock lock(journal_mu_);
-          journal_.Reset();
-        }
-        std::filesystem::remove_all(dir_, ec);
-        return Status::DataLoss(f.path + " failed SHA-256 verification");
+      if (*digest != f.sha256) return refuse(f.path + " failed SHA-256 verification");
+    }
+    if (auto want = md5.find(f.path); want != md5.end()) {
+      Result<std::string> digest = FileDigestHex(fd->get(), f.size, EVP_md5());
+      if (!digest.ok()) return digest.status().WithContext(f.path);
+      if (*digest != want->second) {
+        return refuse(f.path + ": md5:" + *digest + ", the upstream's md5:" + want->second +
+                      " (its ETag); nothing committed");
       }
     }
     for (auto slash = f.path.rfind('/'); slash != std::string::npos && slash > 0;

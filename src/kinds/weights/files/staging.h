@@ -91,11 +91,12 @@ class Staging {
   // Waits until every chunk passed to Commit is journaled; the first error of a
   // commit, if any.
   Status Flush();
-  // Flushes the commits, syncs every file and directory, checks each file's SHA-256 when asked (a
-  // mismatch removes the staging directory: every chunk passed its digest, so start
-  // over) and removes the journal: the directory is then ready to move into
-  // place (destination.h).
-  Status Seal(bool verify_sha256);
+  // Flushes the commits, syncs every file and directory, checks each file's SHA-256 when asked
+  // and the MD5 of each file `md5` names (by manifest path, hex: an S3 upstream's
+  // ETag) (a mismatch removes the staging directory: every chunk passed its
+  // digest, so start over) and removes the journal: the directory is then ready
+  // to move into place (destination.h).
+  Status Seal(bool verify_sha256, const std::map<std::string, std::string>& md5 = {});
 
   // The journal's record for chunk `index` of the model with `root_digest`.
   static std::array<char, 8> JournalRecord(uint32_t index, const std::string& root_digest);

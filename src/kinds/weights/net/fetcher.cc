@@ -61,7 +61,7 @@ Status FetchModel(const Manifest& manifest, const std::vector<HostPort>& sources
   if (Status journaled = staging.Flush(); !journaled.ok()) {
     return journaled.WithContext("the pull into " + into.string() + " stopped; rerun to resume");
   }
-  SEEDD_RETURN_IF_ERROR(staging.Seal(options.verify_sha256));
+  SEEDD_RETURN_IF_ERROR(staging.Seal(options.verify_sha256, options.upstream_md5));
   return InstallStaged(*plan);
 }
 

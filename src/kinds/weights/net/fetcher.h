@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ struct FetchOptions : FetchPolicy {
   // Also check every file's SHA-256 against the manifest before committing (for
   // those who distrust their peers; costs one more read of the model).
   bool verify_sha256 = false;
+  // The MD5 (hex) an upstream gives each of these files (by manifest path: an
+  // S3 ETag), checked before committing (PullOptions::upstream).
+  std::map<std::string, std::string> upstream_md5;
   // This fetcher's own data-plane address when it serves what it fetches (a
   // relay): announced to the sources, and seeds are then asked one chunk at a
   // time per connection so that each chunk leaves the seed about once.
