@@ -280,20 +280,28 @@ class FleetOrigin final : public Origin {
           return std::optional<LocalBytes>();
         }
       }
-      if (!said) {
-        Logger().info(
-            "Model {}: {} is being fetched from upstream by another daemon of the fleet; "
-            "waiting to pull it from there",
-            name_, file.path);
-        said = true;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return Status::DeadlineExceeded(
-            "waited --pull-timeout (" + std::to_string(options_.pull_timeout.count()) +
-            " s) for the fleet's fetch of " + file.path + " of " + model_.url);
-      }
-      std::this_thread::sleep_for(kPartPoll);
+      SEEDD_RETURN_IF_ERROR(WaitForFleet(file, "", deadline, &said));
     }
+  }
+
+  // One poll's wait for a file other daemons fetch from upstream (`how`: "" or
+  // " in pieces"), said once; DeadlineExceeded after --pull-timeout.
+  Status WaitForFleet(const OriginFile& file, const char* how,
+                      std::chrono::steady_clock::time_point deadline, bool* said) {
+    if (!*said) {
+      Logger().info(
+          "Model {}: {} is being fetched from upstream by another daemon of the fleet{}; "
+          "waiting to pull it from there",
+          name_, file.path, how);
+      *said = true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::DeadlineExceeded(
+          "waited --pull-timeout (" + std::to_string(options_.pull_timeout.count()) +
+          " s) for the fleet's fetch of " + file.path + " of " + model_.url);
+    }
+    std::this_thread::sleep_for(kPartPoll);
+    return Status::Ok();
   }
 
   // A file over the piece size travels as pieces, each fetched from upstream by
@@ -378,21 +386,7 @@ class FleetOrigin final : public Origin {
         --missing;
       }
       if (missing == 0) break;
-      if (!moved) {
-        if (!said) {
-          Logger().info(
-              "Model {}: pieces of {} are being fetched from upstream by other daemons of the "
-              "fleet; waiting to pull them from there",
-              name_, file.path);
-          said = true;
-        }
-        if (std::chrono::steady_clock::now() >= deadline) {
-          return Status::DeadlineExceeded(
-              "waited --pull-timeout (" + std::to_string(options_.pull_timeout.count()) +
-              " s) for the fleet's fetch of " + file.path + " of " + model_.url);
-        }
-        std::this_thread::sleep_for(kPartPoll);
-      }
+      if (!moved) SEEDD_RETURN_IF_ERROR(WaitForFleet(file, " in pieces", deadline, &said));
     }
     // The pieces put together: a file of its own, linked into the model once it
     // matches the upstream digest (MaterializeModel checks it).

@@ -58,6 +58,15 @@ class OriginsTest : public testing::DaemonProcessTest {
     blob.seekp(at);
     blob.put('\x42');
   }
+  // `files` written below dir_/NAME (a model directory); its path.
+  fs::path WriteModel(const std::map<std::string, std::string>& files, const std::string& name) {
+    const fs::path dir = dir_.path() / name;
+    for (const auto& [path, bytes] : files) {
+      fs::create_directories((dir / path).parent_path());
+      std::ofstream(dir / path, std::ios::binary) << bytes;
+    }
+    return dir;
+  }
   // Every file below `dir`, by relative path.
   static std::map<std::string, std::string> Files(const fs::path& dir) {
     std::map<std::string, std::string> out;
@@ -327,11 +336,7 @@ TEST_F(OriginsTest, AnUpstreamPinVouchesForThePulledModelAndRefusesADaemonServin
   // The same layout with one shard's bytes changed, served as "m".
   auto forged = model;
   forged["model-00002-of-00002.bin"][10] ^= 1;
-  const fs::path other = dir_.path() / "forged";
-  for (const auto& [path, bytes] : forged) {
-    fs::create_directories((other / path).parent_path());
-    std::ofstream(other / path, std::ios::binary) << bytes;
-  }
+  const fs::path other = WriteModel(forged, "forged");
   std::string liar_addr;
   auto liar =
       StartDaemon({"--model", "m=" + other.string()}, &liar_addr, dir_.path() / "liar-cache");
@@ -600,11 +605,7 @@ TEST_F(S3OriginTest, AnS3UpstreamVouchesForThePulledModelThroughItsEtags) {
 
   auto forged = model;
   forged["model-00002-of-00002.bin"][10] ^= 1;
-  const fs::path other = dir_.path() / "forged";
-  for (const auto& [path, bytes] : forged) {
-    fs::create_directories((other / path).parent_path());
-    std::ofstream(other / path, std::ios::binary) << bytes;
-  }
+  const fs::path other = WriteModel(forged, "forged");
   std::string liar_addr;
   auto liar =
       StartDaemon({"--model", "m=" + other.string()}, &liar_addr, dir_.path() / "liar-cache");
