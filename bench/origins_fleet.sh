@@ -14,6 +14,7 @@
 #  - with TAKEOVER=1 (the default), the same with the daemon that first holds a
 #    file's claim killed (SIGKILL) 2 s after the start: the bytes sent again
 #    (target <= 1.3x the model) and the survivors' last ready.
+# QUEUE_MS (default 50) is how long each link's tbf queue may hold a packet.
 # RANGE_MIB sets the daemons' --origin-range-mib (files over it travel as
 # pieces of that size, each fetched from upstream once and shared as it lands).
 # Needs root (ip netns, tc).
@@ -63,8 +64,8 @@ for i in $(seq 0 "$fleet"); do
 done
 shape() {
   for i in $(seq 0 "$fleet"); do
-    ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
-    ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 50ms
+    ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency "${QUEUE_MS:-50}ms"
+    ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency "${QUEUE_MS:-50}ms"
   done
 }
 
