@@ -235,18 +235,9 @@ class FleetOrigin final : public Origin {
     bool said = false;
     for (;;) {
       SEEDD_RETURN_IF_ERROR(Stopped(file));
-      Result<std::optional<std::string>> published = fleet_.registry->Get(part_key, kMaxPartRecord);
-      if (!published.ok()) return published.status().WithContext("--registry");
-      std::optional<Part> part;
-      if (published->has_value()) {
-        Result<Part> parsed = ParsePart(**published, file);
-        if (parsed.ok()) {
-          part = std::move(*parsed);
-        } else {
-          Logger().warn("Model {}: ignoring the registry's {}: {}", name_, part_key,
-                        parsed.status().message());
-        }
-      }
+      Result<std::optional<Part>> read = ReadPart(part_key, file, Piece{0, file.size});
+      if (!read.ok()) return read.status();
+      std::optional<Part>& part = *read;
       if (part.has_value()) {
         Result<std::vector<std::string>> holders =
             fleet_.registry->Holders(part->manifest.root_digest, fleet_.relay, 16);
@@ -327,18 +318,9 @@ class FleetOrigin final : public Origin {
         if (have[p].has_value()) continue;
         ++missing;
         const std::string key = PieceKey("origin-part", k, p);
-        Result<std::optional<std::string>> published = fleet_.registry->Get(key, kMaxPartRecord);
-        if (!published.ok()) return published.status().WithContext("--registry");
-        std::optional<Part> part;
-        if (published->has_value()) {
-          Result<Part> parsed = ParsePart(**published, file, pieces[p]);
-          if (parsed.ok()) {
-            part = std::move(*parsed);
-          } else {
-            Logger().warn("Model {}: ignoring the registry's {}: {}", name_, key,
-                          parsed.status().message());
-          }
-        }
+        Result<std::optional<Part>> read = ReadPart(key, file, pieces[p]);
+        if (!read.ok()) return read.status();
+        std::optional<Part>& part = *read;
         if (part.has_value()) {
           Result<std::vector<std::string>> holders =
               fleet_.registry->Holders(part->manifest.root_digest, fleet_.relay, 16);
@@ -620,8 +602,7 @@ class FleetOrigin final : public Origin {
   // A part record from the registry (peer input): a manifest of one file, this
   // one, of `piece`'s size, at its offset ("offset", 0 when absent).
   Result<Part> ParsePart(const std::string& text, const OriginFile& file,
-                         std::optional<Piece> piece = std::nullopt) const {
-    if (!piece.has_value()) piece = Piece{0, file.size};
+                         const Piece& piece) const {
     Result<Json> j = ParseJson(text);
     if (!j.ok()) return j.status();
     if (!j->is_object() || !j->contains("manifest") || !j->contains("expected") ||
@@ -629,17 +610,32 @@ class FleetOrigin final : public Origin {
       return Status::InvalidArgument("not a part record ({\"manifest\", \"expected\"})");
     }
     const Json offset = j->value("offset", Json(uint64_t{0}));
-    if (!offset.is_number_unsigned() || offset.get<uint64_t>() != piece->offset) {
-      return Status::InvalidArgument("its offset is not " + std::to_string(piece->offset));
+    if (!offset.is_number_unsigned() || offset.get<uint64_t>() != piece.offset) {
+      return Status::InvalidArgument("its offset is not " + std::to_string(piece.offset));
     }
     Result<Manifest> m = ParseManifest((*j)["manifest"]);
     if (!m.ok()) return m.status();
-    if (m->files.size() != 1 || m->files[0].path != file.path ||
-        m->files[0].size != piece->length) {
+    if (m->files.size() != 1 || m->files[0].path != file.path || m->files[0].size != piece.length) {
       return Status::InvalidArgument("its manifest is not of " + file.path + " (" +
-                                     std::to_string(piece->length) + " bytes) alone");
+                                     std::to_string(piece.length) + " bytes) alone");
     }
     return Part{std::move(*m), (*j)["expected"].get<std::string>()};
+  }
+
+  // The record at `key` of `piece` of `file` when there is one that holds up
+  // (ParsePart); one that does not is said and taken for none.
+  Result<std::optional<Part>> ReadPart(const std::string& key, const OriginFile& file,
+                                       const Piece& piece) {
+    Result<std::optional<std::string>> published = fleet_.registry->Get(key, kMaxPartRecord);
+    if (!published.ok()) return published.status().WithContext("--registry");
+    if (!published->has_value()) return std::optional<Part>();
+    Result<Part> parsed = ParsePart(**published, file, piece);
+    if (!parsed.ok()) {
+      Logger().warn("Model {}: ignoring the registry's {}: {}", name_, key,
+                    parsed.status().message());
+      return std::optional<Part>();
+    }
+    return std::optional<Part>(std::move(*parsed));
   }
 
   // The pieces of `file`: one (the whole file) unless it is over the piece
@@ -820,7 +816,10 @@ class FleetOrigin final : public Origin {
   Result<std::optional<Claim>> ClaimFile(size_t k, const OriginFile& file, bool orphaned) {
     return ClaimPart(
         Key("origin-lease", k), Key("origin-part", k), std::to_string(k),
-        [&](const std::string& text) { return ParsePart(text, file).ok(); }, orphaned);
+        [&](const std::string& text) {
+          return ParsePart(text, file, Piece{0, file.size}).ok();
+        },
+        orphaned);
   }
 
   // ClaimFile for any part: `lease` its claim, `part_key` its record (which

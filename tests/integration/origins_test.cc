@@ -58,14 +58,19 @@ class OriginsTest : public testing::DaemonProcessTest {
     blob.seekp(at);
     blob.put('\x42');
   }
-  // `files` written below dir_/NAME (a model directory); its path.
-  fs::path WriteModel(const std::map<std::string, std::string>& files, const std::string& name) {
-    const fs::path dir = dir_.path() / name;
-    for (const auto& [path, bytes] : files) {
+  // A daemon serving as "m" the files of `model` with one byte of its second
+  // shard changed (*forged: those files; *addr: its address).
+  std::unique_ptr<testing::Process> ServeForged(const std::map<std::string, std::string>& model,
+                                                std::map<std::string, std::string>* forged,
+                                                std::string* addr) {
+    *forged = model;
+    (*forged)["model-00002-of-00002.bin"][10] ^= 1;
+    const fs::path dir = dir_.path() / "forged";
+    for (const auto& [path, bytes] : *forged) {
       fs::create_directories((dir / path).parent_path());
       std::ofstream(dir / path, std::ios::binary) << bytes;
     }
-    return dir;
+    return StartDaemon({"--model", "m=" + dir.string()}, addr, dir_.path() / "liar-cache");
   }
   // Every file below `dir`, by relative path.
   static std::map<std::string, std::string> Files(const fs::path& dir) {
@@ -334,12 +339,9 @@ TEST_F(OriginsTest, AnUpstreamPinVouchesForThePulledModelAndRefusesADaemonServin
   EXPECT_EQ(Files(dir_.path() / "into"), model);
 
   // The same layout with one shard's bytes changed, served as "m".
-  auto forged = model;
-  forged["model-00002-of-00002.bin"][10] ^= 1;
-  const fs::path other = WriteModel(forged, "forged");
+  std::map<std::string, std::string> forged;
   std::string liar_addr;
-  auto liar =
-      StartDaemon({"--model", "m=" + other.string()}, &liar_addr, dir_.path() / "liar-cache");
+  auto liar = ServeForged(model, &forged, &liar_addr);
   auto refused =
       RunCommand(PullArgs(liar_addr, dir_.path() / "into-2", {"--verify", "upstream=" + pinned}));
   EXPECT_NE(refused.status, 0);
@@ -603,12 +605,9 @@ TEST_F(S3OriginTest, AnS3UpstreamVouchesForThePulledModelThroughItsEtags) {
   ASSERT_EQ(pulled.status, 0) << pulled.err;
   EXPECT_EQ(Files(dir_.path() / "into"), model);
 
-  auto forged = model;
-  forged["model-00002-of-00002.bin"][10] ^= 1;
-  const fs::path other = WriteModel(forged, "forged");
+  std::map<std::string, std::string> forged;
   std::string liar_addr;
-  auto liar =
-      StartDaemon({"--model", "m=" + other.string()}, &liar_addr, dir_.path() / "liar-cache");
+  auto liar = ServeForged(model, &forged, &liar_addr);
   auto refused = RunCommand(PullArgs(liar_addr, dir_.path() / "into-2", {"--verify", upstream}));
   EXPECT_NE(refused.status, 0);
   EXPECT_TRUE(Has(refused.err,
@@ -972,6 +971,49 @@ TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUp
   ASSERT_FALSE(when(second, "pulled piece 1 of " + shard).empty()) << second;
   ASSERT_FALSE(last_upstream.empty()) << logs;
   EXPECT_LT(first_pulled, last_upstream) << logs;
+}
+
+// A piece record is peer input: the record of piece 0 set under piece 1's key
+// (a valid manifest of the right path and size, at another offset) is ignored,
+// and piece 1 fetched from upstream; the other pieces are pulled from the
+// daemon that published them, and the file comes out byte for byte.
+TEST_F(OriginsTest, APieceRecordAtAnotherOffsetIsIgnoredAndThatPieceFetchedFromUpstream) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string hex = Push(registry, "models/test:v1", model).substr(7);
+  const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
+  auto redis_cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
+    auto r = RunCommand(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.out;
+  };
+  std::string first_addr;
+  auto first = StartDaemon({"--model", url, "--registry", redis.url(), "--origin-range-mib", "1"},
+                           &first_addr, dir_.path() / "cache-0");
+  std::string key0 = redis_cli({"KEYS", "seedd:origin-part:" + hex + ":*.0"});
+  ASSERT_FALSE(key0.empty());
+  key0.erase(key0.find('\n'));
+  const std::string key1 = key0.substr(0, key0.size() - 1) + "1";
+  std::string record0 = redis_cli({"GET", key0});
+  record0.erase(record0.find_last_not_of('\n') + 1);
+  redis_cli({"SET", key1, record0});
+  redis_cli({"DEL", "seedd:origin-root:" + hex});  // so the next daemon fetches with the fleet
+  std::string addr;
+  auto second = StartDaemon(
+      {"--model", url, "--registry", redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
+      &addr, dir_.path() / "cache-1");
+  auto pulled = RunCommand(PullArgs(addr, dir_.path() / "into"));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+  second->Signal(SIGTERM);
+  ASSERT_TRUE(second->Wait(std::chrono::seconds(20)).has_value());
+  const std::string log = second->Stderr();
+  EXPECT_TRUE(Has(log, "ignoring the registry's " + key1.substr(6) + ": its offset is not 1048576"))
+      << log;
+  EXPECT_TRUE(Has(log, "fetching piece 1 of model-00001-of-00002.bin")) << log;
+  EXPECT_TRUE(Has(log, "from upstream (1 parts)")) << log;
 }
 
 // Claims whose holder died (here: set by hand on every file, with a short life)
