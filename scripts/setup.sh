@@ -18,9 +18,11 @@ case "$mode" in
   build) ;;
   demo) PACKAGES+=(redis-server redis-tools) ;;
   test)
+    # pybind11-dev: torch's extension headers include it (a JIT-built extension
+    # in python.test_engine_caches); Debian's libtorch-dev does not pull it in.
     PACKAGES+=(redis-server redis-tools clang-14 libclang-rt-14-dev clang-format systemd prometheus
                python3-pytest python3-venv iproute2 util-linux docker-registry skopeo
-               python3-torch libtorch-dev python3-dev python3-yaml buildah)
+               python3-torch libtorch-dev pybind11-dev python3-dev python3-yaml buildah)
     # kubectl (for kustomize): Debian's, unless one is installed already (another
     # package's /usr/bin/kubectl would conflict with it).
     command -v kubectl > /dev/null || PACKAGES+=(kubernetes-client)
