@@ -17,6 +17,9 @@
 # RELAY_UPLOAD_RATE (default: 90% of RATE, as an operator of shaped hosts sets
 # it; 0: no limit) is each target's --relay-upload-rate; RELAY_UPLOAD_PACING
 # (delay or off; default: the daemon's, off) its --relay-upload-pacing;
+# UPLINK_QDISC (e.g. "pfifo_fast", three bands by socket priority; default none:
+# the tbf's own FIFO) is the queue inside each host's uplink shaper, as tc takes
+# it, holding UPLINK_QLEN (default 200) packets per band;
 # LOG_LEVEL sets the daemons' log level. Also reported: the CPU seconds the
 # daemons (the targets and the origin) spent per GiB the targets received, for
 # one target and for TARGETS, and their ratio (the cost of relaying).
@@ -68,7 +71,12 @@ for i in $(seq 0 "$targets"); do
   ip -n "$sw" link set "p$i" mtu "${MTU:-1500}"
   ip -n "$sw" link set "p$i" master br0
   ip -n "$sw" link set "p$i" up
-  ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+  ip netns exec "$(ns "$i")" tc qdisc add dev eth0 root handle 1: tbf rate "$rate" burst 256kb latency 50ms
+  if [ -n "${UPLINK_QDISC:-}" ]; then
+    # shellcheck disable=SC2086 # the qdisc and its parameters, as tc takes them
+    ip -n "$(ns "$i")" link set eth0 txqueuelen "${UPLINK_QLEN:-200}"
+    ip netns exec "$(ns "$i")" tc qdisc add dev eth0 parent 1:1 handle 10: $UPLINK_QDISC
+  fi
   ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst 256kb latency 50ms
   if [ -n "${CC:-}" ]; then
     ip netns exec "$(ns "$i")" sysctl -qw net.ipv4.tcp_congestion_control="$CC"

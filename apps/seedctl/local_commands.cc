@@ -212,10 +212,13 @@ int RunPush(const std::string& url, const std::string& from, const seedd::Origin
   }
   if (url.rfind("s3://", 0) == 0) {
     std::printf(
-        "pushed %s (%llu files, %s) in %s; its version as readers list it: %s\n"
+        "pushed %s (%llu files, %s%s) in %s; its version as readers list it: %s\n"
         "serve it: seedd --model NAME=%s\n",
         pushed->url.c_str(), static_cast<unsigned long long>(pushed->files),
         seedd::HumanBytes(pushed->total_bytes).c_str(),
+        pushed->multipart_files == 0
+            ? ""
+            : ("; " + std::to_string(pushed->multipart_files) + " in parts").c_str(),
         seedd::HumanSeconds(pushed->seconds).c_str(), pushed->manifest.c_str(),
         pushed->url.c_str());
     return kExitOk;

@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
   std::string push_from;
   std::string push_auth;
   std::string push_ca;
+  uint64_t push_part_mib = 0;
   CLI::App* push = app.add_subcommand(
       "push",
       "write a model directory to an OCI registry as a ModelPack artifact (one raw layer per "
@@ -235,7 +236,7 @@ int main(int argc, char** argv) {
                    "oci://REGISTRY[:PORT]/REPOSITORY:TAG (?plain-http=true for "
                    "an HTTP registry that is not on the loopback), or "
                    "s3://BUCKET/PREFIX?endpoint=...&region=... (AWS credentials as for the S3 "
-                   "store; one PUT per file, 5 GiB at most each)")
+                   "store; one PUT per file of up to 5 GiB, a multipart upload for larger ones)")
       ->required();
   push->add_option("--from", push_from,
                    "the model directory, or hf:ORG/NAME[@REVISION] for a snapshot in the Hugging "
@@ -248,6 +249,12 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   push->add_option("--origin-ca", push_ca, "PEM CA bundle trusted for an https registry")
       ->check(CLI::ExistingFile);
+  push->add_option("--part-mib", push_part_mib,
+                   "s3:// only: files larger than this go up as multipart uploads in parts of "
+                   "this size (5 to 5120; default: files over 5 GiB, in parts of 512 MiB); each "
+                   "part carries its SHA-256 checksum and the object the file's SHA-256 "
+                   "(x-amz-meta-sha256), which readers verify against")
+      ->check(CLI::Range(5, 5120));
 
   std::string manifest_dir;
   std::string manifest_model;
@@ -444,6 +451,13 @@ int main(int argc, char** argv) {
     seedd::OriginAccess access;
     access.auth_file = push_auth;
     access.ca_file = push_ca;
+    if (push_part_mib != 0) {
+      if (push_url.rfind("s3://", 0) != 0) {
+        std::fprintf(stderr, "seedctl push: --part-mib is for s3:// pushes\n");
+        return 2;
+      }
+      access.push_part_bytes = push_part_mib << 20;
+    }
     return seedctl::RunPush(push_url, push_from, access);
   }
   if (gc->parsed()) return seedctl::RunGc(gc_cache_dir, gc_keep, gc_dry_run);

@@ -36,9 +36,13 @@ struct OriginAccess {
   // upstream digest: one connection to an object store or a registry's storage
   // carries much less than a host's link. 0: one GET per file. An upstream that
   // ignores ranges, or a file with no digest known before its GET (a multipart S3
-  // object: its checksum comes with the whole object), gets one GET.
+  // object whose headers name no SHA-256), gets one GET.
   uint64_t range_bytes = 64 << 20;
   int range_streams = 4;
+  // An S3 push: a file larger than this goes up as a multipart upload in parts
+  // of this size (5 MiB to 5 GiB; more when 10,000 parts would not hold it).
+  // 0: a file of up to 5 GiB in one PUT, a larger one in parts of 512 MiB.
+  uint64_t push_part_bytes = 0;
 };
 
 // Whether `spec` is an origin URL (oci://) rather than a directory.
@@ -78,7 +82,8 @@ struct OriginPush {
   std::string manifest;
   uint64_t files = 0;
   uint64_t total_bytes = 0;
-  uint64_t bytes_sent = 0;  // layers the repository did not hold yet
+  uint64_t bytes_sent = 0;       // layers the repository did not hold yet
+  uint64_t multipart_files = 0;  // S3: files uploaded in parts
   double seconds = 0;
 };
 
@@ -87,8 +92,10 @@ struct OriginPush {
 // org.cncf.model.filepath): what `--model NAME=oci://...` and `modctl` read;
 // layers the repository holds already are not sent again. Or
 // s3://BUCKET/PREFIX?endpoint=...: one object per file below the prefix, each
-// PUT with its x-amz-checksum-sha256 (files over 5 GiB refused before any byte
-// moves); `manifest` is then the listing's version. Links are followed;
+// PUT with its x-amz-checksum-sha256, or, over OriginAccess::push_part_bytes
+// (5 GiB by default), a multipart upload of parts with their own checksums and
+// the file's SHA-256 as x-amz-meta-sha256, which readers verify against;
+// `manifest` is then the listing's version. Links are followed;
 // entries named .seedd* are left out.
 Result<OriginPush> PushToRegistry(
     std::string_view url, const std::filesystem::path& dir, const OriginAccess& access,

@@ -311,8 +311,10 @@ struct PullOptions {
   // (s3://BUCKET/PREFIX?...), whose listing gives each single-part object's MD5
   // (its ETag), the paths and sizes are checked first and each file's MD5
   // before commit (DataLoss naming the file and both digests; nothing
-  // committed). A file the upstream names no digest for (a multipart object)
-  // cannot be vouched for: FailedPrecondition. Empty: no upstream check.
+  // committed); a multipart object's SHA-256 from its HEAD (a full-object
+  // checksum or x-amz-meta-sha256) is checked as an OCI layer's. A file the
+  // upstream names no digest for cannot be vouched for: FailedPrecondition. Empty: no upstream
+  // check.
   std::string upstream;
   OriginAccess upstream_access;  // credentials and CA for `upstream`
   bool replace = false;          // `into` may hold other files: replaced by the model

@@ -45,6 +45,22 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// A file's range as a request body.
+struct UploadRange {
+  std::FILE* file;
+  uint64_t left;
+};
+
+size_t OnUpload(char* data, size_t size, size_t n, void* user) {
+  auto* u = static_cast<UploadRange*>(user);
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(size * n, u->left));
+  if (want == 0) return 0;
+  const size_t got = std::fread(data, 1, want, u->file);
+  if (got == 0) return CURL_READFUNC_ABORT;  // the file shrank under the upload
+  u->left -= got;
+  return got;
+}
+
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t len = size * n;
@@ -91,10 +107,13 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
   // The body to send, from memory or a file, and its length up front.
   std::FILE* upload = nullptr;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> upload_closer(nullptr, std::fclose);
+  UploadRange range{nullptr, 0};
   if (request.method == "GET") {
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "HEAD") {
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (request.method == "DELETE") {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   } else if (request.method == "PUT" || request.method == "POST") {
     if (!request.upload_file.empty()) {
       upload = std::fopen(request.upload_file.c_str(), "rb");
@@ -104,10 +123,17 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
       }
       upload_closer.reset(upload);
       std::error_code ec;
-      const auto size = std::filesystem::file_size(request.upload_file, ec);
+      const uint64_t size = std::filesystem::file_size(request.upload_file, ec);
+      if (ec || request.upload_offset > size ||
+          ::fseeko(upload, static_cast<off_t>(request.upload_offset), SEEK_SET) != 0) {
+        return Status::InvalidArgument("cannot read " + request.upload_file.string() + " from " +
+                                       std::to_string(request.upload_offset));
+      }
+      range = {upload, std::min(request.upload_length, size - request.upload_offset)};
       curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(c, CURLOPT_READDATA, upload);  // curl's default reader: fread
-      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, OnUpload);
+      curl_easy_setopt(c, CURLOPT_READDATA, &range);
+      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(range.left));
       if (request.method == "POST") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
     } else if (request.method == "POST") {
       curl_easy_setopt(c, CURLOPT_POST, 1L);

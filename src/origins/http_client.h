@@ -22,11 +22,15 @@
 namespace seedd {
 
 struct HttpRequest {
-  std::string method = "GET";  // GET, HEAD, POST, PUT
+  std::string method = "GET";  // GET, HEAD, POST, PUT, DELETE
   std::string url;
-  // A POST's or PUT's body: `upload_file` when set, else `upload_body`.
+  // A POST's or PUT's body: `upload_file` when set (upload_length bytes of it
+  // from upload_offset; all of it from there when UINT64_MAX), else
+  // `upload_body`.
   std::string upload_body;
   std::filesystem::path upload_file;
+  uint64_t upload_offset = 0;
+  uint64_t upload_length = UINT64_MAX;
   std::vector<std::string> headers;  // "Name: value"
   std::filesystem::path ca_file;     // trust this bundle instead of the system's
   // A transfer slower than 1 KiB/s for this long ends (an upstream that stalls).

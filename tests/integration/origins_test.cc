@@ -132,6 +132,13 @@ std::map<std::string, std::string> AModel() {
           {"tokenizer.json", RandomBytes(100000, 3)}};
 }
 
+void WriteFiles(const fs::path& dir, const std::map<std::string, std::string>& files) {
+  for (const auto& [path, bytes] : files) {
+    fs::create_directories((dir / path).parent_path());
+    std::ofstream(dir / path, std::ios::binary) << bytes;
+  }
+}
+
 TEST_F(OriginsTest, AModelPackPushedBySkopeoIsServedByADaemonAndPulledThroughTheSwarmByteForByte) {
   OciRegistryServer registry;
   const auto model = AModel();
@@ -639,41 +646,95 @@ TEST_F(S3OriginTest, ALargeObjectIsFetchedAsParallelRangedGetsAndCheckedAgainstI
 
 // `seedctl push s3://...` writes a model directory as one object per file,
 // which `--model NAME=s3://...` and `seedctl pull --from` read back byte for
-// byte, each checked; a file over one PUT's 5 GiB is refused before any byte
-// moves.
+// byte, each checked; a file over S3's largest object (5 TiB) is refused before
+// any byte moves.
 TEST_F(S3OriginTest, SeedctlPushWritesADirectoryThatTheS3OriginReadsBack) {
   const auto model = AModel();
   const fs::path dir = dir_.path() / "to-push";
-  for (const auto& [path, bytes] : model) {
-    fs::create_directories((dir / path).parent_path());
-    std::ofstream(dir / path, std::ios::binary) << bytes;
-  }
+  WriteFiles(dir, model);
   fs::create_directories(dir / ".seedd-staging");
   std::ofstream(dir / ".seedd-staging" / "left-out", std::ios::binary) << "x";
   auto pushed = RunCommand({SEEDCTL_BIN, "push", Url("models/pushed"), "--from", dir.string()});
   ASSERT_EQ(pushed.status, 0) << pushed.err;
-  EXPECT_TRUE(Has(pushed.out, "pushed " + Url("models/pushed") + " (5 files")) << pushed.out;
+  EXPECT_TRUE(Has(pushed.out, "pushed " + Url("models/pushed") + " (5 files, 4.19 MiB)"))
+      << pushed.out;
   Result<OriginCopy> copy = CopyFromOrigin(Url("models/pushed"), dir_.path() / "o", OriginAccess{});
   ASSERT_TRUE(copy.ok()) << copy.status().ToString();
   EXPECT_EQ(Files(copy->dir), model);
   EXPECT_EQ(copy->files_unverified, 0u);
   EXPECT_TRUE(Has(pushed.out, copy->version)) << pushed.out;
 
-  // A sparse file of 5 GiB and one byte: refused before any object is written.
+  // A sparse file of 5 TiB and one byte: refused before any object is written.
   const fs::path big = dir_.path() / "big";
   fs::create_directories(big);
   {
     std::ofstream(big / "a.bin", std::ios::binary) << "a";
     std::ofstream huge(big / "huge.bin", std::ios::binary);
-    huge.seekp((std::streamoff{5} << 30));
+    huge.seekp((std::streamoff{5} << 40));
     huge.put('x');
   }
   auto refused = RunCommand({SEEDCTL_BIN, "push", Url("models/big"), "--from", big.string()});
   EXPECT_NE(refused.status, 0);
-  EXPECT_TRUE(Has(refused.err, "huge.bin: 5368709121 bytes")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "huge.bin: 5497558138881 bytes")) << refused.err;
   EXPECT_TRUE(Has(refused.err, "nothing was sent")) << refused.err;
   Result<OriginCopy> none = CopyFromOrigin(Url("models/big"), dir_.path() / "n", OriginAccess{});
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().ToString();
+}
+
+// A file larger than the part size goes up as a multipart upload; a multipart
+// object's ETag is no MD5 of its bytes on S3 ("<md5 of the parts' md5s>-N",
+// written here into s3rver's record of the object, which keeps the MD5), so a
+// reader takes the file's SHA-256 from the object's own headers
+// (x-amz-meta-sha256) and checks the bytes against it: the object read back
+// byte for byte and verified, ranged GETs and all, and the same object with
+// its bytes changed refused naming the file, the digest and the expected
+// SHA-256; `--verify upstream=` vouches through it. A part size out of S3's
+// bounds is refused before anything is sent.
+TEST_F(S3OriginTest, AFileLargerThanThePartSizeGoesUpInPartsAndIsVerifiedAgainstItsSha256) {
+  auto model = AModel();
+  model["model-big.bin"] = RandomBytes(12 << 20, 4);
+  const fs::path dir = dir_.path() / "to-push";
+  WriteFiles(dir, model);
+  auto pushed = RunCommand(
+      {SEEDCTL_BIN, "push", Url("models/parts"), "--from", dir.string(), "--part-mib", "5"});
+  ASSERT_EQ(pushed.status, 0) << pushed.err;
+  EXPECT_TRUE(Has(pushed.out, "(6 files, 16.2 MiB; 1 in parts)")) << pushed.out;
+  const fs::path object =
+      s3_.data_dir() / testing::S3Server::kBucket / "models" / "parts" / "model-big.bin";
+  const fs::path md5 = object.string() + "._S3rver_object.md5";
+  ASSERT_TRUE(fs::exists(md5)) << md5;
+  std::ofstream(md5, std::ios::trunc) << Md5HexOf("parts' md5s") << "-3";
+  OriginAccess access;
+  access.range_bytes = 4 << 20;
+  Result<OriginCopy> copy = CopyFromOrigin(Url("models/parts"), dir_.path() / "o", access);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(copy->dir), model);
+  EXPECT_EQ(copy->files_unverified, 0u);
+  EXPECT_EQ(copy->ranged_gets, 3u);  // the 12 MiB file's digest is known before its GET
+  // The bucket vouches for a pull from daemons through that SHA-256 too.
+  std::string addr;
+  auto origin =
+      StartDaemon({"--model", "m=" + Url("models/parts")}, &addr, dir_.path() / "origin-cache");
+  auto pulled = RunCommand(
+      PullArgs(addr, dir_.path() / "into", {"--verify", "upstream=" + Url("models/parts")}));
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "into"), model);
+
+  std::string forged = model["model-big.bin"];
+  forged[7 << 20] ^= 1;
+  std::ofstream(object.string() + "._S3rver_object", std::ios::binary | std::ios::trunc) << forged;
+  Result<OriginCopy> refused = CopyFromOrigin(Url("models/parts"), dir_.path() / "o2", access);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss) << refused.status().ToString();
+  EXPECT_TRUE(
+      Has(refused.status().message(), "model-big.bin: digest sha256:" + Sha256Hex(forged) +
+                                          ", expected sha256:" + Sha256Hex(model["model-big.bin"])))
+      << refused.status().ToString();
+
+  auto bad = RunCommand(
+      {SEEDCTL_BIN, "push", Url("models/parts-2"), "--from", dir.string(), "--part-mib", "4"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(Has(bad.err, "--part-mib")) << bad.err;
 }
 
 TEST_F(S3OriginTest, AnObjectChangedAfterItsEtagWasRecordedIsRefusedNamingTheFile) {

@@ -16,6 +16,23 @@ std::string XmlUnescape(std::string s) {
   return s;
 }
 
+std::string XmlEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> XmlAll(const std::string& xml, const std::string& tag) {
   std::vector<std::string> out;
   const std::string open = "<" + tag + ">";
