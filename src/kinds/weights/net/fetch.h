@@ -211,7 +211,8 @@ class Fetch {
   std::condition_variable ended_;
   FetcherCore core_ GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Source>> sources_ GUARDED_BY(mu_);  // by PeerId
-  std::map<PeerId, int> depth_ GUARDED_BY(mu_);                   // of each neighbour started
+  size_t wake_turn_ GUARDED_BY(mu_) = 0;         // whose threads WakeWorkersLocked wakes first
+  std::map<PeerId, int> depth_ GUARDED_BY(mu_);  // of each neighbour started
   std::vector<std::thread> workers_ GUARDED_BY(mu_);
   std::set<int> open_fds_ GUARDED_BY(mu_);  // connections EndLocked wakes
   Status local_error_ GUARDED_BY(mu_);
