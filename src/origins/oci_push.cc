@@ -1,11 +1,16 @@
 #include "origins/oci_push.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
-#include <fstream>
+#include <cstring>
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/unique_fd.h"
 #include "kinds/weights/files/manifest.h"
 #include "origins/oci.h"
 #include "seedd/json.h"
@@ -15,19 +20,6 @@ namespace {
 
 constexpr std::string_view kManifestType = "application/vnd.oci.image.manifest.v1+json";
 constexpr size_t kMaxFiles = 200000;
-
-Result<std::string> FileSha256(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + file.string());
-  Sha256 sha;
-  std::string buf(1 << 20, '\0');
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    sha.Update(std::string_view(buf.data(), static_cast<size_t>(in.gcount())));
-  }
-  if (in.bad()) return Status::IoError("read " + file.string());
-  return "sha256:" + sha.HexDigest();
-}
 
 // Sends one blob unless the repository holds it; true when sent.
 Result<bool> PutBlob(RegistrySession& session, const std::string& digest,
@@ -59,6 +51,31 @@ Result<bool> PutBlob(RegistrySession& session, const std::string& digest,
 }
 
 }  // namespace
+
+Result<std::string> FileSha256Hex(const std::filesystem::path& file, uint64_t offset,
+                                  uint64_t length) {
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return Status::NotFound("cannot read " + file.string() + ": " + std::strerror(errno));
+  }
+  Sha256 sha;
+  std::vector<char> buf(1 << 20);
+  while (length > 0) {
+    const ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), length),
+                              static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoError("read " + file.string() + ": " + std::strerror(errno));
+    if (n == 0) {
+      if (length == UINT64_MAX) break;  // its end
+      return Status::IoError("read " + file.string() + ": it ends before byte " +
+                             std::to_string(offset + length));
+    }
+    sha.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+    offset += static_cast<uint64_t>(n);
+    if (length != UINT64_MAX) length -= static_cast<uint64_t>(n);
+  }
+  return sha.HexDigest();
+}
 
 Result<std::vector<PushFile>> FilesToPush(const std::filesystem::path& dir, uint64_t max_size) {
   std::error_code ec;
@@ -96,9 +113,9 @@ Result<std::vector<PushFile>> FilesToPush(const std::filesystem::path& dir, uint
   std::sort(layers.begin(), layers.end(),
             [](const PushFile& a, const PushFile& b) { return a.path < b.path; });
   for (PushFile& l : layers) {
-    Result<std::string> digest = FileSha256(l.file);
+    Result<std::string> digest = FileSha256Hex(l.file);
     if (!digest.ok()) return digest.status();
-    l.digest = *digest;
+    l.digest = "sha256:" + *digest;
   }
   return layers;
 }

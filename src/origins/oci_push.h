@@ -24,6 +24,11 @@ struct PushFile {
   std::string digest;  // "sha256:<hex>"
   uint64_t size = 0;
 };
+// The SHA-256 (hex) of `length` bytes of `file` from `offset` (to its end when
+// UINT64_MAX): IoError when the file ends sooner.
+Result<std::string> FileSha256Hex(const std::filesystem::path& file, uint64_t offset = 0,
+                                  uint64_t length = UINT64_MAX);
+
 // The regular files below `dir` (links followed; entries named .seedd* left
 // out), sorted by path, each hashed: NotFound for no directory or no file,
 // InvalidArgument (before any is read) for one over `max_size` bytes.

@@ -1,18 +1,12 @@
 #include "origins/s3_origin.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <set>
 
 #include "common/crypto.h"
-#include "common/unique_fd.h"
 #include "kinds/weights/files/manifest.h"
 #include "origins/http_client.h"
 #include "origins/oci_push.h"
@@ -36,29 +30,6 @@ std::string HexToBytes(std::string_view hex) {
     raw += static_cast<char>(nibble(hex[i]) * 16 + nibble(hex[i + 1]));
   }
   return raw;
-}
-
-// The SHA-256 (hex) of `length` bytes of `file` from `offset`.
-Result<std::string> RangeSha256(const std::filesystem::path& file, uint64_t offset,
-                                uint64_t length) {
-  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid())
-    return Status::IoError("cannot read " + file.string() + ": " + std::strerror(errno));
-  Sha256 sha;
-  std::vector<char> buf(1 << 20);
-  while (length > 0) {
-    const ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), length),
-                              static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return Status::IoError("cannot read " + file.string() + " at " + std::to_string(offset) +
-                             (n == 0 ? ": it shrank" : ": " + std::string(std::strerror(errno))));
-    }
-    sha.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
-    offset += static_cast<uint64_t>(n);
-    length -= static_cast<uint64_t>(n);
-  }
-  return sha.HexDigest();
 }
 
 class S3Origin final : public Origin {
@@ -193,19 +164,10 @@ class S3Origin final : public Origin {
   Status Put(const PushFile& file) {
     const std::string hex = file.digest.substr(file.digest.find(':') + 1);
     const std::string raw = HexToBytes(hex);
-    const std::string path = ObjectPath(config_.prefix + file.path);
-    SignedRequest signed_req{
-        "PUT", config_.host, path, {}, {{"x-amz-checksum-sha256", Base64Encode(raw)}}, hex};
-    HttpRequest req;
-    req.method = "PUT";
-    req.url = config_.endpoint + path;
-    for (const auto& [k, v] : SignV4(signed_req, creds_, config_.region, std::time(nullptr))) {
-      req.headers.push_back(k + ": " + v);
-    }
-    req.upload_file = file.file;
-    req.ca_file = access_.ca_file;
-    req.stall_timeout = access_.stall_timeout;
-    Result<HttpResponse> r = HttpSend(req);
+    HttpRequest body;
+    body.upload_file = file.file;
+    Result<HttpResponse> r = Send("PUT", ObjectPath(config_.prefix + file.path), {},
+                                  {{"x-amz-checksum-sha256", Base64Encode(raw)}}, "", &body, hex);
     if (!r.ok()) return r.status().WithContext(file.path);
     if (r->status != 200) return ErrorFor("put " + file.path, *r, "PUT");
     return Status::Ok();
@@ -248,7 +210,7 @@ class S3Origin final : public Origin {
     for (uint64_t n = 1; n <= parts; ++n) {
       const uint64_t offset = (n - 1) * part;
       const uint64_t length = std::min(part, file.size - offset);
-      Result<std::string> hex = RangeSha256(file.file, offset, length);
+      Result<std::string> hex = FileSha256Hex(file.file, offset, length);
       if (!hex.ok()) return hex.status().WithContext(file.path);
       const std::string checksum = Base64Encode(HexToBytes(*hex));
       HttpRequest body;
@@ -307,7 +269,9 @@ class S3Origin final : public Origin {
     return Sha256Of(*r);
   }
 
-  // A signed request with `body` (its upload_file range, or `text`).
+  // A signed request: `body`'s settings (its upload_file range, a sink, a range)
+  // when given, else `text` as its body; signed with `payload_sha256`, by
+  // default the SHA-256 of `text`.
   Result<HttpResponse> Send(const std::string& method, const std::string& path,
                             const std::map<std::string, std::string>& query,
                             const std::map<std::string, std::string>& extra,
@@ -340,20 +304,11 @@ class S3Origin final : public Origin {
                            const std::map<std::string, std::string>& extra,
                            const std::function<Status(std::string_view)>* sink,
                            const std::string& range = "") {
-    SignedRequest signed_req{"GET", config_.host, path, query, extra, Sha256Hex("")};
-    HttpRequest req;
-    req.url = config_.endpoint + path;
-    const std::string q = CanonicalQuery(query);
-    if (!q.empty()) req.url += "?" + q;
-    for (const auto& [k, v] : SignV4(signed_req, creds_, config_.region, std::time(nullptr))) {
-      req.headers.push_back(k + ": " + v);
-    }
-    req.ca_file = access_.ca_file;
-    req.stall_timeout = access_.stall_timeout;
-    req.max_body = 64 << 20;  // a listing page is about 1,000 keys
-    if (sink != nullptr) req.sink = *sink;
-    req.range = range;  // unsigned: SigV4 does not need it signed
-    return HttpSend(req);
+    HttpRequest get;
+    get.max_body = 64 << 20;  // a listing page is about 1,000 keys
+    if (sink != nullptr) get.sink = *sink;
+    get.range = range;  // unsigned: SigV4 does not need it signed
+    return Send("GET", path, query, extra, "", &get);
   }
 
   Status ErrorFor(const std::string& what, const HttpResponse& r,

@@ -42,6 +42,14 @@ std::string RandomBytes(size_t n, unsigned seed) {
   return s;
 }
 
+// `files` (path -> bytes) written below `dir`.
+void WriteFiles(const fs::path& dir, const std::map<std::string, std::string>& files) {
+  for (const auto& [path, bytes] : files) {
+    fs::create_directories((dir / path).parent_path());
+    std::ofstream(dir / path, std::ios::binary) << bytes;
+  }
+}
+
 class OriginsTest : public testing::DaemonProcessTest {
  protected:
   std::string Push(OciRegistryServer& registry, const std::string& repo_tag,
@@ -66,10 +74,7 @@ class OriginsTest : public testing::DaemonProcessTest {
     *forged = model;
     (*forged)["model-00002-of-00002.bin"][10] ^= 1;
     const fs::path dir = dir_.path() / "forged";
-    for (const auto& [path, bytes] : *forged) {
-      fs::create_directories((dir / path).parent_path());
-      std::ofstream(dir / path, std::ios::binary) << bytes;
-    }
+    WriteFiles(dir, *forged);
     return StartDaemon({"--model", "m=" + dir.string()}, addr, dir_.path() / "liar-cache");
   }
   // Every file below `dir`, by relative path.
@@ -130,13 +135,6 @@ std::map<std::string, std::string> AModel() {
           {"tokenizer/tokenizer.json", RandomBytes(100000, 3)},
           // The same bytes under a second path: fetched once.
           {"tokenizer.json", RandomBytes(100000, 3)}};
-}
-
-void WriteFiles(const fs::path& dir, const std::map<std::string, std::string>& files) {
-  for (const auto& [path, bytes] : files) {
-    fs::create_directories((dir / path).parent_path());
-    std::ofstream(dir / path, std::ios::binary) << bytes;
-  }
 }
 
 TEST_F(OriginsTest, AModelPackPushedBySkopeoIsServedByADaemonAndPulledThroughTheSwarmByteForByte) {
@@ -794,10 +792,7 @@ namespace {
 TEST_F(OriginsTest, ARegistryWithTokenAuthIsReachedWithATokenFromItsRealm) {
   OciRegistryServer registry(OciRegistryServer::Auth::kToken);
   const auto model = AModel();
-  for (const auto& [path, bytes] : model) {
-    fs::create_directories((dir_.path() / "src" / path).parent_path());
-    std::ofstream(dir_.path() / "src" / path, std::ios::binary) << bytes;
-  }
+  WriteFiles(dir_.path() / "src", model);
   const std::string url = "oci://" + registry.host() + "/models/test:v1";
   const fs::path auth = dir_.path() / "auth.json";
   std::ofstream(auth) << R"({"auths": {")" << registry.host() << R"(": {"auth": ")"
@@ -828,10 +823,7 @@ TEST_F(OriginsTest, ARegistryWithTokenAuthIsReachedWithATokenFromItsRealm) {
 TEST_F(OriginsTest, SeedctlPushWritesAModelPackThatSkopeoCopiesAndSeeddReadsBack) {
   OciRegistryServer registry;
   const auto model = AModel();
-  for (const auto& [path, bytes] : model) {
-    fs::create_directories((dir_.path() / "src" / path).parent_path());
-    std::ofstream(dir_.path() / "src" / path, std::ios::binary) << bytes;
-  }
+  WriteFiles(dir_.path() / "src", model);
   const std::string url = "oci://" + registry.host() + "/pushed/model:v1";
   auto pushed = RunCommand({SEEDCTL_BIN, "push", url, "--from", (dir_.path() / "src").string()});
   ASSERT_EQ(pushed.status, 0) << pushed.err;
