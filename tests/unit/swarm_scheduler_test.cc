@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <map>
+#include <random>
 #include <set>
 
 namespace seedd {
@@ -131,6 +132,93 @@ TEST(SwarmScheduler, RequestsToRelaysAreBoundedInAll) {
   s.Arrived(1, *first);  // one ends: one more may be asked
   EXPECT_TRUE(s.Next(4, kT0).has_value());
   EXPECT_EQ(s.Next(5, kT0), std::nullopt);
+}
+
+// A driver wakes only the connections that may use a freed request: MayAsk
+// says no for a relay when the bound is reached, when it said busy, and when
+// it has nothing missing and unasked; a freed request makes it yes again.
+TEST(SwarmScheduler, MayAskSaysWhoCanUseAFreedRequest) {
+  SchedulerOptions o = Options();
+  o.max_requests = 2;
+  SwarmScheduler s(8, o);
+  for (PeerId p = 1; p <= 3; ++p) ASSERT_TRUE(AddRelay(s, p));
+  s.NeighbourHas(1, 0);
+  s.NeighbourHas(1, 1);
+  s.NeighbourHas(2, 2);
+  s.NeighbourHas(2, 3);
+  s.NeighbourHas(3, 0);  // relay 3 has only what relay 1 has too
+  EXPECT_EQ(s.FreeRelayRequests(), 2);
+  EXPECT_TRUE(s.MayAsk(1, kT0));
+  EXPECT_TRUE(s.MayAsk(3, kT0));
+  const uint32_t a = *s.Next(1, kT0);
+  const uint32_t b = *s.Next(2, kT0);
+  EXPECT_EQ(s.FreeRelayRequests(), 0);
+  EXPECT_FALSE(s.MayAsk(3, kT0));  // the bound
+  EXPECT_EQ(s.Next(3, kT0), std::nullopt);
+  s.Arrived(2, b);
+  EXPECT_EQ(s.FreeRelayRequests(), 1);
+  // Relay 3 may be asked for chunk 0 unless relay 1 was asked for it.
+  EXPECT_EQ(s.MayAsk(3, kT0), a != 0);
+  s.Busy(1, a, kT0 + seconds(1));
+  EXPECT_FALSE(s.MayAsk(1, kT0));  // busy until then
+  EXPECT_TRUE(s.MayAsk(3, kT0));   // chunk 0 is unasked again
+  EXPECT_TRUE(s.MayAsk(1, kT0 + seconds(1)));
+}
+
+// MayAsk never says no where Next would give a request: after every event of
+// a small random swarm, each neighbour's MayAsk is checked against Next on a
+// copy of the scheduler.
+TEST(SwarmScheduler, MayAskIsNeverNoWhereNextWouldAsk) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SchedulerOptions o = Options(seed);
+    o.max_requests = 3;
+    o.catch_up_requests = 1;
+    o.seed_requests = 1;
+    const uint32_t chunks = 24;
+    SwarmScheduler s(chunks, o);
+    std::mt19937_64 rng(seed);
+    ASSERT_TRUE(s.AddNeighbour(0, true, 2));
+    for (PeerId p = 1; p <= 5; ++p) ASSERT_TRUE(s.AddNeighbour(p, false, 1));
+    std::vector<std::pair<PeerId, uint32_t>> asked;
+    SchedulerClock::time_point now = kT0;
+    for (int step = 0; step < 400 && !s.Complete(); ++step) {
+      now += std::chrono::milliseconds(rng() % 50);
+      const PeerId p = static_cast<PeerId>(rng() % 6);
+      switch (rng() % 6) {
+        case 0:
+          if (p != 0) s.NeighbourHas(p, static_cast<uint32_t>(rng() % chunks));
+          break;
+        case 1:
+          if (auto c = s.Next(p, now)) asked.emplace_back(p, *c);
+          break;
+        case 2:
+        case 3:
+          if (!asked.empty()) {
+            const size_t i = rng() % asked.size();
+            const auto [q, c] = asked[i];
+            asked.erase(asked.begin() + static_cast<long>(i));
+            switch (rng() % 3) {
+              case 0:
+                s.Arrived(q, c, now);
+                break;
+              case 1:
+                s.Busy(q, c, now + std::chrono::milliseconds(100));
+                break;
+              default:
+                s.Returned(q, c);
+            }
+          }
+          break;
+        default:
+          if (p != 0 && rng() % 4 == 0) s.Prove(p);
+      }
+      for (PeerId q = 0; q <= 5; ++q) {
+        if (s.MayAsk(q, now)) continue;
+        SwarmScheduler copy = s;
+        EXPECT_EQ(copy.Next(q, now), std::nullopt) << "seed " << seed << " step " << step;
+      }
+    }
+  }
 }
 
 // A host holding fewer chunks than its relay neighbours on average asks

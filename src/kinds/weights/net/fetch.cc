@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include "common/crypto.h"
@@ -190,12 +191,16 @@ void Fetch::FillNeighboursLocked() {
     if (!source->seed) stats_->peers.push_back(source->name);
     sources_.push_back(std::move(source));
   }
-  for (const NewNeighbour& n : core_.FillNeighbours()) {
+  const std::vector<NewNeighbour> added = core_.FillNeighbours();
+  for (const NewNeighbour& n : added) {
     Source* s = sources_[n.id].get();
     depth_[n.id] = n.depth;
     workers_.emplace_back([this, s] { Watch(s); });
     for (int c = 0; c < n.connections; ++c) workers_.emplace_back([this, s] { Work(s); });
   }
+  // A neighbour added may have retired another (a claim holder followed, a
+  // rotation): the retired one's threads see it and end.
+  if (added.empty()) return;
   WakeWorkersLocked();
   ended_.notify_all();
 }
@@ -218,6 +223,29 @@ void Fetch::WakeWorkersLocked() {
   const size_t first = wake_turn_++ % sources_.size();
   for (size_t k = 0; k < sources_.size(); ++k) {
     sources_[(first + k) % sources_.size()]->work.notify_all();
+  }
+}
+
+void Fetch::WakeAskersLocked() {
+  // Only the connections that can use a freed or returned request, each
+  // source's in turn: waking every idle connection of the fetch for each chunk
+  // that arrived made the threads of a relaying daemon fight for the lock
+  // (bench/fanout.sh, 32 targets: three in four futex calls of the daemons
+  // were these wake-ups and their lock).
+  if (sources_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  // One relay beyond the requests free: a connection woken may be busy.
+  int relays = core_.FreeRelayRequests();
+  relays = relays == std::numeric_limits<int>::max() ? relays : relays + 1;
+  const size_t first = wake_turn_++ % sources_.size();
+  for (size_t k = 0; k < sources_.size(); ++k) {
+    const Source& s = *sources_[(first + k) % sources_.size()];
+    if (!core_.Active(s.id) || !core_.MayAsk(s.id, now)) continue;
+    if (!s.seed) {
+      if (relays <= 0) continue;
+      --relays;
+    }
+    s.work.notify_all();
   }
 }
 
@@ -295,8 +323,6 @@ void Fetch::TakeSome(Source* source, bool wait, const std::function<bool()>& roo
 
 void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, const std::string& holder) {
   MutexLock lock(mu_);
-  WakeWorkersLocked();
-  ended_.notify_all();
   const auto now = std::chrono::steady_clock::now();
   if (status == kChunkClaimed && source->seed) ++stats_->answered_claimed;
   const bool dropped_before = core_.Dropped(source->id);
@@ -306,6 +332,7 @@ void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, const std:
   // A holder followed: its connections start (and those of the neighbour it
   // replaces end).
   FillNeighboursLocked();
+  WakeAskersLocked();  // the chunk is asked elsewhere
   switch (v) {
     case NotThereVerdict::kDeferred:
       return;
@@ -328,6 +355,8 @@ void Fetch::NotThere(uint32_t index, Source* source, uint32_t status, const std:
     stats_->sources_dropped.push_back(source->name);
     FillNeighboursLocked();
     CheckHopeLocked();
+    WakeWorkersLocked();  // its threads end
+    ended_.notify_all();
   }
 }
 
@@ -335,20 +364,20 @@ void Fetch::Busy(uint32_t index, const Source* source, std::chrono::milliseconds
   MutexLock lock(mu_);
   ++stats_->answered_busy;
   core_.OnBusy(source->id, index, std::chrono::steady_clock::now() + retry);
-  WakeWorkersLocked();
+  WakeAskersLocked();
 }
 
 void Fetch::Returned(uint32_t index, const Source* source) {
   MutexLock lock(mu_);
   core_.OnReturned(source->id, index);
-  WakeWorkersLocked();
+  WakeAskersLocked();
 }
 
 void Fetch::Returned(std::deque<Taken>* inflight, const Source* source) {
   MutexLock lock(mu_);
   for (const Taken& t : *inflight) core_.OnReturned(source->id, t.index);
   inflight->clear();
-  WakeWorkersLocked();
+  WakeAskersLocked();
 }
 
 bool Fetch::BeginWrite(uint32_t index) {
@@ -367,20 +396,19 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   MutexLock lock(mu_);
   // The arrival frees a request of `source`; of any source only when the
   // requests to relays were at their bound.
-  if (!source->seed && options_.swarm_requests > 0 &&
-      core_.scheduler().RelayRequests() >= options_.swarm_requests) {
-    WakeWorkersLocked();
-  } else {
-    source->work.notify_all();
-  }
+  const bool bound = !source->seed && options_.swarm_requests > 0 &&
+                     core_.scheduler().RelayRequests() >= options_.swarm_requests;
+  source->work.notify_all();
   CountLocked(received, source);
   if (!journaled.ok()) {
     core_.OnReturned(source->id, index);
+    WakeAskersLocked();
     return journaled;
   }
   const uint64_t rotations = core_.rotations();
   // Endgame copies still on the wire are drained.
   core_.OnArrived(source->id, index, std::chrono::steady_clock::now());
+  if (bound) WakeAskersLocked();
   if (core_.rotations() != rotations) {
     Logger().debug("weight_data: relay {} sent nothing in the last {} chunks; trying another",
                    core_.Name(core_.last_rotated()), options_.rotate_after);

@@ -102,6 +102,9 @@ class Fetch {
   void CheckHopeLocked() REQUIRES(mu_);
   // Every source's idle connections look for work again.
   void WakeWorkersLocked() REQUIRES(mu_);
+  // Wakes the connections that may use a request freed or returned
+  // (FetcherCore::MayAsk), each source's in turn.
+  void WakeAskersLocked() REQUIRES(mu_);
   // A stop was asked (options_.cancel): the fetch ends. True when it was.
   bool CancelIfAskedLocked() REQUIRES(mu_);
   // The fetch is over: connections blocked on a slow source are woken at once.
@@ -201,9 +204,10 @@ class Fetch {
   FetchStats* stats_;
   const std::string session_;  // this fetch, to the sources it relays for
   Mutex mu_;
-  // Idle connections wait on their source's `work` (WakeWorkersLocked wakes
-  // them all, for a chunk verified, returned or refused; a chunk a neighbour
-  // announced wakes only its own); the fetch's own thread, watches and
+  // Idle connections wait on their source's `work` (WakeAskersLocked wakes
+  // those that may use a request freed or returned; a chunk a neighbour
+  // announced wakes only its own; WakeWorkersLocked all, when a source is
+  // dropped or retired or the fetch ends); the fetch's own thread, watches and
   // connections being opened wait on ended_ (the fetch ended, a source was
   // dropped, retired or added). One notify of every thread per chunk each
   // neighbour announced woke tens of threads of each daemon thousands of times

@@ -93,6 +93,12 @@ class FetcherCore {
   // The next request for neighbour `peer` (nullopt: nothing now). `ahead`:
   // see SwarmScheduler::Next.
   std::optional<Taken> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
+  // Whether Next(peer, now) may give a request (SwarmScheduler::MayAsk), and
+  // how many requests to relays may go out now beyond those in flight.
+  bool MayAsk(PeerId peer, SchedulerClock::time_point now) const {
+    return !Finished() && !sources_[peer].dropped && sched_.MayAsk(peer, now);
+  }
+  int FreeRelayRequests() const { return sched_.FreeRelayRequests(); }
   // When `peer` may have a request without any other event (a deferral ends):
   // the driver's idle connection to it looks again then.
   SchedulerClock::time_point NextChance(PeerId peer, SchedulerClock::time_point now) const {

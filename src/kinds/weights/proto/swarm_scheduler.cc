@@ -1,6 +1,7 @@
 #include "kinds/weights/proto/swarm_scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace seedd {
 
@@ -350,10 +351,7 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
     return std::nullopt;
   }
-  if (!ahead && !n.seed && options_.max_requests > 0 &&
-      relay_requests_ >= options_.max_requests + (Behind() ? options_.catch_up_requests : 0)) {
-    return std::nullopt;
-  }
+  if (!ahead && !n.seed && FreeRelayRequests() <= 0) return std::nullopt;
   if (zoned_ && quiet_since_ == SchedulerClock::time_point{}) quiet_since_ = now;
   if (n.remote && options_.zone_requests > 0) {
     // Requests across zones in flight: few, so that when this host learns of a
@@ -373,6 +371,27 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
     if (!owned) taken_across_[*c] = true;
   }
   return Take(n, *c);
+}
+
+int SwarmScheduler::FreeRelayRequests() const {
+  if (options_.max_requests <= 0) return std::numeric_limits<int>::max();
+  return options_.max_requests + (Behind() ? options_.catch_up_requests : 0) - relay_requests_;
+}
+
+bool SwarmScheduler::HasUnrequested(const Neighbour& n) const {
+  for (uint32_t c : n.owned) {
+    if (state_[c] == kMissing) return true;
+  }
+  return false;
+}
+
+bool SwarmScheduler::MayAsk(PeerId peer, SchedulerClock::time_point now) const {
+  const Neighbour* n = Find(peer);
+  if (n == nullptr || static_cast<int>(n->requested.size()) >= SlotsOf(*n) || now < n->not_before) {
+    return false;
+  }
+  if (n->seed || n->remote || unrequested_ == 0) return true;  // not predicted: Next decides
+  return FreeRelayRequests() > 0 && HasUnrequested(*n);
 }
 
 SchedulerClock::time_point SwarmScheduler::NextChance(PeerId peer,

@@ -151,6 +151,15 @@ class SwarmScheduler {
   // follow it without a round trip: one more than its slots, beyond
   // max_requests (it replaces the one arriving).
   std::optional<uint32_t> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
+  // Whether Next(peer, now) may give a request: false when it certainly would
+  // not (its slots are full, it said busy, the bound on requests to relays is
+  // reached, or it is a relay of this zone with nothing missing and unasked
+  // outside the endgame). A driver wakes only the connections that can use a
+  // freed request. O(chunks it has) at worst.
+  bool MayAsk(PeerId peer, SchedulerClock::time_point now) const;
+  // Requests to relays that may go out now beyond those in flight (INT_MAX
+  // without a bound).
+  int FreeRelayRequests() const;
   // When a deferral that keeps `peer` from work now ends (its "busy", or for a
   // seed a chunk only it offers that it said was claimed): Next may answer
   // then without any other event. time_point::max() when none.
@@ -252,6 +261,8 @@ class SwarmScheduler {
   void LocalCount(const Neighbour& n, uint32_t c, int delta);
   // Requests `n` may have in flight now.
   int SlotsOf(const Neighbour& n) const;
+  // Whether `n` has a chunk that is missing and not requested.
+  bool HasUnrequested(const Neighbour& n) const;
 
   const SchedulerOptions options_;
   std::mt19937_64 rng_;
