@@ -1144,6 +1144,39 @@ TEST(S3OriginRanges, AnUpstreamThatIgnoresRangesIsAskedForTheWholeObject) {
   EXPECT_EQ(s3.requests(), 3);  // the listing, the ignored range, the whole GET
 }
 
+// A multipart upload whose part fails is aborted (S3 bills the parts of an
+// upload until it completes or is aborted): s3rver does not implement the
+// abort, so a scripted server answers as S3 does and fails part 2.
+TEST(S3OriginPush, AMultipartUploadWhosePartFailsIsAbortedAndThePushFailsNamingThePart) {
+  setenv("AWS_ACCESS_KEY_ID", "test", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
+  testing::TempDir dir;
+  WriteFiles(dir.path() / "model", {{"w.bin", RandomBytes(12 << 20, 9)}});
+  testing::FakeHttpServer s3(
+      {testing::FakeHttpServer::Response(
+           200, "OK",
+           "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>bucket</Bucket>"
+           "<Key>m/w.bin</Key><UploadId>up-42</UploadId></InitiateMultipartUploadResult>"),
+       "HTTP/1.1 200 OK\r\nETag: \"part-1\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+       testing::FakeHttpServer::Response(500, "Internal Server Error",
+                                         "<Error><Code>InternalError</Code></Error>"),
+       "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"});
+  OriginAccess access;
+  access.push_part_bytes = 5 << 20;
+  Result<OriginPush> push = PushToRegistry("s3://bucket/m?endpoint=" + s3.endpoint(),
+                                           dir.path() / "model", access, nullptr);
+  ASSERT_FALSE(push.ok());
+  EXPECT_TRUE(Has(push.status().ToString(), "part 2 of w.bin")) << push.status().ToString();
+  const std::vector<std::string> lines = s3.request_lines();
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_TRUE(Has(lines[0], "POST ") && Has(lines[0], "uploads")) << lines[0];
+  EXPECT_TRUE(Has(lines[1], "PUT ") && Has(lines[1], "partNumber=1")) << lines[1];
+  EXPECT_TRUE(Has(lines[2], "PUT ") && Has(lines[2], "partNumber=2")) << lines[2];
+  EXPECT_TRUE(Has(lines[3], "DELETE ") && Has(lines[3], "uploadId=up-42") &&
+              !Has(lines[3], "partNumber"))
+      << lines[3];
+}
+
 TEST(S3OriginChecksums, AMultipartObjectIsCheckedAgainstItsSha256ChecksumAndRefusedWhenItDiffers) {
   setenv("AWS_ACCESS_KEY_ID", "test", 1);
   setenv("AWS_SECRET_ACCESS_KEY", "test", 1);

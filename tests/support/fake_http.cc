@@ -52,6 +52,10 @@ void FakeHttpServer::Serve() {
         need = head + 4 + body;
       }
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.push_back(in.substr(0, in.find("\r\n")));
+    }
     int i = requests_++;
     const std::string& r = responses_[std::min<size_t>(i, responses_.size() - 1)];
     ::send(c.get(), r.data(), r.size(), MSG_NOSIGNAL);

@@ -1,8 +1,10 @@
 // A scripted HTTP server on loopback: answers each request with the next canned
-// response (the last one repeats) and counts the requests.
+// response (the last one repeats), counts the requests and keeps their request
+// lines ("METHOD TARGET HTTP/1.1").
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,10 @@ class FakeHttpServer {
   ~FakeHttpServer();
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int requests() const { return requests_; }
+  std::vector<std::string> request_lines() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
 
   // "HTTP/1.1 <status>" with a body and Content-Length.
   static std::string Response(int status, const std::string& reason, const std::string& body);
@@ -27,6 +33,8 @@ class FakeHttpServer {
   UniqueFd listener_;
   uint16_t port_ = 0;
   std::atomic<int> requests_{0};
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
