@@ -194,9 +194,18 @@ class S3Origin final : public Origin {
     }
     Status st = PutParts(file, path, id, part, sent);
     if (!st.ok()) {
-      // Best effort: the parts are billed until aborted (a bucket's lifecycle
-      // rule for incomplete uploads removes what this leaves).
-      (void)Send("DELETE", path, {{"uploadId", id}}, {}, "");
+      // The parts are billed until the upload is aborted; one that could not
+      // be is named, for its owner to abort it (or for a bucket's lifecycle
+      // rule for incomplete uploads to remove it).
+      Result<HttpResponse> abort = Send("DELETE", path, {{"uploadId", id}}, {}, "");
+      if (!abort.ok() || (abort->status != 204 && abort->status != 200)) {
+        return st.WithContext(
+            "the multipart upload " + id + " of " + file.path + " was not aborted (" +
+            (abort.ok() ? "DELETE answered HTTP " + std::to_string(abort->status)
+                        : abort.status().message()) +
+            "): its parts stay in the bucket until it is aborted or a lifecycle rule removes "
+            "them");
+      }
       return st;
     }
     return Status::Ok();

@@ -1175,6 +1175,34 @@ TEST(S3OriginPush, AMultipartUploadWhosePartFailsIsAbortedAndThePushFailsNamingT
   EXPECT_TRUE(Has(lines[3], "DELETE ") && Has(lines[3], "uploadId=up-42") &&
               !Has(lines[3], "partNumber"))
       << lines[3];
+  EXPECT_FALSE(Has(push.status().ToString(), "not aborted")) << push.status().ToString();
+}
+
+// An upload the store would not abort is named, with what the store answered,
+// for its owner to abort (its parts are billed until then).
+TEST(S3OriginPush, AMultipartUploadThatCouldNotBeAbortedIsNamedInTheError) {
+  setenv("AWS_ACCESS_KEY_ID", "test", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
+  testing::TempDir dir;
+  WriteFiles(dir.path() / "model", {{"w.bin", RandomBytes(11 << 20, 10)}});
+  testing::FakeHttpServer s3(
+      {testing::FakeHttpServer::Response(
+           200, "OK",
+           "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><UploadId>up-7</UploadId>"
+           "</InitiateMultipartUploadResult>"),
+       testing::FakeHttpServer::Response(503, "Slow Down", "<Error><Code>SlowDown</Code></Error>"),
+       testing::FakeHttpServer::Response(405, "Method Not Allowed",
+                                         "<Error><Code>MethodNotAllowed</Code></Error>")});
+  OriginAccess access;
+  access.push_part_bytes = 5 << 20;
+  Result<OriginPush> push = PushToRegistry("s3://bucket/m?endpoint=" + s3.endpoint(),
+                                           dir.path() / "model", access, nullptr);
+  ASSERT_FALSE(push.ok());
+  const std::string error = push.status().ToString();
+  EXPECT_TRUE(Has(error, "the multipart upload up-7 of w.bin was not aborted")) << error;
+  EXPECT_TRUE(Has(error, "HTTP 405")) << error;
+  EXPECT_TRUE(Has(error, "part 1 of w.bin")) << error;
+  EXPECT_EQ(s3.requests(), 3);
 }
 
 TEST(S3OriginChecksums, AMultipartObjectIsCheckedAgainstItsSha256ChecksumAndRefusedWhenItDiffers) {
