@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <regex>
 #include <string>
@@ -1144,30 +1145,44 @@ TEST(S3OriginRanges, AnUpstreamThatIgnoresRangesIsAskedForTheWholeObject) {
   EXPECT_EQ(s3.requests(), 3);  // the listing, the ignored range, the whole GET
 }
 
+// A model of one file, w.bin, of `mib` MiB pushed in parts of 5 MiB to a
+// scripted S3 server answering `answers` (the first: the upload's start, with
+// UploadId `id`).
+Result<OriginPush> PushInParts(const testing::TempDir& dir, int mib, const std::string& id,
+                               std::vector<std::string> answers,
+                               std::unique_ptr<testing::FakeHttpServer>* s3) {
+  setenv("AWS_ACCESS_KEY_ID", "test", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
+  WriteFiles(dir.path() / "model", {{"w.bin", RandomBytes(static_cast<size_t>(mib) << 20, 9)}});
+  answers.insert(answers.begin(),
+                 testing::FakeHttpServer::Response(
+                     200, "OK",
+                     "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>bucket</Bucket>"
+                     "<Key>m/w.bin</Key><UploadId>" +
+                         id + "</UploadId></InitiateMultipartUploadResult>"));
+  *s3 = std::make_unique<testing::FakeHttpServer>(std::move(answers));
+  OriginAccess access;
+  access.push_part_bytes = 5 << 20;
+  return PushToRegistry("s3://bucket/m?endpoint=" + (*s3)->endpoint(), dir.path() / "model", access,
+                        nullptr);
+}
+
 // A multipart upload whose part fails is aborted (S3 bills the parts of an
 // upload until it completes or is aborted): s3rver does not implement the
 // abort, so a scripted server answers as S3 does and fails part 2.
 TEST(S3OriginPush, AMultipartUploadWhosePartFailsIsAbortedAndThePushFailsNamingThePart) {
-  setenv("AWS_ACCESS_KEY_ID", "test", 1);
-  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
   testing::TempDir dir;
-  WriteFiles(dir.path() / "model", {{"w.bin", RandomBytes(12 << 20, 9)}});
-  testing::FakeHttpServer s3(
-      {testing::FakeHttpServer::Response(
-           200, "OK",
-           "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>bucket</Bucket>"
-           "<Key>m/w.bin</Key><UploadId>up-42</UploadId></InitiateMultipartUploadResult>"),
-       "HTTP/1.1 200 OK\r\nETag: \"part-1\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+  std::unique_ptr<testing::FakeHttpServer> s3;
+  Result<OriginPush> push = PushInParts(
+      dir, 12, "up-42",
+      {"HTTP/1.1 200 OK\r\nETag: \"part-1\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
        testing::FakeHttpServer::Response(500, "Internal Server Error",
                                          "<Error><Code>InternalError</Code></Error>"),
-       "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"});
-  OriginAccess access;
-  access.push_part_bytes = 5 << 20;
-  Result<OriginPush> push = PushToRegistry("s3://bucket/m?endpoint=" + s3.endpoint(),
-                                           dir.path() / "model", access, nullptr);
+       "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"},
+      &s3);
   ASSERT_FALSE(push.ok());
   EXPECT_TRUE(Has(push.status().ToString(), "part 2 of w.bin")) << push.status().ToString();
-  const std::vector<std::string> lines = s3.request_lines();
+  const std::vector<std::string> lines = s3->request_lines();
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_TRUE(Has(lines[0], "POST ") && Has(lines[0], "uploads")) << lines[0];
   EXPECT_TRUE(Has(lines[1], "PUT ") && Has(lines[1], "partNumber=1")) << lines[1];
@@ -1181,28 +1196,20 @@ TEST(S3OriginPush, AMultipartUploadWhosePartFailsIsAbortedAndThePushFailsNamingT
 // An upload the store would not abort is named, with what the store answered,
 // for its owner to abort (its parts are billed until then).
 TEST(S3OriginPush, AMultipartUploadThatCouldNotBeAbortedIsNamedInTheError) {
-  setenv("AWS_ACCESS_KEY_ID", "test", 1);
-  setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
   testing::TempDir dir;
-  WriteFiles(dir.path() / "model", {{"w.bin", RandomBytes(11 << 20, 10)}});
-  testing::FakeHttpServer s3(
-      {testing::FakeHttpServer::Response(
-           200, "OK",
-           "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><UploadId>up-7</UploadId>"
-           "</InitiateMultipartUploadResult>"),
-       testing::FakeHttpServer::Response(503, "Slow Down", "<Error><Code>SlowDown</Code></Error>"),
+  std::unique_ptr<testing::FakeHttpServer> s3;
+  Result<OriginPush> push = PushInParts(
+      dir, 11, "up-7",
+      {testing::FakeHttpServer::Response(503, "Slow Down", "<Error><Code>SlowDown</Code></Error>"),
        testing::FakeHttpServer::Response(405, "Method Not Allowed",
-                                         "<Error><Code>MethodNotAllowed</Code></Error>")});
-  OriginAccess access;
-  access.push_part_bytes = 5 << 20;
-  Result<OriginPush> push = PushToRegistry("s3://bucket/m?endpoint=" + s3.endpoint(),
-                                           dir.path() / "model", access, nullptr);
+                                         "<Error><Code>MethodNotAllowed</Code></Error>")},
+      &s3);
   ASSERT_FALSE(push.ok());
   const std::string error = push.status().ToString();
   EXPECT_TRUE(Has(error, "the multipart upload up-7 of w.bin was not aborted")) << error;
   EXPECT_TRUE(Has(error, "HTTP 405")) << error;
   EXPECT_TRUE(Has(error, "part 1 of w.bin")) << error;
-  EXPECT_EQ(s3.requests(), 3);
+  EXPECT_EQ(s3->requests(), 3);
 }
 
 TEST(S3OriginChecksums, AMultipartObjectIsCheckedAgainstItsSha256ChecksumAndRefusedWhenItDiffers) {

@@ -396,8 +396,7 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   MutexLock lock(mu_);
   // The arrival frees a request of `source`; of any source only when the
   // requests to relays were at their bound.
-  const bool bound = !source->seed && options_.swarm_requests > 0 &&
-                     core_.scheduler().RelayRequests() >= options_.swarm_requests;
+  const bool bound = !source->seed && core_.FreeRelayRequests() <= 0;
   source->work.notify_all();
   CountLocked(received, source);
   if (!journaled.ok()) {

@@ -348,10 +348,7 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   Neighbour* found = Find(peer);
   if (found == nullptr) return std::nullopt;
   Neighbour& n = *found;
-  if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
-    return std::nullopt;
-  }
-  if (!ahead && !n.seed && FreeRelayRequests() <= 0) return std::nullopt;
+  if (!HasRoom(n, now, ahead)) return std::nullopt;
   if (zoned_ && quiet_since_ == SchedulerClock::time_point{}) quiet_since_ = now;
   if (n.remote && options_.zone_requests > 0) {
     // Requests across zones in flight: few, so that when this host learns of a
@@ -385,13 +382,18 @@ bool SwarmScheduler::HasUnrequested(const Neighbour& n) const {
   return false;
 }
 
-bool SwarmScheduler::MayAsk(PeerId peer, SchedulerClock::time_point now) const {
-  const Neighbour* n = Find(peer);
-  if (n == nullptr || static_cast<int>(n->requested.size()) >= SlotsOf(*n) || now < n->not_before) {
+bool SwarmScheduler::HasRoom(const Neighbour& n, SchedulerClock::time_point now, bool ahead) const {
+  if (static_cast<int>(n.requested.size()) >= SlotsOf(n) + (ahead ? 1 : 0) || now < n.not_before) {
     return false;
   }
+  return ahead || n.seed || FreeRelayRequests() > 0;
+}
+
+bool SwarmScheduler::MayAsk(PeerId peer, SchedulerClock::time_point now) const {
+  const Neighbour* n = Find(peer);
+  if (n == nullptr || !HasRoom(*n, now, false)) return false;
   if (n->seed || n->remote || unrequested_ == 0) return true;  // not predicted: Next decides
-  return FreeRelayRequests() > 0 && HasUnrequested(*n);
+  return HasUnrequested(*n);
 }
 
 SchedulerClock::time_point SwarmScheduler::NextChance(PeerId peer,

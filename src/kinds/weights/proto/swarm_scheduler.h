@@ -263,6 +263,10 @@ class SwarmScheduler {
   int SlotsOf(const Neighbour& n) const;
   // Whether `n` has a chunk that is missing and not requested.
   bool HasUnrequested(const Neighbour& n) const;
+  // Whether `n` may have one more request now: a free slot (one more for a
+  // request `ahead`), not busy, and for a relay the bound on requests to
+  // relays not reached (a request ahead replaces the one arriving).
+  bool HasRoom(const Neighbour& n, SchedulerClock::time_point now, bool ahead) const;
 
   const SchedulerOptions options_;
   std::mt19937_64 rng_;
