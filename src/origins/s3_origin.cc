@@ -178,6 +178,10 @@ class S3Origin final : public Origin {
   // the object as x-amz-meta-sha256, which Resolve reads back (a multipart
   // object's ETag is no MD5 of its bytes). An upload that fails is aborted, so
   // no parts are left behind.
+  // An upload's id goes into every part's URL and into errors: S3's are a few
+  // hundred bytes.
+  static constexpr size_t kMaxUploadId = 1024;
+
   Status PutInParts(const PushFile& file, uint64_t part,
                     const std::function<void(uint64_t)>& sent) {
     const std::string hex = file.digest.substr(file.digest.find(':') + 1);
@@ -188,9 +192,13 @@ class S3Origin final : public Origin {
     if (!r.ok()) return r.status().WithContext(file.path);
     if (r->status != 200) return ErrorFor("start a multipart upload of " + file.path, *r, "POST");
     const std::string id = XmlFirst(r->body, "UploadId");
-    if (id.empty()) {
-      return Status::Unavailable(
-          config_.url + ": no UploadId in the answer to a multipart upload of " + file.path);
+    if (id.empty() || id.size() > kMaxUploadId) {
+      return Status::Unavailable(config_.url + ": " +
+                                 (id.empty() ? std::string("no UploadId")
+                                             : "an UploadId of " + std::to_string(id.size()) +
+                                                   " bytes (at most " +
+                                                   std::to_string(kMaxUploadId) + ")") +
+                                 " in the answer to a multipart upload of " + file.path);
     }
     Status st = PutParts(file, path, id, part, sent);
     if (!st.ok()) {

@@ -1193,6 +1193,18 @@ TEST(S3OriginPush, AMultipartUploadWhosePartFailsIsAbortedAndThePushFailsNamingT
   EXPECT_FALSE(Has(push.status().ToString(), "not aborted")) << push.status().ToString();
 }
 
+// An UploadId too long to put in URLs and errors is refused before any part
+// is sent.
+TEST(S3OriginPush, AnUploadIdOverItsBoundIsRefusedBeforeAnyPart) {
+  testing::TempDir dir;
+  std::unique_ptr<testing::FakeHttpServer> s3;
+  Result<OriginPush> push = PushInParts(dir, 11, std::string(5000, 'u'), {}, &s3);
+  ASSERT_FALSE(push.ok());
+  EXPECT_TRUE(Has(push.status().ToString(), "an UploadId of 5000 bytes (at most 1024)"))
+      << push.status().ToString();
+  EXPECT_EQ(s3->requests(), 1);
+}
+
 // An upload the store would not abort is named, with what the store answered,
 // for its owner to abort (its parts are billed until then).
 TEST(S3OriginPush, AMultipartUploadThatCouldNotBeAbortedIsNamedInTheError) {
