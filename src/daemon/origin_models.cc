@@ -140,6 +140,10 @@ Result<std::filesystem::path> FetchOriginModel(
   return dir;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // All of `bytes` to `fd` (the file at `path`).
 Status WriteBytes(int fd, std::string_view bytes, const std::filesystem::path& path) {
   while (!bytes.empty()) {
@@ -327,10 +331,12 @@ class FleetOrigin final : public Origin {
           if (holders.ok() && !holders->empty()) {
             no_holders_since[p] = std::chrono::steady_clock::time_point::max();
             const std::string id = PieceId(k, p);
+            const auto start = std::chrono::steady_clock::now();
             Result<std::filesystem::path> pulled = PullPart(id, file, *part, *holders);
             if (pulled.ok()) {
-              Logger().info("Model {}: pulled piece {} of {} ({}) from the fleet", name_, p,
-                            file.path, HumanBytes(pieces[p].length));
+              Logger().info("Model {}: pulled piece {} of {} ({}) from the fleet in {}", name_, p,
+                            file.path, HumanBytes(pieces[p].length),
+                            HumanSeconds(SecondsSince(start)));
               ServePulled(part->manifest, *pulled, file, pieces[p]);
               have[p] = *pulled / file.path;
               manifests[p] = std::move(part->manifest);
@@ -693,6 +699,7 @@ class FleetOrigin final : public Origin {
     if (!fd.valid()) return ErrnoStatus("create " + path.string(), errno);
     Logger().info("Model {}: fetching piece {} of {} ({} at {}) from upstream for the fleet", name_,
                   p, file.path, HumanBytes(piece.length), piece.offset);
+    const auto start = std::chrono::steady_clock::now();
     uint64_t written = 0;
     Result<std::string> digest =
         upstream_->FetchRange(file, piece.offset, piece.length, [&](std::string_view bytes) {
@@ -725,6 +732,8 @@ class FleetOrigin final : public Origin {
                     file.path, put.message());
     }
     ++parts_upstream_;
+    Logger().info("Model {}: piece {} of {} fetched from upstream and published in {}", name_, p,
+                  file.path, HumanSeconds(SecondsSince(start)));
     return manifest;
   }
 
