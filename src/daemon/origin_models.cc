@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
+#include "kinds/weights/files/chunk_set.h"
 #include "kinds/weights/files/file_digests.h"
 #include "kinds/weights/net/registry.h"
 #include "origins/materialize.h"
@@ -176,6 +177,196 @@ BuildOptions PartBuild(BuildOptions build, const OriginModel& model) {
   return build;
 }
 
+// The chunk digests of a piece still landing at the daemon that fetches it from
+// upstream, as its live record gives them (peer input: checked against the
+// piece this daemon expects, at most one digest per chunk, each lower hex of
+// the digest's length; a digest once known is kept). Read again when a chunk
+// arrives whose digest is not known yet.
+class LiveDigests {
+ public:
+  LiveDigests(std::shared_ptr<SwarmRegistry> registry, std::string key, std::string list_key,
+              std::string part_key, std::string root, uint64_t offset, uint64_t length,
+              size_t chunks, size_t hex)
+      : registry_(std::move(registry)),
+        key_(std::move(key)),
+        list_key_(std::move(list_key)),
+        part_key_(std::move(part_key)),
+        root_(std::move(root)),
+        offset_(offset),
+        length_(length),
+        chunks_(chunks),
+        hex_(hex) {}
+
+  // Reads the record: the address of the daemon serving the piece as it lands,
+  // or nullopt when there is no record (or one that does not hold up).
+  Result<std::optional<HostPort>> Read() {
+    Result<std::optional<std::string>> text = registry_->Get(key_, 1024);
+    if (!text.ok()) return text.status().WithContext("--registry");
+    if (!text->has_value()) return std::optional<HostPort>();
+    Result<Json> j = ParseJson(**text);
+    if (!j.ok() || !j->is_object() || j->value("root", "") != root_ ||
+        j->value("offset", Json(uint64_t{1})) != Json(offset_) ||
+        j->value("length", Json(uint64_t{0})) != Json(length_) || !j->contains("holder") ||
+        !(*j)["holder"].is_string()) {
+      return std::optional<HostPort>();
+    }
+    Result<HostPort> holder = ParseHostPort((*j)["holder"].get<std::string>());
+    if (!holder.ok()) return std::optional<HostPort>();
+    ReadMore();
+    return std::optional<HostPort>(*holder);
+  }
+
+  // Chunk `index`'s digest, the record read again when it is not known yet
+  // (a chunk arrives once its digest is in the record); empty when it is still
+  // not.
+  std::string Get(uint32_t index) {
+    {
+      MutexLock lock(mu_);
+      if (index < known_.size()) return known_[index];
+    }
+    ReadMore();
+    MutexLock lock(mu_);
+    if (index >= known_.size()) {
+      lock.Unlock();
+      ReadPart();  // the list is gone once the piece landed: its part lists every digest
+      lock.Lock();
+    }
+    return index < known_.size() ? known_[index] : "";
+  }
+
+  std::vector<std::string> Known() {
+    MutexLock lock(mu_);
+    return known_;
+  }
+
+ private:
+  // The digests published after those known (only those are read).
+  void ReadMore() {
+    size_t from = 0;
+    {
+      MutexLock lock(mu_);
+      from = known_.size();
+    }
+    if (from >= chunks_) return;
+    Result<std::vector<std::string>> more = registry_->Range(list_key_, from, chunks_ - from, hex_);
+    if (!more.ok()) return;
+    MutexLock lock(mu_);
+    if (known_.size() != from) return;  // read meanwhile by another thread
+    for (const std::string& d : *more) {
+      if (!IsLowerHex(d, hex_)) break;
+      known_.push_back(d);
+    }
+  }
+
+  // The digests of the part published once the piece landed, when it is of
+  // this piece (its length, chunk for chunk).
+  void ReadPart() {
+    Result<std::optional<std::string>> text = registry_->Get(part_key_, 64 << 20);
+    if (!text.ok() || !text->has_value()) return;
+    Result<Json> j = ParseJson(**text);
+    if (!j.ok() || !j->is_object() || !j->contains("manifest")) return;
+    Result<Manifest> m = ParseManifest((*j)["manifest"]);
+    if (!m.ok() || m->chunks.size() != chunks_ || m->total_size != length_) return;
+    MutexLock lock(mu_);
+    for (size_t i = known_.size(); i < chunks_; ++i) {
+      if (!IsLowerHex(m->chunks[i].digest, hex_)) return;
+      known_.push_back(m->chunks[i].digest);
+    }
+  }
+
+  const std::shared_ptr<SwarmRegistry> registry_;
+  const std::string key_;
+  const std::string list_key_;
+  const std::string part_key_;
+  const std::string root_;
+  const uint64_t offset_;
+  const uint64_t length_;
+  const size_t chunks_;
+  const size_t hex_;
+  Mutex mu_;
+  std::vector<std::string> known_ GUARDED_BY(mu_);
+};
+
+// A piece being fetched from upstream here, served while it lands: each chunk's
+// bytes are hashed as they arrive; once a chunk is written, its digest goes
+// into the piece's live record, and only then is the chunk served (so a
+// fetcher that receives it can find its digest). The record is written at
+// most every kEvery, and whenever the last chunk is done.
+class LiveLanding {
+ public:
+  LiveLanding(std::shared_ptr<SwarmRegistry> registry, std::string key, std::string list_key,
+              Json head, std::shared_ptr<ChunkSet> available, const Manifest& manifest)
+      : registry_(std::move(registry)),
+        key_(std::move(key)),
+        list_key_(std::move(list_key)),
+        head_(DumpJson(head)),
+        available_(std::move(available)),
+        hasher_(manifest.chunk_digest) {
+    for (const ManifestChunk& c : manifest.chunks) lengths_.push_back(c.length);
+  }
+  // The live record is withdrawn (if it is still this daemon's): once the
+  // piece's part is published, fetchers take the digests from there; after a
+  // failure, nobody is to wait on it.
+  ~LiveLanding() {
+    if (headed_) (void)registry_->Release(key_, head_);
+  }
+  LiveLanding(const LiveLanding&) = delete;
+  LiveLanding& operator=(const LiveLanding&) = delete;
+
+  // `bytes`, written to the piece's file after those before.
+  void Landed(std::string_view bytes) {
+    while (!bytes.empty() && digests_.size() < lengths_.size()) {
+      const uint64_t want = lengths_[digests_.size()] - in_chunk_;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(want, bytes.size()));
+      hasher_.Update(bytes.substr(0, n));
+      bytes.remove_prefix(n);
+      in_chunk_ += n;
+      if (in_chunk_ < lengths_[digests_.size()]) break;
+      digests_.push_back(hasher_.HexDigest());
+      hasher_.Reset();
+      in_chunk_ = 0;
+      const bool last = digests_.size() == lengths_.size();
+      if (last || std::chrono::steady_clock::now() - put_ >= kEvery) Publish();
+    }
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kEvery{20};
+  static constexpr std::chrono::milliseconds kTtl{60000};
+
+  void Publish() {
+    put_ = std::chrono::steady_clock::now();
+    // The new digests, then (the first time, and while a long piece lands) the
+    // record that names this daemon; a failed write is tried again with the
+    // next chunk, and what it covers is served only then.
+    std::vector<std::string> more(digests_.begin() + static_cast<std::ptrdiff_t>(listed_),
+                                  digests_.end());
+    if (!registry_->Append(list_key_, more, kTtl).ok()) return;
+    listed_ = digests_.size();
+    if (!headed_ || put_ - headed_at_ > kTtl / 2) {
+      if (!registry_->Put(key_, head_, kTtl).ok()) return;
+      headed_ = true;
+      headed_at_ = put_;
+    }
+    for (; served_ < listed_; ++served_) available_->Set(served_);
+  }
+
+  const std::shared_ptr<SwarmRegistry> registry_;
+  const std::string key_;
+  const std::string list_key_;
+  const std::string head_;  // the record's text
+  const std::shared_ptr<ChunkSet> available_;
+  std::vector<uint64_t> lengths_;
+  ChunkHasher hasher_;
+  uint64_t in_chunk_ = 0;
+  std::vector<std::string> digests_;
+  size_t listed_ = 0;  // digests appended to the list
+  size_t served_ = 0;
+  std::chrono::steady_clock::time_point put_{};
+  bool headed_ = false;  // the record is written
+  std::chrono::steady_clock::time_point headed_at_{};
+};
+
 // The upstream as the fleet shares it: each file from the daemon that claimed
 // it in the registry (fetched from upstream there) or from upstream here when
 // this daemon claims it first. Every file still lands through MaterializeModel,
@@ -314,6 +505,7 @@ class FleetOrigin final : public Origin {
         pieces.size(), std::chrono::steady_clock::time_point::max());
     const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
     bool said = false;
+    std::vector<std::set<std::string>> tried_landing(pieces.size());
     for (;;) {
       SEEDD_RETURN_IF_ERROR(Stopped(file));
       bool moved = false;
@@ -364,7 +556,21 @@ class FleetOrigin final : public Origin {
             [&](const std::string& text) { return ParsePart(text, file, pieces[p]).ok(); },
             orphaned);
         if (!claim.ok()) return claim.status();
-        if (!claim->has_value()) continue;
+        if (!claim->has_value()) {
+          // Claimed by another daemon: pulled from it while it lands there.
+          if (part.has_value()) continue;
+          auto landed = PullLanding(k, p, file, pieces[p], &tried_landing[p]);
+          if (!landed.ok()) return landed.status();
+          if (!landed->has_value()) continue;
+          auto& [pulled_dir, landed_part] = **landed;
+          ServePulled(landed_part.manifest, pulled_dir, file, pieces[p]);
+          have[p] = pulled_dir / file.path;
+          manifests[p] = std::move(landed_part.manifest);
+          if (expected.empty()) expected = landed_part.expected;
+          moved = true;
+          --missing;
+          continue;
+        }
         Result<Manifest> fetched =
             FetchPieceUpstream(k, p, file, pieces[p], std::move(**claim), &expected);
         if (!fetched.ok()) return fetched.status();
@@ -504,6 +710,9 @@ class FleetOrigin final : public Origin {
  private:
   static constexpr std::chrono::milliseconds kPartPoll{200};
   static constexpr std::chrono::milliseconds kOrphaned{5000};
+  // How often a pull of a landing piece checks that its fetch from upstream
+  // goes on (PullLanding).
+  static constexpr std::chrono::milliseconds kLandingWatch{500};
   // Files fetched from upstream at once across the fleet: few, so that the
   // first files are complete (and swarmed) early rather than all at the end.
   static constexpr int kUpstreamStreams = 2;
@@ -562,6 +771,7 @@ class FleetOrigin final : public Origin {
       std::error_code ec;
       std::filesystem::remove_all(parts_ / PieceId(k, p), ec);
       std::filesystem::remove_all(parts_ / ("pull-" + PieceId(k, p)), ec);
+      std::filesystem::remove_all(parts_ / ("landing-" + PieceId(k, p)), ec);
     }
   }
 
@@ -700,6 +910,23 @@ class FleetOrigin final : public Origin {
     Logger().info("Model {}: fetching piece {} of {} ({} at {}) from upstream for the fleet", name_,
                   p, file.path, HumanBytes(piece.length), piece.offset);
     const auto start = std::chrono::steady_clock::now();
+    // Served while it lands, as a model of its own (LiveManifest) read from this
+    // file, each chunk once its digest is in the live record.
+    std::optional<LiveLanding> live;
+    if (!fleet_.relay.empty()) {
+      ServedModel served;
+      served.manifest = LiveManifest(k, p, file, piece);
+      served.dir = dir;
+      auto available = std::make_shared<ChunkSet>(served.manifest.chunks.size());
+      served.available = available;
+      const Json head = {{"root", served.manifest.root_digest},
+                         {"holder", fleet_.relay},
+                         {"offset", piece.offset},
+                         {"length", piece.length}};
+      live.emplace(fleet_.registry, PieceKey("origin-live", k, p), PieceKey("origin-digests", k, p),
+                   head, available, served.manifest);
+      fleet_.server->Publish(std::move(served));
+    }
     uint64_t written = 0;
     Result<std::string> digest =
         upstream_->FetchRange(file, piece.offset, piece.length, [&](std::string_view bytes) {
@@ -707,6 +934,7 @@ class FleetOrigin final : public Origin {
             return Status::DataLoss(file.path + ": the upstream sent more than the range asked");
           }
           SEEDD_RETURN_IF_ERROR(WriteBytes(fd.get(), bytes, path));
+          if (live.has_value()) live->Landed(bytes);
           written += bytes.size();
           from_upstream_ += bytes.size();
           return Status::Ok();
@@ -762,6 +990,25 @@ class FleetOrigin final : public Origin {
     return Status::Ok();
   }
 
+  // The model piece `p` of file `k` is served as while it lands upstream: the
+  // piece's chunks as the part will have them, without their digests, named by
+  // the version and the piece (the same on every daemon; no content digest is
+  // known yet).
+  Manifest LiveManifest(size_t k, size_t p, const OriginFile& file, const Piece& piece) const {
+    Manifest m;
+    m.model = PieceName(k, p) + "-landing";
+    m.chunk_size = part_build_.chunk_size;
+    m.chunk_digest = part_build_.chunk_digest;
+    m.total_size = piece.length;
+    m.files.push_back(ManifestFile{file.path, piece.length, ""});
+    for (uint64_t at = 0; at < piece.length; at += m.chunk_size) {
+      m.chunks.push_back(
+          ManifestChunk{file.path, at, std::min(m.chunk_size, piece.length - at), ""});
+    }
+    m.root_digest = Sha256Hex("seedd-landing:" + hex_ + ":" + PieceId(k, p));
+    return m;
+  }
+
   std::string PieceName(size_t k, size_t p) const {
     return "seedd-part-" + hex_.substr(0, 16) + "-" + PieceId(k, p);
   }
@@ -783,11 +1030,24 @@ class FleetOrigin final : public Origin {
   Result<std::filesystem::path> PullPart(const std::string& id, const OriginFile& file,
                                          const Part& part,
                                          const std::vector<std::string>& holders) {
-    WeightInstallOptions install = fleet_.install;
-    install.sources.clear();
+    std::vector<HostPort> sources;
     for (const std::string& h : holders) {
-      if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) install.sources.push_back(*hp);
+      if (Result<HostPort> hp = ParseHostPort(h); hp.ok()) sources.push_back(*hp);
     }
+    return PullInto("pull-" + id, file, part.manifest, std::move(sources));
+  }
+
+  // Pulls `manifest` from `sources` into parts_/`name`; `digest_of` as
+  // FetchOptions'.
+  // FetchOptions'; `cancel`, when given, stops it (in place of the daemon's).
+  Result<std::filesystem::path> PullInto(const std::string& name, const OriginFile& file,
+                                         const Manifest& manifest, std::vector<HostPort> sources,
+                                         std::function<std::string(uint32_t)> digest_of = {},
+                                         std::shared_ptr<const std::atomic<bool>> cancel = {}) {
+    WeightInstallOptions install = fleet_.install;
+    if (cancel != nullptr) install.cancel = std::move(cancel);
+    install.sources = std::move(sources);
+    install.digest_of = std::move(digest_of);
     install.board = nullptr;
     // No part pull starts while this daemon fetches from upstream: the fleet
     // waits on that part, and pulls from many peers would take most of this
@@ -809,11 +1069,116 @@ class FleetOrigin final : public Origin {
       ~Done() { s.release(); }
     } done{pulls_};
     // One place per part: a pull that failed mid-way resumes from its journal.
-    const std::filesystem::path dir = parts_ / ("pull-" + id);
-    SEEDD_RETURN_IF_ERROR(FetchAndRelay(fleet_.server, install, part.manifest, fleet_.relay, dir));
-    from_fleet_ += part.manifest.total_size;
+    const std::filesystem::path dir = parts_ / name;
+    SEEDD_RETURN_IF_ERROR(FetchAndRelay(fleet_.server, install, manifest, fleet_.relay, dir));
+    from_fleet_ += manifest.total_size;
     ++parts_fleet_;
     return dir;
+  }
+
+  // Piece `p` of file `k` pulled from the daemon fetching it from upstream while
+  // it lands there (its live record), relaying it meanwhile, each chunk checked
+  // against the digest that daemon published for it; then the part it published
+  // once the piece landed, which must list the same digests. nullopt when there
+  // is no live record, or the pull did not end so (the caller goes on as
+  // before: the part is pulled, or claimed, once published).
+  // `tried`: the daemons this piece was tried from while it landed (each is
+  // tried once).
+  Result<std::optional<std::pair<std::filesystem::path, Part>>> PullLanding(
+      size_t k, size_t p, const OriginFile& file, const Piece& piece,
+      std::set<std::string>* tried) {
+    using Pulled = std::optional<std::pair<std::filesystem::path, Part>>;
+    const Manifest manifest = LiveManifest(k, p, file, piece);
+    auto digests = std::make_shared<LiveDigests>(
+        fleet_.registry, PieceKey("origin-live", k, p), PieceKey("origin-digests", k, p),
+        PieceKey("origin-part", k, p), manifest.root_digest, piece.offset, piece.length,
+        manifest.chunks.size(), manifest.chunk_digest == ChunkDigest::kSha256 ? 64 : 32);
+    Result<std::optional<HostPort>> holder = digests->Read();
+    if (!holder.ok()) return holder.status();
+    if (!holder->has_value() || !tried->insert((*holder)->ToString()).second) return Pulled();
+    const std::string name = "landing-" + PieceId(k, p);
+    std::error_code ec;
+    std::filesystem::remove_all(parts_ / name, ec);  // no journal: the digests may have changed
+    const auto start = std::chrono::steady_clock::now();
+    // Stopped with the daemon, or once neither the live record nor the part is
+    // in the registry (the fetch from upstream failed: what landed stays
+    // served there, and would hold this pull until the swarm looked hopeless).
+    auto stop = std::make_shared<std::atomic<bool>>(false);
+    std::atomic<bool> abandoned{false};
+    Mutex watch_mu;
+    std::condition_variable watch_cv;
+    bool pulled_done = false;
+    std::thread watch([&] {
+      MutexLock lock(watch_mu);
+      int missing = 0;
+      while (!pulled_done) {
+        watch_cv.wait_for(lock, kLandingWatch);
+        if (pulled_done) return;
+        lock.Unlock();
+        if (fleet_.install.cancel != nullptr && fleet_.install.cancel->load()) *stop = true;
+        Result<std::optional<std::string>> live =
+            fleet_.registry->Get(PieceKey("origin-live", k, p));
+        bool gone = live.ok() && !live->has_value();
+        if (gone) {
+          Result<std::optional<std::string>> part =
+              fleet_.registry->Get(PieceKey("origin-part", k, p), kMaxPartRecord);
+          gone = part.ok() && !part->has_value();
+        }
+        missing = gone ? missing + 1 : 0;
+        if (missing >= 2) {
+          abandoned = true;
+          *stop = true;
+        }
+        lock.Lock();
+      }
+    });
+    Result<std::filesystem::path> pulled = PullInto(
+        name, file, manifest, {**holder}, [digests](uint32_t index) { return digests->Get(index); },
+        stop);
+    {
+      MutexLock lock(watch_mu);
+      pulled_done = true;
+    }
+    watch_cv.notify_all();
+    watch.join();
+    if (!pulled.ok()) {
+      if (pulled.status().code() == StatusCode::kCancelled && !abandoned) return pulled.status();
+      Logger().warn("Model {}: pulling piece {} of {} from {} while it lands upstream failed ({})",
+                    name_, p, file.path, (*holder)->ToString(),
+                    abandoned ? "its fetch from upstream ended without the piece"
+                              : pulled.status().message());
+      std::filesystem::remove_all(parts_ / name, ec);
+      return Pulled();
+    }
+    // The part its fetcher publishes once the piece landed (at once, as a rule).
+    const std::vector<std::string> verified = digests->Known();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      SEEDD_RETURN_IF_ERROR(Stopped(file));
+      Result<std::optional<Part>> part = ReadPart(PieceKey("origin-part", k, p), file, piece);
+      if (!part.ok()) return part.status();
+      if (part->has_value()) {
+        const Manifest& m = (*part)->manifest;
+        bool same = m.chunks.size() == verified.size() && m.chunk_digest == manifest.chunk_digest;
+        for (size_t i = 0; same && i < verified.size(); ++i)
+          same = m.chunks[i].digest == verified[i];
+        if (same) {
+          Logger().info(
+              "Model {}: pulled piece {} of {} ({}) from the fleet while it landed upstream in {}",
+              name_, p, file.path, HumanBytes(piece.length), HumanSeconds(SecondsSince(start)));
+          return Pulled(std::make_pair(*pulled, std::move(**part)));
+        }
+        Logger().warn(
+            "Model {}: the part published for piece {} of {} lists other chunk digests than its "
+            "fetcher published while it landed; pulling the part instead",
+            name_, p, file.path);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(kPartPoll);
+    }
+    std::filesystem::remove_all(parts_ / name, ec);
+    return Pulled();
   }
 
   // One of the fleet's kUpstreamStreams slots, then file `k`; each held (and

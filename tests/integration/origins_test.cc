@@ -51,6 +51,84 @@ void WriteFiles(const fs::path& dir, const std::map<std::string, std::string>& f
   }
 }
 
+// A TCP proxy on the loopback in front of `port` whose answers trickle at
+// `rate` bytes per second per connection (requests pass at once): an upstream
+// slow enough that a piece takes seconds to land.
+class SlowProxy {
+ public:
+  SlowProxy(uint16_t port, size_t rate) : target_(port), rate_(rate) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "proxy: " << std::strerror(errno);
+    }
+    port_ = ntohs(addr.sin_port);
+    accepter_ = std::thread([this] { Accept(); });
+  }
+  ~SlowProxy() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    accepter_.join();
+    ::close(listener_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (std::thread& t : pumps_) t.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void Accept() {
+    for (;;) {
+      const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0 || stop_) {
+        if (client >= 0) ::close(client);
+        return;
+      }
+      const int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(target_);
+      if (::connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(client);
+        ::close(upstream);
+        continue;
+      }
+      fds_.push_back(client);
+      fds_.push_back(upstream);
+      pumps_.emplace_back([client, upstream] { Pump(client, upstream, 0); });
+      pumps_.emplace_back([this, client, upstream] { Pump(upstream, client, rate_); });
+    }
+  }
+  // From `from` to `to`, at most `rate` bytes a second (0: as they come).
+  static void Pump(int from, int to, size_t rate) {
+    char buf[8192];
+    for (;;) {
+      const ssize_t n = ::recv(from, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      if (send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) break;
+      if (rate > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(n * 1000000 / rate));
+      }
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+
+  const uint16_t target_;
+  const size_t rate_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread accepter_;
+  std::vector<int> fds_;  // only the accepter adds, before the destructor reads
+  std::vector<std::thread> pumps_;
+};
+
 class OriginsTest : public testing::DaemonProcessTest {
  protected:
   std::string Push(OciRegistryServer& registry, const std::string& repo_tag,
@@ -928,6 +1006,66 @@ TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullIt
   EXPECT_EQ(upstream, 6) << logs;
 }
 
+// A piece is served while it lands upstream: its chunks reach the fleet as their
+// digests are published, not once the piece is whole. The registry answers
+// through a proxy at 512 KiB/s, so each 1 MiB piece of the 3 MiB shard takes
+// about 2 s to land; a second daemon started while the first is fetching the
+// shard's first piece pulls that piece from it as it lands, byte for byte,
+// and no piece is fetched from upstream twice.
+TEST_F(OriginsTest, ASecondDaemonPullsAPieceFromTheFirstWhileItLandsUpstream) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string digest = Push(registry, "models/test:v1", model);
+  const std::string hex = digest.substr(7);
+  SlowProxy slow(registry.port(), 512 << 10);
+  const std::string url = "m=oci://" + slow.host() + "/models/test:v1";
+  std::vector<std::unique_ptr<testing::Process>> daemons;
+  auto start = [&](int i) {
+    std::string unused;
+    daemons.push_back(StartDaemon({"--model", url, "--registry", redis.url(), "--log-level", "info",
+                                   "--origin-range-mib", "1"},
+                                  &unused, dir_.path() / ("cache-" + std::to_string(i)),
+                                  "127.0.0.1:0", /*wait_ready=*/false));
+  };
+  start(0);
+  // The shard's first piece landing at the first daemon, with no part yet.
+  for (int tries = 0;; ++tries) {
+    ASSERT_LT(tries, 300) << "piece 0 never seen landing:\n" << daemons[0]->Stderr();
+    auto live = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw",
+                            "KEYS", "seedd:origin-live:" + hex + ":*.0"});
+    ASSERT_EQ(live.status, 0) << live.err;
+    if (!live.out.empty() && live.out != "\n") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  start(1);
+  std::vector<std::string> addrs;
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    addrs.push_back(ReadyAddress(*daemons[i]));
+    auto pulled = RunCommand(PullArgs(addrs[i], dir_.path() / ("into-" + std::to_string(i))));
+    ASSERT_EQ(pulled.status, 0) << pulled.err;
+    EXPECT_EQ(Files(dir_.path() / ("into-" + std::to_string(i))), model);
+  }
+  int upstream = 0;
+  std::string logs;
+  for (auto& d : daemons) {
+    d->Signal(SIGTERM);
+    ASSERT_TRUE(d->Wait(std::chrono::seconds(20)).has_value());
+    std::smatch m;
+    const std::string log = d->Stderr();
+    ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(from upstream \((\d+) parts\))"))) << log;
+    upstream += std::stoi(m[1]);
+    logs += log;
+  }
+  EXPECT_TRUE(Has(daemons[1]->Stderr(),
+                  "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
+                  "landed upstream"))
+      << daemons[1]->Stderr();
+  // 3 pieces of the shard and 3 other files (the duplicate tokenizer copied):
+  // each fetched from upstream once.
+  EXPECT_EQ(upstream, 6) << logs;
+}
+
 // A file over the piece size (AModel()'s 3 MiB shard with --origin-range-mib 1:
 // 3 pieces of 1 MiB)
 // travels as pieces, each fetched from upstream by one daemon and pulled by the
@@ -993,7 +1131,8 @@ TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUp
       ++pieces;
     }
     EXPECT_EQ(pieces, 3);
-    // No piece's own copy is left (their directories are FILE.PIECE, pull-FILE.PIECE).
+    // No piece's own copy is left (their directories are FILE.PIECE, pull-FILE.PIECE,
+    // landing-FILE.PIECE).
     const fs::path parts = dir_.path() / ("cache-" + std::to_string(i)) / "weights" / "origins" /
                            "m" / (".parts-" + hex);
     ASSERT_TRUE(fs::is_directory(parts));
@@ -1068,6 +1207,42 @@ TEST_F(OriginsTest, APieceRecordAtAnotherOffsetIsIgnoredAndThatPieceFetchedFromU
       << log;
   EXPECT_TRUE(Has(log, "fetching piece 1 of model-00001-of-00002.bin")) << log;
   EXPECT_TRUE(Has(log, "from upstream (1 parts)")) << log;
+}
+
+// A live record that names a daemon gone (here: set by hand for every piece,
+// with the fetches' claims held by a daemon that died): the pull of the landing
+// piece fails once, is not tried again from there, and the piece is fetched
+// from upstream once the claim lapses.
+TEST_F(OriginsTest, ALandingPieceWhoseDaemonIsGoneIsFetchedFromUpstreamOnceItsClaimLapses) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string digest = Push(registry, "models/test:v1", model);
+  const std::string hex = digest.substr(7);
+  SetForEachFile(redis, "seedd:origin-lease:" + hex + ":", {"a-daemon-that-died", "PX", "1500"});
+  for (int k = 0; k < 5; ++k) {
+    for (int p = 0; p < 3; ++p) {
+      const std::string id = std::to_string(k) + "." + std::to_string(p);
+      const Json record = {{"root", Sha256Hex("seedd-landing:" + hex + ":" + id)},
+                           {"holder", "127.0.0.1:1"},
+                           {"offset", static_cast<uint64_t>(p) << 20},
+                           {"length", uint64_t{1} << 20},
+                           {"digests", Json::array()}};
+      auto set = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
+                             "seedd:origin-live:" + hex + ":" + id, record.dump(), "PX", "60000"});
+      ASSERT_EQ(set.status, 0) << set.err;
+    }
+  }
+  const std::string log = ServeAndPull(registry, redis, model);
+  EXPECT_TRUE(Has(log, "while it lands upstream failed")) << log;
+  EXPECT_TRUE(Has(log, "from upstream (6 parts), 0 B from the fleet (0 parts)")) << log;
+  // Each piece was tried once from the daemon gone.
+  size_t tries = 0;
+  for (size_t at = log.find("from 127.0.0.1:1 while it lands"); at != std::string::npos;
+       at = log.find("from 127.0.0.1:1 while it lands", at + 1)) {
+    ++tries;
+  }
+  EXPECT_LE(tries, 3u) << log;
 }
 
 // Claims whose holder died (here: set by hand on every file, with a short life)

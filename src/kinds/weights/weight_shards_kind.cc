@@ -82,6 +82,7 @@ Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
   fetch.tls = install.tls;
   fetch.relay = relay;
   fetch.zone = install.zone;
+  fetch.digest_of = install.digest_of;
   fetch.announced = [server, root = manifest.root_digest, self = fetch.relay,
                      limit = 2 * install.max_neighbours] {
     return server->Peers(root, self, limit);

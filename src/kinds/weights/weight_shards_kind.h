@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +73,7 @@ struct WeightInstallOptions {
   std::shared_ptr<const TlsContext> tls;            // see FetchOptions::tls
   std::string zone;                                 // see FetchOptions::zone
   std::shared_ptr<PullBoard> board;                 // where pulls report; may be null
+  std::function<std::string(uint32_t)> digest_of;   // see FetchOptions::digest_of
   // Only manifests signed by one of these keys are installed; null: any.
   std::shared_ptr<const TrustedKeys> trust;
 };

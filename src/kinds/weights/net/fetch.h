@@ -197,6 +197,9 @@ class Fetch {
   // Returns false in *more when the source has every chunk.
   Status AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more);
   std::string ZeroDigest(uint64_t length);
+  // Chunk `index`'s digest: the manifest's, or FetchOptions::digest_of's for a
+  // chunk the manifest leaves without one (empty: not known yet).
+  std::string DigestOf(uint32_t index) const;
 
   const Manifest& m_;
   Staging& staging_;

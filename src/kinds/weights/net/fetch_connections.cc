@@ -413,7 +413,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     if (h.status == kChunkHole) {
       if (h.length != 0) return Status::DataLoss("malformed chunk response");
       inflight->pop_front();
-      if (ZeroDigest(c.length) != c.digest) {
+      if (ZeroDigest(c.length) != DigestOf(index)) {
         Logger().warn("weight_data: chunk {} ({} at {}) from {} is not a hole; fetching it again",
                       index, c.file, c.offset, source->name);
         Reject(index, source);
@@ -555,8 +555,14 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
     done += n;
     if (st.ok()) at(done);
   }
-  *verified = st.ok() && hash.HexDigest() == c.digest;
+  *verified = st.ok() && hash.HexDigest() == DigestOf(index);
   return st;
+}
+
+std::string Fetch::DigestOf(uint32_t index) const {
+  const std::string& digest = m_.chunks[index].digest;
+  if (!digest.empty() || !options_.digest_of) return digest;
+  return options_.digest_of(index);
 }
 
 std::string Fetch::ZeroDigest(uint64_t length) {

@@ -100,6 +100,12 @@ struct FetchOptions : FetchPolicy {
   // bytes they hold at the same path and offset, checked against the manifest,
   // are copied from there instead of fetched (files/reuse.h).
   std::vector<std::filesystem::path> reuse_from;
+  // The digest of a chunk the manifest leaves without one (a piece still
+  // landing upstream at its seed, whose chunk digests are published as they
+  // are computed): asked once the chunk has arrived; empty when it is not
+  // known yet (the chunk is then refused, and asked again). Called from the
+  // fetch's connection threads. Null: every chunk has its digest.
+  std::function<std::string(uint32_t index)> digest_of;
 };
 
 // Fetches the files of `manifest` into `into` from the seeds `sources` and from

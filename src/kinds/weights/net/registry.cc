@@ -102,6 +102,34 @@ Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name, s
   return std::optional<std::string>(std::string((*r)->str, (*r)->len));
 }
 
+Status SwarmRegistry::Append(const std::string& name, const std::vector<std::string>& values,
+                             std::chrono::milliseconds ttl) {
+  if (values.empty()) return Status::Ok();
+  const std::string key = client_->config().prefix + "seedd:" + name;
+  std::vector<std::string_view> argv = {"RPUSH", key};
+  for (const std::string& v : values) argv.push_back(v);
+  Result<RedisReply> pushed = client_->Command(argv);
+  if (!pushed.ok()) return pushed.status();
+  Result<RedisReply> expire = client_->Command({"PEXPIRE", key, std::to_string(ttl.count())});
+  return expire.ok() ? Status::Ok() : expire.status();
+}
+
+Result<std::vector<std::string>> SwarmRegistry::Range(const std::string& name, size_t from,
+                                                      size_t max, size_t max_bytes) {
+  std::vector<std::string> values;
+  if (max == 0) return values;
+  Result<RedisReply> r = client_->Command({"LRANGE", client_->config().prefix + "seedd:" + name,
+                                           std::to_string(from), std::to_string(from + max - 1)});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_ARRAY) return RedisClient::Unexpected("LRANGE", r->get());
+  for (size_t i = 0; i < (*r)->elements && i < max; ++i) {
+    const redisReply* e = (*r)->element[i];
+    if (e->type != REDIS_REPLY_STRING || e->len > max_bytes) break;
+    values.emplace_back(e->str, e->len);
+  }
+  return values;
+}
+
 Result<std::vector<std::string>> SwarmRegistry::Holders(const std::string& root,
                                                         const std::string& except, size_t limit) {
   const std::string key = Key(root);

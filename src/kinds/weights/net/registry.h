@@ -65,6 +65,14 @@ class SwarmRegistry {
   Status Put(const std::string& name, const std::string& value, std::chrono::milliseconds ttl);
   // NAME's value (at most `max_bytes`: a longer one is an error), or nullopt.
   Result<std::optional<std::string>> Get(const std::string& name, size_t max_bytes = 1024);
+  // A list that grows: `values` appended to NAME, which lives `ttl` from now;
+  // and up to `max` of its values from the `from`th on (each at most
+  // `max_bytes`: a longer one ends what is returned). A reader asks only for
+  // what it has not read yet.
+  Status Append(const std::string& name, const std::vector<std::string>& values,
+                std::chrono::milliseconds ttl);
+  Result<std::vector<std::string>> Range(const std::string& name, size_t from, size_t max,
+                                         size_t max_bytes);
 
   // The fleet's hosts: each daemon's status (a JSON object) under
   // <prefix>seedd:host:<addr> for `ttl`, listed in the sorted set
