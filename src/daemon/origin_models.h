@@ -16,8 +16,10 @@
 //  - a file over --origin-range-mib travels as pieces of that size instead,
 //    each claimed, fetched from upstream (a ranged GET) and published as a part
 //    of its own, so the fleet pulls a large file's first pieces while its last
-//    are upstream; every daemon puts the pieces together and checks the whole
-//    file against its upstream digest, then serves the pieces from it;
+//    are upstream; a piece is served while it lands (its chunk digests listed
+//    in the registry as they are computed) and pulled so by the others; every
+//    daemon puts the pieces together and checks the whole file against its
+//    upstream digest, then serves the pieces from it;
 //  - a claim whose daemon died lapses and the file is taken over;
 //  - once a daemon holds every file it serves the model (the same files give the
 //    same root digest everywhere) and publishes that root digest: a daemon
@@ -32,6 +34,10 @@
 //                                            digest}, one day
 //   <prefix>seedd:origin-lease|part:<hex>:<file>.<piece>  the same for a piece,
 //                                            its record with "offset"
+//   <prefix>seedd:origin-live:<hex>:<file>.<piece>  {"root", "holder", "offset",
+//                                            "length"} while the piece lands
+//   <prefix>seedd:origin-digests:<hex>:<file>.<piece>  its chunk digests so far
+//                                            (a list); see docs/protocol.md
 //   <prefix>seedd:origin-root:<hex>          the model's root digest, one day
 // <file> is the file's index in the upstream's listing (the same on every daemon
 // for one version).
