@@ -197,6 +197,59 @@ class OriginsTest : public testing::DaemonProcessTest {
     EXPECT_TRUE(daemon->Wait(std::chrono::seconds(20)).has_value());
     return daemon->Stderr();
   }
+  // A daemon of a fleet serving `url` (m=...) with `redis`, large files in
+  // pieces of 1 MiB, its cache cache-`i`; not waited for.
+  std::unique_ptr<testing::Process> StartFleetDaemon(const std::string& url,
+                                                     const testing::RedisServer& redis, int i) {
+    std::string unused;
+    return StartDaemon({"--model", url, "--registry", redis.url(), "--log-level", "info",
+                        "--origin-range-mib", "1"},
+                       &unused, dir_.path() / ("cache-" + std::to_string(i)), "127.0.0.1:0",
+                       /*wait_ready=*/false);
+  }
+  // Waits until `redis` holds `count` keys matching `pattern` (`what` names
+  // them if they never come; `daemon` is the one to write them).
+  static void WaitForKeys(const testing::RedisServer& redis, const std::string& pattern,
+                          size_t count, const std::string& what, testing::Process& daemon) {
+    for (int tries = 0;; ++tries) {
+      ASSERT_LT(tries, 500) << what << " never seen:\n" << daemon.Stderr();
+      auto keys = RunCommand(
+          {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS", pattern});
+      ASSERT_EQ(keys.status, 0) << keys.err;
+      if (static_cast<size_t>(std::count(keys.out.begin(), keys.out.end(), '\n')) >= count &&
+          keys.out != "\n") {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  // Pulls the model from each of `daemons` (once ready) into into-<i>, which
+  // must hold `model`; their addresses in *addrs.
+  void PullFromEach(std::vector<std::unique_ptr<testing::Process>>& daemons,
+                    const std::map<std::string, std::string>& model,
+                    std::vector<std::string>* addrs) {
+    for (size_t i = 0; i < daemons.size(); ++i) {
+      addrs->push_back(ReadyAddress(*daemons[i]));
+      auto pulled =
+          RunCommand(PullArgs(addrs->back(), dir_.path() / ("into-" + std::to_string(i))));
+      ASSERT_EQ(pulled.status, 0) << pulled.err;
+      EXPECT_EQ(Files(dir_.path() / ("into-" + std::to_string(i))), model);
+    }
+  }
+  // Stops `daemons`; the parts they fetched from upstream, summed (their logs
+  // in *logs).
+  static void StopAndCountUpstream(std::vector<std::unique_ptr<testing::Process>>& daemons,
+                                   int* upstream, std::string* logs) {
+    for (auto& d : daemons) {
+      d->Signal(SIGTERM);
+      ASSERT_TRUE(d->Wait(std::chrono::seconds(20)).has_value());
+      std::smatch m;
+      const std::string log = d->Stderr();
+      ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(from upstream \((\d+) parts\))"))) << log;
+      *upstream += std::stoi(m[1]);
+      *logs += log;
+    }
+  }
   int layouts_ = 0;
 };
 
@@ -1021,42 +1074,16 @@ TEST_F(OriginsTest, ASecondDaemonPullsAPieceFromTheFirstWhileItLandsUpstream) {
   SlowProxy slow(registry.port(), 512 << 10);
   const std::string url = "m=oci://" + slow.host() + "/models/test:v1";
   std::vector<std::unique_ptr<testing::Process>> daemons;
-  auto start = [&](int i) {
-    std::string unused;
-    daemons.push_back(StartDaemon({"--model", url, "--registry", redis.url(), "--log-level", "info",
-                                   "--origin-range-mib", "1"},
-                                  &unused, dir_.path() / ("cache-" + std::to_string(i)),
-                                  "127.0.0.1:0", /*wait_ready=*/false));
-  };
-  start(0);
+  daemons.push_back(StartFleetDaemon(url, redis, 0));
   // The shard's first piece landing at the first daemon, with no part yet.
-  for (int tries = 0;; ++tries) {
-    ASSERT_LT(tries, 300) << "piece 0 never seen landing:\n" << daemons[0]->Stderr();
-    auto live = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw",
-                            "KEYS", "seedd:origin-live:" + hex + ":*.0"});
-    ASSERT_EQ(live.status, 0) << live.err;
-    if (!live.out.empty() && live.out != "\n") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  start(1);
+  ASSERT_NO_FATAL_FAILURE(
+      WaitForKeys(redis, "seedd:origin-live:" + hex + ":*.0", 1, "piece 0 landing", *daemons[0]));
+  daemons.push_back(StartFleetDaemon(url, redis, 1));
   std::vector<std::string> addrs;
-  for (size_t i = 0; i < daemons.size(); ++i) {
-    addrs.push_back(ReadyAddress(*daemons[i]));
-    auto pulled = RunCommand(PullArgs(addrs[i], dir_.path() / ("into-" + std::to_string(i))));
-    ASSERT_EQ(pulled.status, 0) << pulled.err;
-    EXPECT_EQ(Files(dir_.path() / ("into-" + std::to_string(i))), model);
-  }
+  ASSERT_NO_FATAL_FAILURE(PullFromEach(daemons, model, &addrs));
   int upstream = 0;
   std::string logs;
-  for (auto& d : daemons) {
-    d->Signal(SIGTERM);
-    ASSERT_TRUE(d->Wait(std::chrono::seconds(20)).has_value());
-    std::smatch m;
-    const std::string log = d->Stderr();
-    ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(from upstream \((\d+) parts\))"))) << log;
-    upstream += std::stoi(m[1]);
-    logs += log;
-  }
+  ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
   EXPECT_TRUE(Has(daemons[1]->Stderr(),
                   "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
                   "landed upstream"))
@@ -1086,33 +1113,15 @@ TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUp
   }
   const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
   std::vector<std::unique_ptr<testing::Process>> daemons;
-  auto start = [&](int i) {
-    std::string unused;
-    daemons.push_back(StartDaemon({"--model", url, "--registry", redis.url(), "--log-level", "info",
-                                   "--origin-range-mib", "1"},
-                                  &unused, dir_.path() / ("cache-" + std::to_string(i)),
-                                  "127.0.0.1:0", /*wait_ready=*/false));
-  };
-  start(0);
+  daemons.push_back(StartFleetDaemon(url, redis, 0));
   // The first two pieces published by the first daemon.
-  for (int tries = 0;; ++tries) {
-    ASSERT_LT(tries, 100) << "pieces 0 and 1 never published:\n" << daemons[0]->Stderr();
-    auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw",
-                            "KEYS", "seedd:origin-part:" + hex + ":*.[01]"});
-    ASSERT_EQ(keys.status, 0) << keys.err;
-    if (std::count(keys.out.begin(), keys.out.end(), '\n') >= 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  start(1);
+  ASSERT_NO_FATAL_FAILURE(WaitForKeys(redis, "seedd:origin-part:" + hex + ":*.[01]", 2,
+                                      "pieces 0 and 1 published", *daemons[0]));
+  daemons.push_back(StartFleetDaemon(url, redis, 1));
   std::string logs;
   int upstream = 0;
   std::vector<std::string> addrs;
-  for (size_t i = 0; i < daemons.size(); ++i) {
-    addrs.push_back(ReadyAddress(*daemons[i]));
-    auto pulled = RunCommand(PullArgs(addrs[i], dir_.path() / ("into-" + std::to_string(i))));
-    ASSERT_EQ(pulled.status, 0) << pulled.err;
-    EXPECT_EQ(Files(dir_.path() / ("into-" + std::to_string(i))), model);
-  }
+  ASSERT_NO_FATAL_FAILURE(PullFromEach(daemons, model, &addrs));
   // Once the shard is whole, each daemon serves its pieces from the model's
   // copy (their own copies removed): each still pulls byte for byte.
   const std::string shard = "model-00001-of-00002.bin";
@@ -1140,15 +1149,7 @@ TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUp
       EXPECT_EQ(e.path().filename().string().find('.'), std::string::npos) << e.path();
     }
   }
-  for (auto& d : daemons) {
-    d->Signal(SIGTERM);
-    ASSERT_TRUE(d->Wait(std::chrono::seconds(20)).has_value());
-    std::smatch m;
-    const std::string log = d->Stderr();
-    ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(from upstream \((\d+) parts\))"))) << log;
-    upstream += std::stoi(m[1]);
-    logs += log;
-  }
+  ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
   EXPECT_EQ(upstream, 6) << logs;  // every part once
   // When a line of the logs was written (its timestamp), or "" when absent.
   auto when = [](const std::string& log, const std::string& what) {
