@@ -185,12 +185,10 @@ BuildOptions PartBuild(BuildOptions build, const OriginModel& model) {
 class LiveDigests {
  public:
   LiveDigests(std::shared_ptr<SwarmRegistry> registry, std::string key, std::string list_key,
-              std::string part_key, std::string root, uint64_t offset, uint64_t length,
-              size_t chunks, size_t hex)
+              std::string root, uint64_t offset, uint64_t length, size_t chunks, size_t hex)
       : registry_(std::move(registry)),
         key_(std::move(key)),
         list_key_(std::move(list_key)),
-        part_key_(std::move(part_key)),
         root_(std::move(root)),
         offset_(offset),
         length_(length),
@@ -204,10 +202,12 @@ class LiveDigests {
     if (!text.ok()) return text.status().WithContext("--registry");
     if (!text->has_value()) return std::optional<HostPort>();
     Result<Json> j = ParseJson(**text);
-    if (!j.ok() || !j->is_object() || j->value("root", "") != root_ ||
-        j->value("offset", Json(uint64_t{1})) != Json(offset_) ||
-        j->value("length", Json(uint64_t{0})) != Json(length_) || !j->contains("holder") ||
-        !(*j)["holder"].is_string()) {
+    auto is = [&](const char* key, uint64_t want) {
+      return j->contains(key) && (*j)[key].is_number_unsigned() &&
+             (*j)[key].get<uint64_t>() == want;
+    };
+    if (!j.ok() || !j->is_object() || j->value("root", "") != root_ || !is("offset", offset_) ||
+        !is("length", length_) || !j->contains("holder") || !(*j)["holder"].is_string()) {
       return std::optional<HostPort>();
     }
     Result<HostPort> holder = ParseHostPort((*j)["holder"].get<std::string>());
@@ -216,9 +216,9 @@ class LiveDigests {
     return std::optional<HostPort>(*holder);
   }
 
-  // Chunk `index`'s digest, the record read again when it is not known yet
-  // (a chunk arrives once its digest is in the record); empty when it is still
-  // not.
+  // Chunk `index`'s digest, the list read again from where it was left when
+  // it is not known yet (a chunk is served once its digest is listed); empty
+  // when it is still not.
   std::string Get(uint32_t index) {
     {
       MutexLock lock(mu_);
@@ -226,11 +226,6 @@ class LiveDigests {
     }
     ReadMore();
     MutexLock lock(mu_);
-    if (index >= known_.size()) {
-      lock.Unlock();
-      ReadPart();  // the list is gone once the piece landed: its part lists every digest
-      lock.Lock();
-    }
     return index < known_.size() ? known_[index] : "";
   }
 
@@ -258,26 +253,9 @@ class LiveDigests {
     }
   }
 
-  // The digests of the part published once the piece landed, when it is of
-  // this piece (its length, chunk for chunk).
-  void ReadPart() {
-    Result<std::optional<std::string>> text = registry_->Get(part_key_, 64 << 20);
-    if (!text.ok() || !text->has_value()) return;
-    Result<Json> j = ParseJson(**text);
-    if (!j.ok() || !j->is_object() || !j->contains("manifest")) return;
-    Result<Manifest> m = ParseManifest((*j)["manifest"]);
-    if (!m.ok() || m->chunks.size() != chunks_ || m->total_size != length_) return;
-    MutexLock lock(mu_);
-    for (size_t i = known_.size(); i < chunks_; ++i) {
-      if (!IsLowerHex(m->chunks[i].digest, hex_)) return;
-      known_.push_back(m->chunks[i].digest);
-    }
-  }
-
   const std::shared_ptr<SwarmRegistry> registry_;
   const std::string key_;
   const std::string list_key_;
-  const std::string part_key_;
   const std::string root_;
   const uint64_t offset_;
   const uint64_t length_;
@@ -289,9 +267,9 @@ class LiveDigests {
 
 // A piece being fetched from upstream here, served while it lands: each chunk's
 // bytes are hashed as they arrive; once a chunk is written, its digest goes
-// into the piece's live record, and only then is the chunk served (so a
-// fetcher that receives it can find its digest). The record is written at
-// most every kEvery, and whenever the last chunk is done.
+// into the piece's digest list, and only then is the chunk served (so a
+// fetcher that receives it can find its digest). Digests are appended at most
+// every kEvery, and when the last chunk is done.
 class LiveLanding {
  public:
   LiveLanding(std::shared_ptr<SwarmRegistry> registry, std::string key, std::string list_key,
@@ -1038,7 +1016,6 @@ class FleetOrigin final : public Origin {
   }
 
   // Pulls `manifest` from `sources` into parts_/`name`; `digest_of` as
-  // FetchOptions'.
   // FetchOptions'; `cancel`, when given, stops it (in place of the daemon's).
   Result<std::filesystem::path> PullInto(const std::string& name, const OriginFile& file,
                                          const Manifest& manifest, std::vector<HostPort> sources,
@@ -1091,8 +1068,8 @@ class FleetOrigin final : public Origin {
     const Manifest manifest = LiveManifest(k, p, file, piece);
     auto digests = std::make_shared<LiveDigests>(
         fleet_.registry, PieceKey("origin-live", k, p), PieceKey("origin-digests", k, p),
-        PieceKey("origin-part", k, p), manifest.root_digest, piece.offset, piece.length,
-        manifest.chunks.size(), manifest.chunk_digest == ChunkDigest::kSha256 ? 64 : 32);
+        manifest.root_digest, piece.offset, piece.length, manifest.chunks.size(),
+        manifest.chunk_digest == ChunkDigest::kSha256 ? 64 : 32);
     Result<std::optional<HostPort>> holder = digests->Read();
     if (!holder.ok()) return holder.status();
     if (!holder->has_value() || !tried->insert((*holder)->ToString()).second) return Pulled();
