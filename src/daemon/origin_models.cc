@@ -400,7 +400,7 @@ class FleetOrigin final : public Origin {
     if (it == index_.end()) return Status::Internal("no file " + file.path + " in the listing");
     const size_t k = it->second;
     const std::vector<Piece> pieces = Pieces(file);
-    if (pieces.size() > 1) return FetchInPieces(k, file, pieces);
+    if (pieces.size() > 1 || Landable(file)) return FetchInPieces(k, file, pieces);
     const std::string part_key = Key("origin-part", k);
     const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
     // When a published part was first seen with nobody holding it (max: not so).
@@ -746,6 +746,19 @@ class FleetOrigin final : public Origin {
       served.dir = parts_;
       served.files[file.path] = IndexedFile{whole, file.size, MtimeNs(st), pieces[p].offset};
       fleet_.server->Publish(std::move(served));
+      // The piece as it was served while it landed (fetched here, or pulled
+      // and relayed), complete now: from the whole file too, so that a daemon
+      // still pulling it from here finishes rather than finding its chunks gone.
+      if (std::shared_ptr<const ServedModel> landing =
+              fleet_.server->FindModel(PieceName(k, p) + "-landing")) {
+        ServedModel whole_landing;
+        whole_landing.manifest = landing->manifest;
+        whole_landing.dir = parts_;
+        whole_landing.files[file.path] =
+            IndexedFile{whole, file.size, MtimeNs(st), pieces[p].offset};
+        whole_landing.pulled = landing->pulled;
+        fleet_.server->Publish(std::move(whole_landing));
+      }
       std::error_code ec;
       std::filesystem::remove_all(parts_ / PieceId(k, p), ec);
       std::filesystem::remove_all(parts_ / ("pull-" + PieceId(k, p)), ec);
@@ -841,6 +854,14 @@ class FleetOrigin final : public Origin {
       pieces.push_back(Piece{at, std::min(piece_bytes_, file.size - at)});
     }
     return pieces;
+  }
+
+  // Whether a file of one piece travels as a piece all the same (FetchInPieces),
+  // so that the fleet pulls it while it lands: its upstream digest is known (it
+  // is checked whole by every daemon) and it has more than one chunk (one
+  // chunk gains nothing from being served while it lands).
+  bool Landable(const OriginFile& file) const {
+    return !file.digest.empty() && !fleet_.relay.empty() && file.size > part_build_.chunk_size;
   }
 
   // KIND:<version hex>:<file>.<piece>
@@ -948,6 +969,12 @@ class FleetOrigin final : public Origin {
                          const std::vector<Piece>& pieces, const std::filesystem::path& whole) {
     std::error_code ec;
     std::filesystem::remove(whole, ec);
+    // One piece is the whole file: a link of it (the piece's own copy is
+    // removed once the file is served whole, ServePiecesFromWhole).
+    if (pieces.size() == 1) {
+      std::filesystem::create_hard_link(*have[0], whole, ec);
+      if (!ec) return Status::Ok();
+    }
     UniqueFd out(::open(whole.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (!out.valid()) return ErrnoStatus("create " + whole.string(), errno);
     for (size_t p = 0; p < pieces.size(); ++p) {

@@ -1075,9 +1075,10 @@ TEST_F(OriginsTest, ASecondDaemonPullsAPieceFromTheFirstWhileItLandsUpstream) {
   const std::string url = "m=oci://" + slow.host() + "/models/test:v1";
   std::vector<std::unique_ptr<testing::Process>> daemons;
   daemons.push_back(StartFleetDaemon(url, redis, 0));
-  // The shard's first piece landing at the first daemon, with no part yet.
+  // The shard's first piece landing at the first daemon, with no part yet (the
+  // shard is file 1 of the listing: config.json, model-00001, model-00002, ...).
   ASSERT_NO_FATAL_FAILURE(
-      WaitForKeys(redis, "seedd:origin-live:" + hex + ":*.0", 1, "piece 0 landing", *daemons[0]));
+      WaitForKeys(redis, "seedd:origin-live:" + hex + ":1.0", 1, "piece 0 landing", *daemons[0]));
   daemons.push_back(StartFleetDaemon(url, redis, 1));
   std::vector<std::string> addrs;
   ASSERT_NO_FATAL_FAILURE(PullFromEach(daemons, model, &addrs));
@@ -1087,10 +1088,75 @@ TEST_F(OriginsTest, ASecondDaemonPullsAPieceFromTheFirstWhileItLandsUpstream) {
   EXPECT_TRUE(Has(daemons[1]->Stderr(),
                   "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
                   "landed upstream"))
-      << daemons[1]->Stderr();
+      << daemons[1]->Stderr() << daemons[0]->Stderr();
+  // No landing pull failed: a piece whose file is complete at the daemon serving
+  // it is served from the whole file from then on, not lost with its own copy.
+  EXPECT_FALSE(Has(logs, "but does not serve it")) << logs;
+  EXPECT_FALSE(Has(logs, "while it lands upstream failed")) << logs;
   // 3 pieces of the shard and 3 other files (the duplicate tokenizer copied):
   // each fetched from upstream once.
   EXPECT_EQ(upstream, 6) << logs;
+}
+
+// A piece stays served as it landed once its file is complete at the daemon
+// serving it (that copy of the piece is then gone: the file is served whole):
+// a daemon still pulling the piece that way finishes. Here the first daemon
+// has the whole model; the registry is then set as if it were still fetching
+// the shard's first piece (its claim held, its live record naming the first
+// daemon, its part not yet published), so a second daemon pulls that piece as
+// it "lands"; the part is published again once the second daemon is pulling.
+TEST_F(OriginsTest, APieceIsServedAsItLandedFromTheWholeFileOnceTheFileIsComplete) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  const auto model = AModel();
+  const std::string hex = Push(registry, "models/test:v1", model).substr(7);
+  const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
+  auto redis_cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
+    auto r = RunCommand(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::string out = r.out;
+    out.erase(out.find_last_not_of('\n') + 1);
+    return out;
+  };
+  std::vector<std::unique_ptr<testing::Process>> daemons;
+  daemons.push_back(StartFleetDaemon(url, redis, 0));
+  const std::string first = ReadyAddress(*daemons[0]);
+  // The shard (file 1) fetched whole; its first piece's digests still listed.
+  const std::string id = "1.0";
+  const std::string part_key = "seedd:origin-part:" + hex + ":" + id;
+  const std::string part = redis_cli({"GET", part_key});
+  ASSERT_FALSE(part.empty());
+  ASSERT_EQ(redis_cli({"LLEN", "seedd:origin-digests:" + hex + ":" + id}), "4");
+  const std::string landing_root = Sha256Hex("seedd-landing:" + hex + ":" + id);
+  const Json live = {
+      {"root", landing_root}, {"holder", first}, {"offset", 0}, {"length", uint64_t{1} << 20}};
+  redis_cli({"DEL", part_key, "seedd:origin-root:" + hex});
+  redis_cli({"SET", "seedd:origin-lease:" + hex + ":" + id, "a-daemon-elsewhere", "PX", "60000"});
+  redis_cli({"SET", "seedd:origin-live:" + hex + ":" + id, live.dump(), "PX", "60000"});
+  daemons.push_back(StartFleetDaemon(url, redis, 1));
+  // The second daemon in the landing piece's swarm: the part published again.
+  for (int tries = 0; redis_cli({"ZCARD", "seedd:swarm:" + landing_root}) < "2"; ++tries) {
+    ASSERT_LT(tries, 500) << daemons[1]->Stderr();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  redis_cli({"SET", part_key, part, "PX", "600000"});
+  const std::string second_addr = ReadyAddress(*daemons[1]);
+  for (const std::string& addr : {first, second_addr}) {
+    auto pulled = RunCommand(PullArgs(addr, dir_.path() / ("into-" + addr)));
+    ASSERT_EQ(pulled.status, 0) << pulled.err;
+    EXPECT_EQ(Files(dir_.path() / ("into-" + addr)), model);
+  }
+  int upstream = 0;
+  std::string logs;
+  ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
+  const std::string second = daemons[1]->Stderr();
+  EXPECT_TRUE(Has(second,
+                  "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
+                  "landed upstream"))
+      << second;
+  EXPECT_FALSE(Has(second, "but does not serve it")) << second;
+  EXPECT_TRUE(Has(second, "0 B from upstream (0 parts)")) << second;
 }
 
 // A file over the piece size (AModel()'s 3 MiB shard with --origin-range-mib 1:
@@ -1186,10 +1252,9 @@ TEST_F(OriginsTest, APieceRecordAtAnotherOffsetIsIgnoredAndThatPieceFetchedFromU
   std::string first_addr;
   auto first = StartDaemon({"--model", url, "--registry", redis.url(), "--origin-range-mib", "1"},
                            &first_addr, dir_.path() / "cache-0");
-  std::string key0 = redis_cli({"KEYS", "seedd:origin-part:" + hex + ":*.0"});
-  ASSERT_FALSE(key0.empty());
-  key0.erase(key0.find('\n'));
-  const std::string key1 = key0.substr(0, key0.size() - 1) + "1";
+  // The first shard is file 1 of the listing.
+  const std::string key0 = "seedd:origin-part:" + hex + ":1.0";
+  const std::string key1 = "seedd:origin-part:" + hex + ":1.1";
   std::string record0 = redis_cli({"GET", key0});
   record0.erase(record0.find_last_not_of('\n') + 1);
   redis_cli({"SET", key1, record0});
@@ -1237,13 +1302,14 @@ TEST_F(OriginsTest, ALandingPieceWhoseDaemonIsGoneIsFetchedFromUpstreamOnceItsCl
   const std::string log = ServeAndPull(registry, redis, model);
   EXPECT_TRUE(Has(log, "while it lands upstream failed")) << log;
   EXPECT_TRUE(Has(log, "from upstream (6 parts), 0 B from the fleet (0 parts)")) << log;
-  // Each piece was tried once from the daemon gone.
+  // Each piece was tried once from the daemon gone (the 3 of the first shard
+  // and the second shard, one piece of 1 MiB).
   size_t tries = 0;
   for (size_t at = log.find("from 127.0.0.1:1 while it lands"); at != std::string::npos;
        at = log.find("from 127.0.0.1:1 while it lands", at + 1)) {
     ++tries;
   }
-  EXPECT_LE(tries, 3u) << log;
+  EXPECT_LE(tries, 4u) << log;
 }
 
 // Claims whose holder died (here: set by hand on every file, with a short life)
