@@ -91,6 +91,11 @@ url="m=oci://$reg/bench/model:v1?plain-http=true"
 echo "origins_fleet: a $size_mib MiB model in $files files; $fleet daemons and the registry, links of $rate"
 
 tx0() { ip netns exec "$(ns 0)" cat /sys/class/net/eth0/statistics/tx_bytes; }
+# Bytes redis-server has sent to its clients so far (the registry's share of host 0's).
+redis_out() {
+  ip netns exec "$(ns 0)" redis-cli -h "$(ip_of 0)" INFO stats | tr -d '\r' |
+    awk -F: '$1 == "total_net_output_bytes" {print $2}'
+}
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # start_in HOST NAME ARGS...: seedd in HOST's namespace on its address.
 start_in() {
@@ -131,6 +136,8 @@ alone=$(median "${alone_s[@]}")
 fleet_run() {
   local kill_one="$1" t0 t1 before after victim="" killed=0
   ip netns exec "$(ns 0)" redis-cli -h "$(ip_of 0)" FLUSHALL > /dev/null
+  ip netns exec "$(ns 0)" redis-cli -h "$(ip_of 0)" CONFIG RESETSTAT > /dev/null
+  redis_before=$(redis_out)
   before=$(tx0)
   t0=$(date +%s.%N)
   for i in $(seq 1 "$fleet"); do
@@ -152,14 +159,18 @@ fleet_run() {
   for i in $(seq 1 "$fleet"); do [ "$i" = "$killed" ] || wait_ready "$i" "fleet-$i"; done
   t1=$(date +%s.%N)
   after=$(tx0)
+  redis_sent=$(($(redis_out) - redis_before))
   for i in $(seq 1 "$fleet"); do kill "${host_pid[$i]}" 2> /dev/null || true; done
   for i in $(seq 1 "$fleet"); do wait "${host_pid[$i]}" 2> /dev/null || true; done
   local ready
   ready=$(grep -l "serving on" "$work"/fleet-*.out | wc -l)
   run_s=$(awk "BEGIN {print $t1 - $t0}")
   run_up=$(awk "BEGIN {print ($after - $before) / $model_bytes}")
-  echo "  $([ "$kill_one" = 1 ] && echo "takeover (${victim} killed)" || echo fleet) run: last ready in $run_s s, $ready daemons ready, host 0 sent ${run_up}x the model"
-  if [ -n "${KEEP_LOGS:-}" ]; then mkdir -p "$KEEP_LOGS" && cp "$work"/fleet-*.err "$KEEP_LOGS"/; fi
+  echo "  $([ "$kill_one" = 1 ] && echo "takeover (${victim} killed)" || echo fleet) run: last ready in $run_s s, $ready daemons ready, host 0 sent ${run_up}x the model (of which redis-server $(awk "BEGIN {printf \"%.4f\", $redis_sent / $model_bytes}")x)"
+  if [ -n "${KEEP_LOGS:-}" ]; then
+    mkdir -p "$KEEP_LOGS" && cp "$work"/fleet-*.err "$KEEP_LOGS"/
+    ip netns exec "$(ns 0)" redis-cli -h "$(ip_of 0)" INFO commandstats > "$KEEP_LOGS/redis-commandstats"
+  fi
   rm -rf "$shm"/fleet-* "$work"/fleet-*
 }
 

@@ -399,8 +399,7 @@ class FleetOrigin final : public Origin {
     const auto it = index_.find(file.path);
     if (it == index_.end()) return Status::Internal("no file " + file.path + " in the listing");
     const size_t k = it->second;
-    const std::vector<Piece> pieces = Pieces(file);
-    if (pieces.size() > 1 || Landable(file)) return FetchInPieces(k, file, pieces);
+    if (InPieces(file)) return FetchInPieces(k, file, Pieces(file));
     const std::string part_key = Key("origin-part", k);
     const auto deadline = std::chrono::steady_clock::now() + options_.pull_timeout;
     // When a published part was first seen with nobody holding it (max: not so).
@@ -787,7 +786,7 @@ class FleetOrigin final : public Origin {
   // try fetches them from upstream again rather than pulling the same bytes.
   void ForgetPieces(size_t k) {
     const std::vector<Piece> pieces = Pieces(model_.files[k]);
-    if (pieces.size() < 2) return;
+    if (!InPieces(model_.files[k])) return;
     for (size_t p = 0; p < pieces.size(); ++p) {
       const std::string key = PieceKey("origin-part", k, p);
       Result<std::optional<std::string>> record = fleet_.registry->Get(key, kMaxPartRecord);
@@ -863,6 +862,9 @@ class FleetOrigin final : public Origin {
   bool Landable(const OriginFile& file) const {
     return !file.digest.empty() && !fleet_.relay.empty() && file.size > part_build_.chunk_size;
   }
+
+  // Whether `file` travels as pieces (FetchInPieces), one or more.
+  bool InPieces(const OriginFile& file) const { return Pieces(file).size() > 1 || Landable(file); }
 
   // KIND:<version hex>:<file>.<piece>
   std::string PieceKey(const char* kind, size_t k, size_t p) const {
@@ -1124,9 +1126,8 @@ class FleetOrigin final : public Origin {
             fleet_.registry->Get(PieceKey("origin-live", k, p));
         bool gone = live.ok() && !live->has_value();
         if (gone) {
-          Result<std::optional<std::string>> part =
-              fleet_.registry->Get(PieceKey("origin-part", k, p), kMaxPartRecord);
-          gone = part.ok() && !part->has_value();
+          Result<bool> part = fleet_.registry->Exists(PieceKey("origin-part", k, p));
+          gone = part.ok() && !*part;
         }
         missing = gone ? missing + 1 : 0;
         if (missing >= 2) {

@@ -1353,6 +1353,34 @@ TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesIts
   EXPECT_EQ(keys.out.find("origin-"), std::string::npos) << "claims left behind:\n" << keys.out;
 }
 
+// A file of one piece travels as one (served while it lands): when it does not
+// match its upstream digest, the fleet's record of that piece is dropped with
+// the failure, so that the next try fetches it from upstream again rather than
+// pulling the same bytes from the daemon that published them.
+TEST_F(OriginsTest, AOnePieceFileThatDoesNotMatchItsDigestLeavesNoRecordOfItsPiece) {
+  testing::RedisServer redis;
+  OciRegistryServer registry;
+  auto model = AModel();
+  const std::string hex = Push(registry, "models/test:v1", model).substr(7);
+  const std::string digest = "sha256:" + Sha256Hex(model["model-00002-of-00002.bin"]);
+  ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, 1000));
+  std::string addr;
+  auto daemon =
+      StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1", "--registry",
+                   redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
+                  &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
+  auto status = daemon->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "still running after 30 s:\n" << daemon->Stderr();
+  EXPECT_NE(*status, 0);
+  const std::string log = daemon->Stderr();
+  EXPECT_TRUE(Has(log, "fetching piece 0 of model-00002-of-00002.bin")) << log;
+  EXPECT_TRUE(Has(log, "model-00002-of-00002.bin: digest sha256:")) << log;
+  auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS",
+                          "seedd:origin-part:" + hex + ":2*"});
+  ASSERT_EQ(keys.status, 0) << keys.err;
+  EXPECT_EQ(keys.out.find("origin-part"), std::string::npos) << keys.out << log;
+}
+
 }  // namespace
 }  // namespace seedd
 

@@ -56,6 +56,9 @@ TEST_F(RegistryTest, AClaimHasOneHolderWhoAloneRenewsOrReleasesItAndItLapsesUnre
   // A value longer than any the registry writes is refused, not read.
   ASSERT_OK(registry->Put("origin-root:v2", std::string(4096, 'a'), milliseconds(60000)));
   EXPECT_FALSE(registry->Get("origin-root:v2").ok());
+  // Whether a value is there, whatever its length.
+  EXPECT_TRUE(*registry->Exists("origin-root:v2"));
+  EXPECT_FALSE(*registry->Exists("origin-root:v3"));
 }
 
 TEST_F(RegistryTest, HoldersAreListedUntilTheirEntriesExpire) {

@@ -102,6 +102,13 @@ Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name, s
   return std::optional<std::string>(std::string((*r)->str, (*r)->len));
 }
 
+Result<bool> SwarmRegistry::Exists(const std::string& name) {
+  Result<RedisReply> r = client_->Command({"EXISTS", client_->config().prefix + "seedd:" + name});
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("EXISTS", r->get());
+  return (*r)->integer > 0;
+}
+
 Status SwarmRegistry::Append(const std::string& name, const std::vector<std::string>& values,
                              std::chrono::milliseconds ttl) {
   if (values.empty()) return Status::Ok();

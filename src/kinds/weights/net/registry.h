@@ -65,6 +65,8 @@ class SwarmRegistry {
   Status Put(const std::string& name, const std::string& value, std::chrono::milliseconds ttl);
   // NAME's value (at most `max_bytes`: a longer one is an error), or nullopt.
   Result<std::optional<std::string>> Get(const std::string& name, size_t max_bytes = 1024);
+  // Whether NAME has a value (none of it is read).
+  Result<bool> Exists(const std::string& name);
   // A list that grows: `values` appended to NAME, which lives `ttl` from now;
   // and up to `max` of its values from the `from`th on (each at most
   // `max_bytes`: a longer one ends what is returned). A reader asks only for
