@@ -129,6 +129,9 @@ class SlowProxy {
   std::vector<std::thread> pumps_;
 };
 
+// A model of five files (defined below).
+std::map<std::string, std::string> AModel();
+
 class OriginsTest : public testing::DaemonProcessTest {
  protected:
   std::string Push(OciRegistryServer& registry, const std::string& repo_tag,
@@ -249,6 +252,67 @@ class OriginsTest : public testing::DaemonProcessTest {
       *upstream += std::stoi(m[1]);
       *logs += log;
     }
+  }
+  // A first daemon fetches the whole model; the registry is then set as if it
+  // were still fetching the shard's first piece (file 1, piece 0: its claim
+  // held elsewhere, its live record naming the first daemon, its part not
+  // published), with the piece's digest list replaced by other digests when
+  // `lying_list`. A second daemon then pulls that piece from the first "as it
+  // lands"; the part is published again once it is pulling. Both daemons must
+  // serve the model byte for byte; the second's log in *second.
+  void PullAsIfLanding(bool lying_list, std::string* second) {
+    testing::RedisServer redis;
+    OciRegistryServer registry;
+    const auto model = AModel();
+    const std::string hex = Push(registry, "models/test:v1", model).substr(7);
+    const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
+    auto redis_cli = [&](std::vector<std::string> args) {
+      args.insert(args.begin(),
+                  {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
+      auto r = RunCommand(args);
+      EXPECT_EQ(r.status, 0) << r.err;
+      std::string out = r.out;
+      out.erase(out.find_last_not_of('\n') + 1);
+      return out;
+    };
+    std::vector<std::unique_ptr<testing::Process>> daemons;
+    daemons.push_back(StartFleetDaemon(url, redis, 0));
+    const std::string first = ReadyAddress(*daemons[0]);
+    const std::string id = "1.0";
+    const std::string part_key = "seedd:origin-part:" + hex + ":" + id;
+    const std::string list_key = "seedd:origin-digests:" + hex + ":" + id;
+    const std::string part = redis_cli({"GET", part_key});
+    ASSERT_FALSE(part.empty());
+    ASSERT_EQ(redis_cli({"LLEN", list_key}), "4");  // still listed (60 s)
+    if (lying_list) {
+      redis_cli({"DEL", list_key});
+      for (int c = 0; c < 4; ++c)
+        redis_cli({"RPUSH", list_key, Sha256Hex("not chunk " + std::to_string(c))});
+    }
+    const std::string landing_root = Sha256Hex("seedd-landing:" + hex + ":" + id);
+    const Json live = {
+        {"root", landing_root}, {"holder", first}, {"offset", 0}, {"length", uint64_t{1} << 20}};
+    redis_cli({"DEL", part_key, "seedd:origin-root:" + hex});
+    redis_cli({"SET", "seedd:origin-lease:" + hex + ":" + id, "a-daemon-elsewhere", "PX", "60000"});
+    redis_cli({"SET", "seedd:origin-live:" + hex + ":" + id, live.dump(), "PX", "60000"});
+    daemons.push_back(StartFleetDaemon(url, redis, 1));
+    // The second daemon in the landing piece's swarm: the part published again.
+    for (int tries = 0; std::stoi("0" + redis_cli({"ZCARD", "seedd:swarm:" + landing_root})) < 2;
+         ++tries) {
+      ASSERT_LT(tries, 500) << daemons[1]->Stderr();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    redis_cli({"SET", part_key, part, "PX", "600000"});
+    const std::string second_addr = ReadyAddress(*daemons[1]);
+    for (const std::string& addr : {first, second_addr}) {
+      auto pulled = RunCommand(PullArgs(addr, dir_.path() / ("into-" + addr)));
+      ASSERT_EQ(pulled.status, 0) << pulled.err;
+      EXPECT_EQ(Files(dir_.path() / ("into-" + addr)), model);
+    }
+    int upstream = 0;
+    std::string logs;
+    ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
+    *second = daemons[1]->Stderr();
   }
   int layouts_ = 0;
 };
@@ -1100,62 +1164,31 @@ TEST_F(OriginsTest, ASecondDaemonPullsAPieceFromTheFirstWhileItLandsUpstream) {
 
 // A piece stays served as it landed once its file is complete at the daemon
 // serving it (that copy of the piece is then gone: the file is served whole):
-// a daemon still pulling the piece that way finishes. Here the first daemon
-// has the whole model; the registry is then set as if it were still fetching
-// the shard's first piece (its claim held, its live record naming the first
-// daemon, its part not yet published), so a second daemon pulls that piece as
-// it "lands"; the part is published again once the second daemon is pulling.
+// a daemon still pulling the piece that way finishes (PullAsIfLanding).
 TEST_F(OriginsTest, APieceIsServedAsItLandedFromTheWholeFileOnceTheFileIsComplete) {
-  testing::RedisServer redis;
-  OciRegistryServer registry;
-  const auto model = AModel();
-  const std::string hex = Push(registry, "models/test:v1", model).substr(7);
-  const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
-  auto redis_cli = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
-    auto r = RunCommand(args);
-    EXPECT_EQ(r.status, 0) << r.err;
-    std::string out = r.out;
-    out.erase(out.find_last_not_of('\n') + 1);
-    return out;
-  };
-  std::vector<std::unique_ptr<testing::Process>> daemons;
-  daemons.push_back(StartFleetDaemon(url, redis, 0));
-  const std::string first = ReadyAddress(*daemons[0]);
-  // The shard (file 1) fetched whole; its first piece's digests still listed.
-  const std::string id = "1.0";
-  const std::string part_key = "seedd:origin-part:" + hex + ":" + id;
-  const std::string part = redis_cli({"GET", part_key});
-  ASSERT_FALSE(part.empty());
-  ASSERT_EQ(redis_cli({"LLEN", "seedd:origin-digests:" + hex + ":" + id}), "4");
-  const std::string landing_root = Sha256Hex("seedd-landing:" + hex + ":" + id);
-  const Json live = {
-      {"root", landing_root}, {"holder", first}, {"offset", 0}, {"length", uint64_t{1} << 20}};
-  redis_cli({"DEL", part_key, "seedd:origin-root:" + hex});
-  redis_cli({"SET", "seedd:origin-lease:" + hex + ":" + id, "a-daemon-elsewhere", "PX", "60000"});
-  redis_cli({"SET", "seedd:origin-live:" + hex + ":" + id, live.dump(), "PX", "60000"});
-  daemons.push_back(StartFleetDaemon(url, redis, 1));
-  // The second daemon in the landing piece's swarm: the part published again.
-  for (int tries = 0; redis_cli({"ZCARD", "seedd:swarm:" + landing_root}) < "2"; ++tries) {
-    ASSERT_LT(tries, 500) << daemons[1]->Stderr();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  redis_cli({"SET", part_key, part, "PX", "600000"});
-  const std::string second_addr = ReadyAddress(*daemons[1]);
-  for (const std::string& addr : {first, second_addr}) {
-    auto pulled = RunCommand(PullArgs(addr, dir_.path() / ("into-" + addr)));
-    ASSERT_EQ(pulled.status, 0) << pulled.err;
-    EXPECT_EQ(Files(dir_.path() / ("into-" + addr)), model);
-  }
-  int upstream = 0;
-  std::string logs;
-  ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
-  const std::string second = daemons[1]->Stderr();
+  std::string second;
+  ASSERT_NO_FATAL_FAILURE(PullAsIfLanding(/*lying_list=*/false, &second));
   EXPECT_TRUE(Has(second,
                   "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
                   "landed upstream"))
       << second;
   EXPECT_FALSE(Has(second, "but does not serve it")) << second;
+  EXPECT_TRUE(Has(second, "0 B from upstream (0 parts)")) << second;
+}
+
+// A landing piece's digest list is peer input: one whose digests are not those
+// of the bytes served (a list or a holder that lies) gets every chunk refused,
+// nothing of that pull is kept, and the piece comes from its published part,
+// byte for byte.
+TEST_F(OriginsTest, ALandingPieceWhoseDigestListLiesIsRefusedAndItsPartPulledInstead) {
+  std::string second;
+  ASSERT_NO_FATAL_FAILURE(PullAsIfLanding(/*lying_list=*/true, &second));
+  EXPECT_TRUE(Has(second, "pulling piece 0 of model-00001-of-00002.bin from 127.0.0.1:")) << second;
+  EXPECT_TRUE(Has(second, "while it lands upstream failed")) << second;
+  EXPECT_FALSE(Has(second, "from the fleet while it landed upstream")) << second;
+  EXPECT_TRUE(
+      Has(second, "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet in"))
+      << second;
   EXPECT_TRUE(Has(second, "0 B from upstream (0 parts)")) << second;
 }
 
