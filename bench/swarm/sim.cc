@@ -44,7 +44,7 @@ Sim::Sim(const Flags& f) : f_(f), rng_(f.seed) {
     const bool slow = Chance(f.slow_fraction);
     host.up = host.down = slow ? link / f.slow_factor : link;
     host.late = Chance(f.late_fraction);
-    host.join = host.late ? within(rng_) : 0;
+    host.join = host.late ? within(rng_) : f.start_spread_ms / 1000 * (h - 1) / f.hosts;
     Push(host.join, Ev::kJoin, h, 0, 0);
     if (Chance(f.fail_fraction)) Push(host.join + within(rng_), Ev::kFail, h, 0, 0);
   }
@@ -74,7 +74,8 @@ void Sim::Report() const {
       continue;
     }
     const double own_bound = chunks_ * chunk_bytes_ / host.down;
-    const double ratio = (host.done - host.join) / own_bound;
+    // Late joiners from their own start; the others from the fleet's first.
+    const double ratio = (host.done - (host.late ? host.join : 0)) / own_bound;
     all.push_back(ratio);
     if (host.late) late.push_back(ratio);
   }

@@ -59,7 +59,11 @@ struct Flags {
   double origin_link_factor = 1;  // the origin's link relative to a host's
   double fail_fraction = 0;       // of hosts, failing at a random time within the bound
   double late_fraction = 0;       // of hosts, joining at a random time within the bound
-  double slow_fraction = 0;       // of hosts, whose links are --slow-factor times slower
+  // The other hosts join one after another, evenly over this time (a script
+  // starting a fleet's daemons one by one: bench/fanout.sh's 32 start within
+  // about 0.3 s); ratios are then from the first host's start.
+  double start_spread_ms = 0;
+  double slow_fraction = 0;  // of hosts, whose links are --slow-factor times slower
   double slow_factor = 4;
   // Once half a chunk has arrived, the next request to its sender goes out (the
   // real fetcher's requests sent ahead).

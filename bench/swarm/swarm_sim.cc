@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--late-fraction", f.late_fraction, "hosts that join later, within the bound")
       ->capture_default_str();
+  app.add_option("--start-spread-ms", f.start_spread_ms,
+                 "the other hosts start one after another over this time (ratios from the first "
+                 "start)")
+      ->capture_default_str();
   app.add_option("--slow-fraction", f.slow_fraction, "hosts with slower links")
       ->capture_default_str();
   app.add_option("--slow-factor", f.slow_factor, "how much slower")->capture_default_str();

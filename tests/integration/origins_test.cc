@@ -253,6 +253,15 @@ class OriginsTest : public testing::DaemonProcessTest {
       *logs += log;
     }
   }
+  // redis-cli --raw ARGS... against `redis`: its output, trailing newlines cut.
+  static std::string RedisCli(const testing::RedisServer& redis, std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
+    auto r = RunCommand(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::string out = r.out;
+    out.erase(out.find_last_not_of('\n') + 1);
+    return out;
+  }
   // A first daemon fetches the whole model; the registry is then set as if it
   // were still fetching the shard's first piece (file 1, piece 0: its claim
   // held elsewhere, its live record naming the first daemon, its part not
@@ -267,13 +276,7 @@ class OriginsTest : public testing::DaemonProcessTest {
     const std::string hex = Push(registry, "models/test:v1", model).substr(7);
     const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
     auto redis_cli = [&](std::vector<std::string> args) {
-      args.insert(args.begin(),
-                  {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
-      auto r = RunCommand(args);
-      EXPECT_EQ(r.status, 0) << r.err;
-      std::string out = r.out;
-      out.erase(out.find_last_not_of('\n') + 1);
-      return out;
+      return RedisCli(redis, std::move(args));
     };
     std::vector<std::unique_ptr<testing::Process>> daemons;
     daemons.push_back(StartFleetDaemon(url, redis, 0));
@@ -313,6 +316,25 @@ class OriginsTest : public testing::DaemonProcessTest {
     std::string logs;
     ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
     *second = daemons[1]->Stderr();
+  }
+  // AModel() pushed with `file` changed upstream after its digest was
+  // recorded; a fleet daemon fetching it must fail (not hang). Its log in
+  // *log, the version's hex in *hex.
+  void FailOnACorruptFile(const testing::RedisServer& redis, const std::string& file,
+                          std::string* log, std::string* hex) {
+    OciRegistryServer registry;
+    auto model = AModel();
+    *hex = Push(registry, "models/test:v1", model).substr(7);
+    ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, "sha256:" + Sha256Hex(model[file]), 1000));
+    std::string addr;
+    auto daemon =
+        StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1", "--registry",
+                     redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
+                    &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
+    auto status = daemon->Wait(std::chrono::seconds(30));
+    ASSERT_TRUE(status.has_value()) << "still running after 30 s:\n" << daemon->Stderr();
+    EXPECT_NE(*status, 0);
+    *log = daemon->Stderr();
   }
   int layouts_ = 0;
 };
@@ -1276,12 +1298,7 @@ TEST_F(OriginsTest, APieceRecordAtAnotherOffsetIsIgnoredAndThatPieceFetchedFromU
   const auto model = AModel();
   const std::string hex = Push(registry, "models/test:v1", model).substr(7);
   const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
-  auto redis_cli = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw"});
-    auto r = RunCommand(args);
-    EXPECT_EQ(r.status, 0) << r.err;
-    return r.out;
-  };
+  auto redis_cli = [&](std::vector<std::string> args) { return RedisCli(redis, std::move(args)); };
   std::string first_addr;
   auto first = StartDaemon({"--model", url, "--registry", redis.url(), "--origin-range-mib", "1"},
                            &first_addr, dir_.path() / "cache-0");
@@ -1365,21 +1382,9 @@ TEST_F(OriginsTest, AFleetFetchWhoseDaemonDiedIsTakenOverOnceItsClaimLapses) {
 // daemon to try, not left to lapse.
 TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesItsClaims) {
   testing::RedisServer redis;
-  OciRegistryServer registry;
-  auto model = AModel();
-  Push(registry, "models/test:v1", model);
-  const std::string digest = "sha256:" + Sha256Hex(model["model-00001-of-00002.bin"]);
-  ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, 1000));
-  std::string addr;
-  auto daemon =
-      StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1", "--registry",
-                   redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
-                  &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
-  auto status = daemon->Wait(std::chrono::seconds(30));
-  ASSERT_TRUE(status.has_value()) << "still running after 30 s:\n" << daemon->Stderr();
-  EXPECT_NE(*status, 0);
-  EXPECT_TRUE(Has(daemon->Stderr(), "model-00001-of-00002.bin: digest sha256:"))
-      << daemon->Stderr();
+  std::string log, hex;
+  ASSERT_NO_FATAL_FAILURE(FailOnACorruptFile(redis, "model-00001-of-00002.bin", &log, &hex));
+  EXPECT_TRUE(Has(log, "model-00001-of-00002.bin: digest sha256:")) << log;
   auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS",
                           "seedd:origin-[ls]*"});
   ASSERT_EQ(keys.status, 0) << keys.err;
@@ -1392,20 +1397,8 @@ TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesIts
 // pulling the same bytes from the daemon that published them.
 TEST_F(OriginsTest, AOnePieceFileThatDoesNotMatchItsDigestLeavesNoRecordOfItsPiece) {
   testing::RedisServer redis;
-  OciRegistryServer registry;
-  auto model = AModel();
-  const std::string hex = Push(registry, "models/test:v1", model).substr(7);
-  const std::string digest = "sha256:" + Sha256Hex(model["model-00002-of-00002.bin"]);
-  ASSERT_NO_FATAL_FAILURE(ChangeBlob(registry, digest, 1000));
-  std::string addr;
-  auto daemon =
-      StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1", "--registry",
-                   redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
-                  &addr, dir_.path() / "cache", "127.0.0.1:0", /*wait_ready=*/false);
-  auto status = daemon->Wait(std::chrono::seconds(30));
-  ASSERT_TRUE(status.has_value()) << "still running after 30 s:\n" << daemon->Stderr();
-  EXPECT_NE(*status, 0);
-  const std::string log = daemon->Stderr();
+  std::string log, hex;
+  ASSERT_NO_FATAL_FAILURE(FailOnACorruptFile(redis, "model-00002-of-00002.bin", &log, &hex));
   EXPECT_TRUE(Has(log, "fetching piece 0 of model-00002-of-00002.bin")) << log;
   EXPECT_TRUE(Has(log, "model-00002-of-00002.bin: digest sha256:")) << log;
   auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS",
