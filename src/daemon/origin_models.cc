@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
+#include "daemon/origin_landing.h"
 #include "kinds/weights/files/chunk_set.h"
 #include "kinds/weights/files/file_digests.h"
 #include "kinds/weights/net/registry.h"
@@ -176,174 +177,6 @@ BuildOptions PartBuild(BuildOptions build, const OriginModel& model) {
   build.sign_key = nullptr;  // parts are checked against upstream digests, not signatures
   return build;
 }
-
-// The chunk digests of a piece still landing at the daemon that fetches it from
-// upstream, as its live record gives them (peer input: checked against the
-// piece this daemon expects, at most one digest per chunk, each lower hex of
-// the digest's length; a digest once known is kept). Read again when a chunk
-// arrives whose digest is not known yet.
-class LiveDigests {
- public:
-  LiveDigests(std::shared_ptr<SwarmRegistry> registry, std::string key, std::string list_key,
-              std::string root, uint64_t offset, uint64_t length, size_t chunks, size_t hex)
-      : registry_(std::move(registry)),
-        key_(std::move(key)),
-        list_key_(std::move(list_key)),
-        root_(std::move(root)),
-        offset_(offset),
-        length_(length),
-        chunks_(chunks),
-        hex_(hex) {}
-
-  // Reads the record: the address of the daemon serving the piece as it lands,
-  // or nullopt when there is no record (or one that does not hold up).
-  Result<std::optional<HostPort>> Read() {
-    Result<std::optional<std::string>> text = registry_->Get(key_, 1024);
-    if (!text.ok()) return text.status().WithContext("--registry");
-    if (!text->has_value()) return std::optional<HostPort>();
-    Result<Json> j = ParseJson(**text);
-    auto is = [&](const char* key, uint64_t want) {
-      return j->contains(key) && (*j)[key].is_number_unsigned() &&
-             (*j)[key].get<uint64_t>() == want;
-    };
-    if (!j.ok() || !j->is_object() || j->value("root", "") != root_ || !is("offset", offset_) ||
-        !is("length", length_) || !j->contains("holder") || !(*j)["holder"].is_string()) {
-      return std::optional<HostPort>();
-    }
-    Result<HostPort> holder = ParseHostPort((*j)["holder"].get<std::string>());
-    if (!holder.ok()) return std::optional<HostPort>();
-    ReadMore();
-    return std::optional<HostPort>(*holder);
-  }
-
-  // Chunk `index`'s digest, the list read again from where it was left when
-  // it is not known yet (a chunk is served once its digest is listed); empty
-  // when it is still not.
-  std::string Get(uint32_t index) {
-    {
-      MutexLock lock(mu_);
-      if (index < known_.size()) return known_[index];
-    }
-    ReadMore();
-    MutexLock lock(mu_);
-    return index < known_.size() ? known_[index] : "";
-  }
-
-  std::vector<std::string> Known() {
-    MutexLock lock(mu_);
-    return known_;
-  }
-
- private:
-  // The digests published after those known (only those are read).
-  void ReadMore() {
-    size_t from = 0;
-    {
-      MutexLock lock(mu_);
-      from = known_.size();
-    }
-    if (from >= chunks_) return;
-    Result<std::vector<std::string>> more = registry_->Range(list_key_, from, chunks_ - from, hex_);
-    if (!more.ok()) return;
-    MutexLock lock(mu_);
-    if (known_.size() != from) return;  // read meanwhile by another thread
-    for (const std::string& d : *more) {
-      if (!IsLowerHex(d, hex_)) break;
-      known_.push_back(d);
-    }
-  }
-
-  const std::shared_ptr<SwarmRegistry> registry_;
-  const std::string key_;
-  const std::string list_key_;
-  const std::string root_;
-  const uint64_t offset_;
-  const uint64_t length_;
-  const size_t chunks_;
-  const size_t hex_;
-  Mutex mu_;
-  std::vector<std::string> known_ GUARDED_BY(mu_);
-};
-
-// A piece being fetched from upstream here, served while it lands: each chunk's
-// bytes are hashed as they arrive; once a chunk is written, its digest goes
-// into the piece's digest list, and only then is the chunk served (so a
-// fetcher that receives it can find its digest). Digests are appended at most
-// every kEvery, and when the last chunk is done.
-class LiveLanding {
- public:
-  LiveLanding(std::shared_ptr<SwarmRegistry> registry, std::string key, std::string list_key,
-              Json head, std::shared_ptr<ChunkSet> available, const Manifest& manifest)
-      : registry_(std::move(registry)),
-        key_(std::move(key)),
-        list_key_(std::move(list_key)),
-        head_(DumpJson(head)),
-        available_(std::move(available)),
-        hasher_(manifest.chunk_digest) {
-    for (const ManifestChunk& c : manifest.chunks) lengths_.push_back(c.length);
-  }
-  // The live record is withdrawn (if it is still this daemon's): once the
-  // piece's part is published, fetchers take the digests from there; after a
-  // failure, nobody is to wait on it.
-  ~LiveLanding() {
-    if (headed_) (void)registry_->Release(key_, head_);
-  }
-  LiveLanding(const LiveLanding&) = delete;
-  LiveLanding& operator=(const LiveLanding&) = delete;
-
-  // `bytes`, written to the piece's file after those before.
-  void Landed(std::string_view bytes) {
-    while (!bytes.empty() && digests_.size() < lengths_.size()) {
-      const uint64_t want = lengths_[digests_.size()] - in_chunk_;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(want, bytes.size()));
-      hasher_.Update(bytes.substr(0, n));
-      bytes.remove_prefix(n);
-      in_chunk_ += n;
-      if (in_chunk_ < lengths_[digests_.size()]) break;
-      digests_.push_back(hasher_.HexDigest());
-      hasher_.Reset();
-      in_chunk_ = 0;
-      const bool last = digests_.size() == lengths_.size();
-      if (last || std::chrono::steady_clock::now() - put_ >= kEvery) Publish();
-    }
-  }
-
- private:
-  static constexpr std::chrono::milliseconds kEvery{20};
-  static constexpr std::chrono::milliseconds kTtl{60000};
-
-  void Publish() {
-    put_ = std::chrono::steady_clock::now();
-    // The new digests, then (the first time, and while a long piece lands) the
-    // record that names this daemon; a failed write is tried again with the
-    // next chunk, and what it covers is served only then.
-    std::vector<std::string> more(digests_.begin() + static_cast<std::ptrdiff_t>(listed_),
-                                  digests_.end());
-    if (!registry_->Append(list_key_, more, kTtl).ok()) return;
-    listed_ = digests_.size();
-    if (!headed_ || put_ - headed_at_ > kTtl / 2) {
-      if (!registry_->Put(key_, head_, kTtl).ok()) return;
-      headed_ = true;
-      headed_at_ = put_;
-    }
-    for (; served_ < listed_; ++served_) available_->Set(served_);
-  }
-
-  const std::shared_ptr<SwarmRegistry> registry_;
-  const std::string key_;
-  const std::string list_key_;
-  const std::string head_;  // the record's text
-  const std::shared_ptr<ChunkSet> available_;
-  std::vector<uint64_t> lengths_;
-  ChunkHasher hasher_;
-  uint64_t in_chunk_ = 0;
-  std::vector<std::string> digests_;
-  size_t listed_ = 0;  // digests appended to the list
-  size_t served_ = 0;
-  std::chrono::steady_clock::time_point put_{};
-  bool headed_ = false;  // the record is written
-  std::chrono::steady_clock::time_point headed_at_{};
-};
 
 // The upstream as the fleet shares it: each file from the daemon that claimed
 // it in the registry (fetched from upstream there) or from upstream here when
@@ -925,7 +758,7 @@ class FleetOrigin final : public Origin {
                          {"offset", piece.offset},
                          {"length", piece.length}};
       live.emplace(fleet_.registry, PieceKey("origin-live", k, p), PieceKey("origin-digests", k, p),
-                   head, available, served.manifest);
+                   DumpJson(head), available, served.manifest);
       fleet_.server->Publish(std::move(served));
     }
     uint64_t written = 0;
