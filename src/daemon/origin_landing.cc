@@ -89,12 +89,18 @@ void LiveLanding::Landed(std::string_view bytes) {
 
 void LiveLanding::Publish() {
   put_ = std::chrono::steady_clock::now();
+  // A list left by a daemon that held this piece's claim before (it died, or
+  // its fetch failed) is begun again: positions are chunks.
+  if (!begun_) {
+    if (!registry_->Delete(list_key_).ok()) return;
+    begun_ = true;
+  }
   std::vector<std::string> more(digests_.begin() + static_cast<std::ptrdiff_t>(listed_),
                                 digests_.end());
-  if (!registry_->Append(list_key_, more, kTtl).ok()) return;
+  if (!registry_->Append(list_key_, more, kListTtl).ok()) return;
   listed_ = digests_.size();
-  if (!headed_ || put_ - headed_at_ > kTtl / 2) {
-    if (!registry_->Put(key_, head_, kTtl).ok()) return;
+  if (!headed_ || put_ - headed_at_ > kRecordTtl / 4) {
+    if (!registry_->Put(key_, head_, kRecordTtl).ok()) return;
     headed_ = true;
     headed_at_ = put_;
   }

@@ -90,11 +90,15 @@ class LiveLanding {
 
  private:
   static constexpr std::chrono::milliseconds kEvery{20};
-  static constexpr std::chrono::milliseconds kTtl{60000};
+  // The digest list outlives the landing (a puller finishes with it); the
+  // record lives a few seconds unless written again, so that one whose daemon
+  // died is gone, and its pullers give up on it, long before the claim lapses.
+  static constexpr std::chrono::milliseconds kListTtl{60000};
+  static constexpr std::chrono::milliseconds kRecordTtl{5000};
 
-  // The digests not listed yet, then (the first time, and while a long piece
-  // lands) the record; a failed write is tried again with the next chunk, and
-  // what it covers is served only then.
+  // The digests not listed yet, then (the first time, and every quarter of
+  // kRecordTtl while the piece lands) the record; a failed write is tried again
+  // with the next chunk, and what it covers is served only then.
   void Publish();
 
   const std::shared_ptr<SwarmRegistry> registry_;
@@ -106,7 +110,8 @@ class LiveLanding {
   ChunkHasher hasher_;
   uint64_t in_chunk_ = 0;
   std::vector<std::string> digests_;
-  size_t listed_ = 0;  // digests appended to the list
+  bool begun_ = false;  // any list left by an earlier holder deleted
+  size_t listed_ = 0;   // digests appended to the list
   size_t served_ = 0;
   std::chrono::steady_clock::time_point put_{};
   bool headed_ = false;  // the record is written

@@ -336,6 +336,48 @@ class OriginsTest : public testing::DaemonProcessTest {
     EXPECT_NE(*status, 0);
     *log = daemon->Stderr();
   }
+  // The registry behind a proxy answering at 512 KiB/s (a 1 MiB piece takes
+  // about 2 s to land); a second daemon started while the first fetches the
+  // shard's piece 0 must pull it as it lands, byte for byte, no landing pull
+  // failing, each piece fetched from upstream once. With `stale_list`, the
+  // piece's digest list holds two digests of an earlier holder at the start.
+  void LandWhileASecondDaemonJoins(bool stale_list) {
+    testing::RedisServer redis;
+    OciRegistryServer registry;
+    const auto model = AModel();
+    const std::string hex = Push(registry, "models/test:v1", model).substr(7);
+    if (stale_list) {
+      for (const char* left : {"left by a daemon", "that died"}) {
+        RedisCli(redis, {"RPUSH", "seedd:origin-digests:" + hex + ":1.0", Sha256Hex(left)});
+      }
+    }
+    SlowProxy slow(registry.port(), 512 << 10);
+    const std::string url = "m=oci://" + slow.host() + "/models/test:v1";
+    std::vector<std::unique_ptr<testing::Process>> daemons;
+    daemons.push_back(StartFleetDaemon(url, redis, 0));
+    // The shard's first piece landing at the first daemon, with no part yet
+    // (the shard is file 1 of the listing: config.json, model-00001, ...).
+    ASSERT_NO_FATAL_FAILURE(
+        WaitForKeys(redis, "seedd:origin-live:" + hex + ":1.0", 1, "piece 0 landing", *daemons[0]));
+    daemons.push_back(StartFleetDaemon(url, redis, 1));
+    std::vector<std::string> addrs;
+    ASSERT_NO_FATAL_FAILURE(PullFromEach(daemons, model, &addrs));
+    int upstream = 0;
+    std::string logs;
+    ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
+    EXPECT_TRUE(Has(daemons[1]->Stderr(),
+                    "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
+                    "landed upstream"))
+        << daemons[1]->Stderr() << daemons[0]->Stderr();
+    // No landing pull failed: a piece whose file is complete at the daemon
+    // serving it is served from the whole file from then on, not lost with its
+    // own copy.
+    EXPECT_FALSE(Has(logs, "but does not serve it")) << logs;
+    EXPECT_FALSE(Has(logs, "while it lands upstream failed")) << logs;
+    // 3 pieces of the shard and 3 other files (the duplicate tokenizer
+    // copied): each fetched from upstream once.
+    EXPECT_EQ(upstream, 6) << logs;
+  }
   int layouts_ = 0;
 };
 
@@ -1152,36 +1194,15 @@ TEST_F(OriginsTest, DaemonsConfiguredAlikeFetchAVersionFromUpstreamOnceAndPullIt
 // shard's first piece pulls that piece from it as it lands, byte for byte,
 // and no piece is fetched from upstream twice.
 TEST_F(OriginsTest, ASecondDaemonPullsAPieceFromTheFirstWhileItLandsUpstream) {
-  testing::RedisServer redis;
-  OciRegistryServer registry;
-  const auto model = AModel();
-  const std::string digest = Push(registry, "models/test:v1", model);
-  const std::string hex = digest.substr(7);
-  SlowProxy slow(registry.port(), 512 << 10);
-  const std::string url = "m=oci://" + slow.host() + "/models/test:v1";
-  std::vector<std::unique_ptr<testing::Process>> daemons;
-  daemons.push_back(StartFleetDaemon(url, redis, 0));
-  // The shard's first piece landing at the first daemon, with no part yet (the
-  // shard is file 1 of the listing: config.json, model-00001, model-00002, ...).
-  ASSERT_NO_FATAL_FAILURE(
-      WaitForKeys(redis, "seedd:origin-live:" + hex + ":1.0", 1, "piece 0 landing", *daemons[0]));
-  daemons.push_back(StartFleetDaemon(url, redis, 1));
-  std::vector<std::string> addrs;
-  ASSERT_NO_FATAL_FAILURE(PullFromEach(daemons, model, &addrs));
-  int upstream = 0;
-  std::string logs;
-  ASSERT_NO_FATAL_FAILURE(StopAndCountUpstream(daemons, &upstream, &logs));
-  EXPECT_TRUE(Has(daemons[1]->Stderr(),
-                  "pulled piece 0 of model-00001-of-00002.bin (1.00 MiB) from the fleet while it "
-                  "landed upstream"))
-      << daemons[1]->Stderr() << daemons[0]->Stderr();
-  // No landing pull failed: a piece whose file is complete at the daemon serving
-  // it is served from the whole file from then on, not lost with its own copy.
-  EXPECT_FALSE(Has(logs, "but does not serve it")) << logs;
-  EXPECT_FALSE(Has(logs, "while it lands upstream failed")) << logs;
-  // 3 pieces of the shard and 3 other files (the duplicate tokenizer copied):
-  // each fetched from upstream once.
-  EXPECT_EQ(upstream, 6) << logs;
+  ASSERT_NO_FATAL_FAILURE(LandWhileASecondDaemonJoins(/*stale_list=*/false));
+}
+
+// A daemon that died while a piece landed leaves the piece's digest list behind
+// (here: two digests set by hand); the daemon that takes the piece over begins
+// the list again, so the chunks' positions are its own and the fleet pulls the
+// piece from it as it lands.
+TEST_F(OriginsTest, ADigestListLeftByADaemonThatDiedIsBegunAgainByTheNextToFetchThePiece) {
+  ASSERT_NO_FATAL_FAILURE(LandWhileASecondDaemonJoins(/*stale_list=*/true));
 }
 
 // A piece stays served as it landed once its file is complete at the daemon

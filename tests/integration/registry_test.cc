@@ -59,6 +59,8 @@ TEST_F(RegistryTest, AClaimHasOneHolderWhoAloneRenewsOrReleasesItAndItLapsesUnre
   // Whether a value is there, whatever its length.
   EXPECT_TRUE(*registry->Exists("origin-root:v2"));
   EXPECT_FALSE(*registry->Exists("origin-root:v3"));
+  ASSERT_OK(registry->Delete("origin-root:v2"));
+  EXPECT_FALSE(*registry->Exists("origin-root:v2"));
 }
 
 TEST_F(RegistryTest, HoldersAreListedUntilTheirEntriesExpire) {

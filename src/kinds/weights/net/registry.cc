@@ -109,6 +109,11 @@ Result<bool> SwarmRegistry::Exists(const std::string& name) {
   return (*r)->integer > 0;
 }
 
+Status SwarmRegistry::Delete(const std::string& name) {
+  Result<RedisReply> r = client_->Command({"DEL", client_->config().prefix + "seedd:" + name});
+  return r.ok() ? Status::Ok() : r.status();
+}
+
 Status SwarmRegistry::Append(const std::string& name, const std::vector<std::string>& values,
                              std::chrono::milliseconds ttl) {
   if (values.empty()) return Status::Ok();

@@ -73,6 +73,8 @@ class SwarmRegistry {
   // what it has not read yet.
   Status Append(const std::string& name, const std::vector<std::string>& values,
                 std::chrono::milliseconds ttl);
+  // NAME gone (a list begun again).
+  Status Delete(const std::string& name);
   Result<std::vector<std::string>> Range(const std::string& name, size_t from, size_t max,
                                          size_t max_bytes);
 
