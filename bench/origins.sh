@@ -11,7 +11,7 @@
 #    from the version held;
 #  - FLEET (default 8) daemons configured alike (the same --model URL and
 #    --registry, a real redis-server), started at once: the bytes the registry
-#    sent (its access log's blob GETs) over the model's (target <= 1.05), and
+#    sent (its access log's blob GETs, ranged ones too) over the model's (target <= 1.05), and
 #    the time until the last is ready over one daemon's fetch alone (loopback,
 #    unshaped: the fleet's pulls share this machine's 2 cores and disk).
 # Usage: bench/origins.sh BIN_DIR
@@ -75,8 +75,8 @@ printf 'origins: fetch at start %.2f s (seedd, verified, fsynced, indexed) vs %.
 printf 'origins: a revision rewriting 10%% of the bytes fetched %.3f of the model from upstream (target <= 0.15)\n' "$f"
 
 # The fleet: FLEET daemons configured alike, started at once.
-blob_bytes() {  # bytes of blob GETs answered 200 in the registry's access log so far
-  grep -o '"GET /v2/bench/model/blobs/sha256:[0-9a-f]* HTTP/1.1" 200 [0-9]*' "$work/registry.log" |
+blob_bytes() {  # bytes of blob GETs answered (200, or 206 to a ranged GET) in the registry's access log so far
+  grep -oE '"GET /v2/bench/model/blobs/sha256:[0-9a-f]* HTTP/1.1" 20[06] [0-9]*' "$work/registry.log" |
     awk '{s += $NF} END {print s + 0}'
 }
 fleet_s=(); fleet_up=()
