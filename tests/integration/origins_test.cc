@@ -175,11 +175,9 @@ class OriginsTest : public testing::DaemonProcessTest {
                              const std::vector<std::string>& value) {
     for (int k = 0; k < 5; ++k) {
       for (const std::string suffix : {"", ".0", ".1", ".2"}) {
-        std::vector<std::string> argv = {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()),
-                                         "SET", key_prefix + std::to_string(k) + suffix};
-        argv.insert(argv.end(), value.begin(), value.end());
-        auto set = RunCommand(argv);
-        ASSERT_EQ(set.status, 0) << set.err;
+        std::vector<std::string> args = {"SET", key_prefix + std::to_string(k) + suffix};
+        args.insert(args.end(), value.begin(), value.end());
+        RedisCli(redis, std::move(args));
       }
     }
   }
@@ -216,11 +214,9 @@ class OriginsTest : public testing::DaemonProcessTest {
                           size_t count, const std::string& what, testing::Process& daemon) {
     for (int tries = 0;; ++tries) {
       ASSERT_LT(tries, 500) << what << " never seen:\n" << daemon.Stderr();
-      auto keys = RunCommand(
-          {"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS", pattern});
-      ASSERT_EQ(keys.status, 0) << keys.err;
-      if (static_cast<size_t>(std::count(keys.out.begin(), keys.out.end(), '\n')) >= count &&
-          keys.out != "\n") {
+      const std::string keys = RedisCli(redis, {"KEYS", pattern});
+      if (!keys.empty() &&
+          static_cast<size_t>(std::count(keys.begin(), keys.end(), '\n')) + 1 >= count) {
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -275,37 +271,35 @@ class OriginsTest : public testing::DaemonProcessTest {
     const auto model = AModel();
     const std::string hex = Push(registry, "models/test:v1", model).substr(7);
     const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
-    auto redis_cli = [&](std::vector<std::string> args) {
-      return RedisCli(redis, std::move(args));
-    };
     std::vector<std::unique_ptr<testing::Process>> daemons;
     daemons.push_back(StartFleetDaemon(url, redis, 0));
     const std::string first = ReadyAddress(*daemons[0]);
     const std::string id = "1.0";
     const std::string part_key = "seedd:origin-part:" + hex + ":" + id;
     const std::string list_key = "seedd:origin-digests:" + hex + ":" + id;
-    const std::string part = redis_cli({"GET", part_key});
+    const std::string part = RedisCli(redis, {"GET", part_key});
     ASSERT_FALSE(part.empty());
-    ASSERT_EQ(redis_cli({"LLEN", list_key}), "4");  // still listed (60 s)
+    ASSERT_EQ(RedisCli(redis, {"LLEN", list_key}), "4");  // still listed (60 s)
     if (lying_list) {
-      redis_cli({"DEL", list_key});
+      RedisCli(redis, {"DEL", list_key});
       for (int c = 0; c < 4; ++c)
-        redis_cli({"RPUSH", list_key, Sha256Hex("not chunk " + std::to_string(c))});
+        RedisCli(redis, {"RPUSH", list_key, Sha256Hex("not chunk " + std::to_string(c))});
     }
     const std::string landing_root = Sha256Hex("seedd-landing:" + hex + ":" + id);
     const Json live = {
         {"root", landing_root}, {"holder", first}, {"offset", 0}, {"length", uint64_t{1} << 20}};
-    redis_cli({"DEL", part_key, "seedd:origin-root:" + hex});
-    redis_cli({"SET", "seedd:origin-lease:" + hex + ":" + id, "a-daemon-elsewhere", "PX", "60000"});
-    redis_cli({"SET", "seedd:origin-live:" + hex + ":" + id, live.dump(), "PX", "60000"});
+    RedisCli(redis, {"DEL", part_key, "seedd:origin-root:" + hex});
+    RedisCli(redis,
+             {"SET", "seedd:origin-lease:" + hex + ":" + id, "a-daemon-elsewhere", "PX", "60000"});
+    RedisCli(redis, {"SET", "seedd:origin-live:" + hex + ":" + id, live.dump(), "PX", "60000"});
     daemons.push_back(StartFleetDaemon(url, redis, 1));
     // The second daemon in the landing piece's swarm: the part published again.
-    for (int tries = 0; std::stoi("0" + redis_cli({"ZCARD", "seedd:swarm:" + landing_root})) < 2;
-         ++tries) {
+    for (int tries = 0;
+         std::stoi("0" + RedisCli(redis, {"ZCARD", "seedd:swarm:" + landing_root})) < 2; ++tries) {
       ASSERT_LT(tries, 500) << daemons[1]->Stderr();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    redis_cli({"SET", part_key, part, "PX", "600000"});
+    RedisCli(redis, {"SET", part_key, part, "PX", "600000"});
     const std::string second_addr = ReadyAddress(*daemons[1]);
     for (const std::string& addr : {first, second_addr}) {
       auto pulled = RunCommand(PullArgs(addr, dir_.path() / ("into-" + addr)));
@@ -1248,10 +1242,8 @@ TEST_F(OriginsTest, TheFleetPullsTheFirstPiecesOfALargeFileWhileItsLastIsStillUp
   const std::string digest = Push(registry, "models/test:v1", model);
   const std::string hex = digest.substr(7);
   for (int k = 0; k < 5; ++k) {
-    auto set = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
-                           "seedd:origin-lease:" + hex + ":" + std::to_string(k) + ".2",
-                           "a-daemon-that-died", "PX", "4000"});
-    ASSERT_EQ(set.status, 0) << set.err;
+    RedisCli(redis, {"SET", "seedd:origin-lease:" + hex + ":" + std::to_string(k) + ".2",
+                     "a-daemon-that-died", "PX", "4000"});
   }
   const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
   std::vector<std::unique_ptr<testing::Process>> daemons;
@@ -1319,17 +1311,17 @@ TEST_F(OriginsTest, APieceRecordAtAnotherOffsetIsIgnoredAndThatPieceFetchedFromU
   const auto model = AModel();
   const std::string hex = Push(registry, "models/test:v1", model).substr(7);
   const std::string url = "m=oci://" + registry.host() + "/models/test:v1";
-  auto redis_cli = [&](std::vector<std::string> args) { return RedisCli(redis, std::move(args)); };
   std::string first_addr;
   auto first = StartDaemon({"--model", url, "--registry", redis.url(), "--origin-range-mib", "1"},
                            &first_addr, dir_.path() / "cache-0");
   // The first shard is file 1 of the listing.
   const std::string key0 = "seedd:origin-part:" + hex + ":1.0";
   const std::string key1 = "seedd:origin-part:" + hex + ":1.1";
-  std::string record0 = redis_cli({"GET", key0});
+  std::string record0 = RedisCli(redis, {"GET", key0});
   record0.erase(record0.find_last_not_of('\n') + 1);
-  redis_cli({"SET", key1, record0});
-  redis_cli({"DEL", "seedd:origin-root:" + hex});  // so the next daemon fetches with the fleet
+  RedisCli(redis, {"SET", key1, record0});
+  RedisCli(redis,
+           {"DEL", "seedd:origin-root:" + hex});  // so the next daemon fetches with the fleet
   std::string addr;
   auto second = StartDaemon(
       {"--model", url, "--registry", redis.url(), "--log-level", "info", "--origin-range-mib", "1"},
@@ -1365,9 +1357,7 @@ TEST_F(OriginsTest, ALandingPieceWhoseDaemonIsGoneIsFetchedFromUpstreamOnceItsCl
                            {"offset", static_cast<uint64_t>(p) << 20},
                            {"length", uint64_t{1} << 20},
                            {"digests", Json::array()}};
-      auto set = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "SET",
-                             "seedd:origin-live:" + hex + ":" + id, record.dump(), "PX", "60000"});
-      ASSERT_EQ(set.status, 0) << set.err;
+      RedisCli(redis, {"SET", "seedd:origin-live:" + hex + ":" + id, record.dump(), "PX", "60000"});
     }
   }
   const std::string log = ServeAndPull(registry, redis, model);
@@ -1406,10 +1396,8 @@ TEST_F(OriginsTest, AFleetFetchWithACorruptFileUpstreamFailsAtOnceAndReleasesIts
   std::string log, hex;
   ASSERT_NO_FATAL_FAILURE(FailOnACorruptFile(redis, "model-00001-of-00002.bin", &log, &hex));
   EXPECT_TRUE(Has(log, "model-00001-of-00002.bin: digest sha256:")) << log;
-  auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS",
-                          "seedd:origin-[ls]*"});
-  ASSERT_EQ(keys.status, 0) << keys.err;
-  EXPECT_EQ(keys.out.find("origin-"), std::string::npos) << "claims left behind:\n" << keys.out;
+  const std::string keys = RedisCli(redis, {"KEYS", "seedd:origin-[ls]*"});
+  EXPECT_EQ(keys.find("origin-"), std::string::npos) << "claims left behind:\n" << keys;
 }
 
 // A file of one piece travels as one (served while it lands): when it does not
@@ -1422,10 +1410,8 @@ TEST_F(OriginsTest, AOnePieceFileThatDoesNotMatchItsDigestLeavesNoRecordOfItsPie
   ASSERT_NO_FATAL_FAILURE(FailOnACorruptFile(redis, "model-00002-of-00002.bin", &log, &hex));
   EXPECT_TRUE(Has(log, "fetching piece 0 of model-00002-of-00002.bin")) << log;
   EXPECT_TRUE(Has(log, "model-00002-of-00002.bin: digest sha256:")) << log;
-  auto keys = RunCommand({"/usr/bin/redis-cli", "-p", std::to_string(redis.port()), "--raw", "KEYS",
-                          "seedd:origin-part:" + hex + ":2*"});
-  ASSERT_EQ(keys.status, 0) << keys.err;
-  EXPECT_EQ(keys.out.find("origin-part"), std::string::npos) << keys.out << log;
+  const std::string keys = RedisCli(redis, {"KEYS", "seedd:origin-part:" + hex + ":2*"});
+  EXPECT_EQ(keys.find("origin-part"), std::string::npos) << keys << log;
 }
 
 }  // namespace
