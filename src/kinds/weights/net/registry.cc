@@ -35,6 +35,10 @@ SwarmRegistry::~SwarmRegistry() = default;
 
 std::string SwarmRegistry::Describe() const { return "redis://" + client_->Where(); }
 
+std::string SwarmRegistry::Named(const std::string& name) const {
+  return client_->config().prefix + "seedd:" + name;
+}
+
 std::string SwarmRegistry::Key(const std::string& root) const {
   return client_->config().prefix + "seedd:swarm:" + root;
 }
@@ -54,8 +58,8 @@ Status SwarmRegistry::Announce(const std::string& root, const std::string& addr,
 
 Result<bool> SwarmRegistry::Claim(const std::string& name, const std::string& holder,
                                   std::chrono::milliseconds ttl) {
-  Result<RedisReply> r = client_->Command({"SET", client_->config().prefix + "seedd:" + name,
-                                           holder, "NX", "PX", std::to_string(ttl.count())});
+  Result<RedisReply> r =
+      client_->Command({"SET", Named(name), holder, "NX", "PX", std::to_string(ttl.count())});
   if (!r.ok()) return r.status();
   if ((*r)->type == REDIS_REPLY_NIL) return false;
   if ((*r)->type != REDIS_REPLY_STATUS) return RedisClient::Unexpected("SET", r->get());
@@ -69,8 +73,7 @@ Result<bool> SwarmRegistry::Renew(const std::string& name, const std::string& ho
       "if redis.call('GET', KEYS[1]) == ARGV[1] then "
       "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
   Result<RedisReply> r =
-      client_->Command({"EVAL", kScript, "1", client_->config().prefix + "seedd:" + name, holder,
-                        std::to_string(ttl.count())});
+      client_->Command({"EVAL", kScript, "1", Named(name), holder, std::to_string(ttl.count())});
   if (!r.ok()) return r.status();
   if ((*r)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("EVAL", r->get());
   return (*r)->integer == 1;
@@ -80,20 +83,19 @@ Status SwarmRegistry::Release(const std::string& name, const std::string& holder
   static constexpr std::string_view kScript =
       "if redis.call('GET', KEYS[1]) == ARGV[1] then "
       "return redis.call('DEL', KEYS[1]) else return 0 end";
-  Result<RedisReply> r =
-      client_->Command({"EVAL", kScript, "1", client_->config().prefix + "seedd:" + name, holder});
+  Result<RedisReply> r = client_->Command({"EVAL", kScript, "1", Named(name), holder});
   return r.ok() ? Status::Ok() : r.status();
 }
 
 Status SwarmRegistry::Put(const std::string& name, const std::string& value,
                           std::chrono::milliseconds ttl) {
-  Result<RedisReply> r = client_->Command({"SET", client_->config().prefix + "seedd:" + name, value,
-                                           "PX", std::to_string(ttl.count())});
+  Result<RedisReply> r =
+      client_->Command({"SET", Named(name), value, "PX", std::to_string(ttl.count())});
   return r.ok() ? Status::Ok() : r.status();
 }
 
 Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name, size_t max_bytes) {
-  Result<RedisReply> r = client_->Command({"GET", client_->config().prefix + "seedd:" + name});
+  Result<RedisReply> r = client_->Command({"GET", Named(name)});
   if (!r.ok()) return r.status();
   if ((*r)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
   if ((*r)->type != REDIS_REPLY_STRING || (*r)->len > max_bytes) {
@@ -103,21 +105,21 @@ Result<std::optional<std::string>> SwarmRegistry::Get(const std::string& name, s
 }
 
 Result<bool> SwarmRegistry::Exists(const std::string& name) {
-  Result<RedisReply> r = client_->Command({"EXISTS", client_->config().prefix + "seedd:" + name});
+  Result<RedisReply> r = client_->Command({"EXISTS", Named(name)});
   if (!r.ok()) return r.status();
   if ((*r)->type != REDIS_REPLY_INTEGER) return RedisClient::Unexpected("EXISTS", r->get());
   return (*r)->integer > 0;
 }
 
 Status SwarmRegistry::Delete(const std::string& name) {
-  Result<RedisReply> r = client_->Command({"DEL", client_->config().prefix + "seedd:" + name});
+  Result<RedisReply> r = client_->Command({"DEL", Named(name)});
   return r.ok() ? Status::Ok() : r.status();
 }
 
 Status SwarmRegistry::Append(const std::string& name, const std::vector<std::string>& values,
                              std::chrono::milliseconds ttl) {
   if (values.empty()) return Status::Ok();
-  const std::string key = client_->config().prefix + "seedd:" + name;
+  const std::string key = Named(name);
   std::vector<std::string_view> argv = {"RPUSH", key};
   for (const std::string& v : values) argv.push_back(v);
   Result<RedisReply> pushed = client_->Command(argv);
@@ -130,8 +132,8 @@ Result<std::vector<std::string>> SwarmRegistry::Range(const std::string& name, s
                                                       size_t max, size_t max_bytes) {
   std::vector<std::string> values;
   if (max == 0) return values;
-  Result<RedisReply> r = client_->Command({"LRANGE", client_->config().prefix + "seedd:" + name,
-                                           std::to_string(from), std::to_string(from + max - 1)});
+  Result<RedisReply> r = client_->Command(
+      {"LRANGE", Named(name), std::to_string(from), std::to_string(from + max - 1)});
   if (!r.ok()) return r.status();
   if ((*r)->type != REDIS_REPLY_ARRAY) return RedisClient::Unexpected("LRANGE", r->get());
   for (size_t i = 0; i < (*r)->elements && i < max; ++i) {

@@ -101,6 +101,8 @@ class SwarmRegistry {
  private:
   explicit SwarmRegistry(std::unique_ptr<RedisClient> client);
   std::string Key(const std::string& root) const;
+  // <prefix>seedd:NAME, the key of a named value (claims, records, lists).
+  std::string Named(const std::string& name) const;
   std::unique_ptr<RedisClient> client_;
 };
 
