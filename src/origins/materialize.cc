@@ -139,17 +139,24 @@ class Md5 {
   EVP_MD_CTX* ctx_;
 };
 
+bool IsMd5(const std::string& digest) { return digest.rfind("md5:", 0) == 0; }
+
 // Hashes and counts what is written to `fd`, refusing more than `size` bytes.
+// The SHA-256 always (the file's identity in the record); the MD5 only when
+// `md5` (an S3 ETag is the digest to check): MD5 costs more than a SHA-256
+// with the CPU's SHA extensions, and every daemon of a fleet checks every file.
 class Landing {
  public:
-  Landing(int fd, const OriginFile& file) : fd_(fd), file_(file) {}
+  Landing(int fd, const OriginFile& file, bool md5) : fd_(fd), file_(file) {
+    if (md5) md5_.emplace();
+  }
   Status Write(std::string_view piece) {
     if (written_ + piece.size() > file_.size) {
       return Status::DataLoss(file_.path + ": more than the " + std::to_string(file_.size) +
                               " bytes the upstream listed");
     }
     sha_.Update(piece);
-    md5_.Update(piece);
+    if (md5_.has_value()) md5_->Update(piece);
     if (fd_ < 0) {  // checking bytes in place
       written_ += piece.size();
       return Status::Ok();
@@ -171,9 +178,13 @@ class Landing {
                               " bytes, not " + std::to_string(file_.size));
     }
     *sha256 = "sha256:" + sha_.HexDigest();
-    const std::string md5 = "md5:" + md5_.HexDigest();
+    if (IsMd5(expected) && !md5_.has_value()) {
+      return Status::Internal(file_.path + ": an MD5 to check (" + expected +
+                              ") but none computed");
+    }
+    const std::string md5 = md5_.has_value() ? "md5:" + md5_->HexDigest() : std::string();
     if (!expected.empty()) {
-      const std::string& actual = expected.rfind("md5:", 0) == 0 ? md5 : *sha256;
+      const std::string& actual = IsMd5(expected) ? md5 : *sha256;
       if (actual != expected) {
         return Status::DataLoss(file_.path + ": digest " + actual + ", expected " + expected +
                                 " (from " + from + "); not kept");
@@ -187,7 +198,7 @@ class Landing {
   int fd_;  // -1: only checked
   const OriginFile& file_;
   Sha256 sha_;
-  Md5 md5_;
+  std::optional<Md5> md5_;
   uint64_t written_ = 0;
 };
 
@@ -212,7 +223,7 @@ Status CheckInPlace(const std::filesystem::path& path, const OriginFile& file,
                     const std::function<void(uint64_t)>& count, std::string* sha256) {
   UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!in.valid()) return ErrnoStatus("open " + path.string(), errno);
-  Landing landing(-1, file);
+  Landing landing(-1, file, IsMd5(expected));
   SEEDD_RETURN_IF_ERROR(ReadInto(in.get(), path, landing, count));
   SEEDD_RETURN_IF_ERROR(landing.Finish(expected, from, sha256));
   if (::fsync(in.get()) != 0) return ErrnoStatus("fsync " + path.string(), errno);
@@ -224,10 +235,10 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
                  const std::function<void(uint64_t)>& count, std::string* sha256) {
   UniqueFd in(::open(from.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!in.valid()) return ErrnoStatus("open " + from.path.string(), errno);
-  Landing landing(fd, file);
+  const std::string& expected = file.digest.empty() ? from.sha256 : file.digest;
+  Landing landing(fd, file, IsMd5(expected));
   SEEDD_RETURN_IF_ERROR(ReadInto(in.get(), from.path, landing, count));
-  return landing.Finish(file.digest.empty() ? from.sha256 : file.digest, from.path.string(),
-                        sha256);
+  return landing.Finish(expected, from.path.string(), sha256);
 }
 
 // `file` into `fd` as ranged GETs of `range_bytes`, `streams` at once, each
@@ -461,7 +472,9 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
       if (expected.status().code() != StatusCode::kFailedPrecondition) return expected.status();
       if (::ftruncate(fd->get(), 0) != 0) return ErrnoStatus("truncate " + f.path, errno);
     }
-    Landing landing(fd->get(), f);
+    // The upstream answers with the listing's digest or a SHA-256 of its own
+    // (an S3 object's checksum header), so an MD5 is due only for an ETag.
+    Landing landing(fd->get(), f, IsMd5(f.digest));
     Result<std::string> expected = origin.Fetch(f, [&](std::string_view piece) -> Status {
       if (failed.load()) return Status::Cancelled("another file failed");
       SEEDD_RETURN_IF_ERROR(landing.Write(piece));
