@@ -188,9 +188,10 @@ class Fetch {
   // The request record for `t` on `conn`: "waiting" when no chunk is arriving
   // from anyone and the server takes it.
   RequestRecord RequestFor(const DataConn& conn, const Taken& t) const;
-  // Receives chunk `index` (see fetch_connections.cc); `halfway` is called once
-  // half of it has arrived.
-  Status Receive(Conn& conn, uint32_t index, std::string* buf, bool* verified,
+  // Receives chunk `index` (see fetch_connections.cc) through `buf` (a piece's
+  // bytes, fetch_connections.cc's kPieceBytes); `halfway` is called once half
+  // of it has arrived.
+  Status Receive(Conn& conn, uint32_t index, char* buf, bool* verified,
                  std::chrono::steady_clock::time_point deadline, bool* local,
                  const std::function<void()>& halfway);
   Status AskState(Conn& conn, Source* source);

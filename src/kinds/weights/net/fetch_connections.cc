@@ -338,7 +338,9 @@ RequestRecord Fetch::RequestFor(const DataConn& conn, const Taken& t) const {
 Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, bool* idle) {
   Conn& conn = *data.conn;
   const int depth = Depth(*source);
-  std::string buf;  // one piece of a chunk
+  // One piece of a chunk, allocated once, not zeroed: every connection of
+  // every pull has one, and a part pull of an origin model opens many.
+  const std::unique_ptr<char[]> buf(new char[kPieceBytes]);
   auto last_used = std::chrono::steady_clock::now();
   // Past `pipeline` requests, more only while those in flight are small.
   auto room = [&] {
@@ -460,7 +462,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     };
     if (!BeginWrite(index)) {
       // Another copy is landing or landed (an endgame duplicate): read it past.
-      Status st = Receive(conn, index, &buf, nullptr, deadline, nullptr, ahead);
+      Status st = Receive(conn, index, buf.get(), nullptr, deadline, nullptr, ahead);
       Returned(index, source);
       if (!st.ok()) return st;
       if (ahead_unsent) return Status::Unavailable("cannot send a chunk request");
@@ -469,7 +471,7 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     }
     bool verified = false;
     bool local = false;
-    Status got = Receive(conn, index, &buf, &verified, deadline, &local, ahead);
+    Status got = Receive(conn, index, buf.get(), &verified, deadline, &local, ahead);
     if (got.ok() && ahead_unsent) got = Status::Unavailable("cannot send a chunk request");
     if (!got.ok()) {
       EndWrite(index);
@@ -501,11 +503,10 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
 // twice (socket buffer, page cache) instead of five times. The bytes of a chunk
 // that fails verification are never journaled nor served, and are overwritten
 // when it is fetched again. With no `verified`, the bytes are read and dropped.
-Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verified,
+Status Fetch::Receive(Conn& conn, uint32_t index, char* buf, bool* verified,
                       std::chrono::steady_clock::time_point deadline, bool* local,
                       const std::function<void()>& halfway) {
   const ManifestChunk& c = m_.chunks[index];
-  buf->resize(kPieceBytes);
   bool past_half = false;
   // A small chunk is one piece, one receive and one write: the next request
   // goes out before it, as it would halfway through a larger one.
@@ -530,7 +531,7 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
   if (verified == nullptr) {
     for (uint64_t done = 0; done < c.length;) {
       const size_t n = piece(done);
-      SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(buf->data(), n, deadline));
+      SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(buf, n, deadline));
       metrics::BytesReceived(metrics::Plane::kData, n);
       done += n;
       at(done);
@@ -546,11 +547,11 @@ Status Fetch::Receive(Conn& conn, uint32_t index, std::string* buf, bool* verifi
   Status st;
   for (uint64_t done = 0; done < c.length && st.ok();) {
     const size_t n = piece(done);
-    st = conn.RecvAllBy(buf->data(), n, deadline);
+    st = conn.RecvAllBy(buf, n, deadline);
     if (!st.ok()) break;
     metrics::BytesReceived(metrics::Plane::kData, n);
-    hash.Update(std::string_view(buf->data(), n));
-    st = staging_.Write(**file, c, done, buf->data(), n);
+    hash.Update(std::string_view(buf, n));
+    st = staging_.Write(**file, c, done, buf, n);
     *local = !st.ok();
     done += n;
     if (st.ok()) at(done);
