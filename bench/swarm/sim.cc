@@ -151,6 +151,16 @@ double Sim::Latency() {
          std::uniform_real_distribution<double>(1 - f_.jitter, 1 + f_.jitter)(rng_);
 }
 
+double Sim::QueueDelay(PeerId x) const {
+  if (f_.uplink_queue_ms <= 0) return 0;
+  const Host& h = hosts_[x];
+  double sending = 0;
+  for (uint32_t id : h.ups) sending += transfers_[id].rate;
+  return sending >= h.up * 0.99 ? f_.uplink_queue_ms / 1000 : 0;
+}
+
+double Sim::From(PeerId x) { return Latency() + QueueDelay(x); }
+
 void Sim::Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting, bool claim) {
   events_.push({t, seq_++, type, a, b, chunk, waiting, claim});
 }
@@ -274,7 +284,7 @@ void Sim::Pump(PeerId h, PeerId p) {
   auto it = host.core_of.find(p);
   if (it == host.core_of.end()) return;
   while (std::optional<Taken> t = host.core->Next(it->second, Now())) {
-    Push(now_ + Latency(), Ev::kRequest, p, h, t->index, host.downs.empty(), t->claim);
+    Push(now_ + From(h), Ev::kRequest, p, h, t->index, host.downs.empty(), t->claim);
   }
 }
 
@@ -298,7 +308,7 @@ void Sim::Ask(PeerId u, const Queued& q, bool waiting) {
       Send(u, a.id, q);
       return;
     case seedd::UploadSlots::Verdict::kBusy:
-      Push(now_ + Latency(), Ev::kBusy, q.from, u, q.chunk);
+      Push(now_ + From(u), Ev::kBusy, q.from, u, q.chunk);
       return;
     case seedd::UploadSlots::Verdict::kWait:
       up.waiting.emplace(a.id, q);
@@ -331,7 +341,7 @@ void Sim::Send(PeerId u, seedd::UploadSlots::Id slot, const Queued& q) {
     if (q.claim) {
       seedd::ClaimAnswer a = origin_->Claim(down.name, q.chunk, Now());
       if (!a.send) {  // "claimed", naming the holder
-        Push(now_ + Latency(), Ev::kClaimed, q.from, f_.follow_holders ? HostOf(a.holder) : 0,
+        Push(now_ + From(0), Ev::kClaimed, q.from, f_.follow_holders ? HostOf(a.holder) : 0,
              q.chunk);
         Granted(u, up.slots->Release(slot, Now()));
         return;
@@ -355,7 +365,7 @@ void Sim::Send(PeerId u, seedd::UploadSlots::Id slot, const Queued& q) {
   AddDown(q.from, id);
   Reflow(u);
   Reflow(q.from);
-  if (f_.ahead) Push(now_ + Latency() + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
+  if (f_.ahead) Push(now_ + From(u) + chunk_bytes_ / 2 / t.rate, Ev::kHalf, id, 0, t.serial);
 }
 
 void Sim::Reflow(PeerId h) {
@@ -449,9 +459,10 @@ void Sim::Handle(const Event& e) {
       if (!t.live || t.version != e.chunk) return;  // rescheduled, or cut
       const PeerId u = t.u, d = t.d;
       const uint32_t c = t.chunk;
+      const double queued = QueueDelay(u);  // its last bytes behind the uplink's others
       EndTransfer(e.a, true);
       if (u == 0) origin_last_ = now_;
-      Push(now_ + Latency(), Ev::kArrive, d, u, c);
+      Push(now_ + Latency() + queued, Ev::kArrive, d, u, c);
       return;
     }
     case Ev::kArrive: {
@@ -465,7 +476,7 @@ void Sim::Handle(const Event& e) {
       if (host.arrivals.size() <= twentieth) host.arrivals.resize(twentieth + 1);
       ++host.arrivals[twentieth];
       ++host.senders[e.b];
-      Push(now_ + Latency(), Ev::kHave, e.a, 0, e.chunk);  // to every watcher
+      Push(now_ + From(e.a), Ev::kHave, e.a, 0, e.chunk);  // to every watcher
       if (host.core->Complete()) {
         host.done = now_;
         return;
@@ -501,7 +512,7 @@ void Sim::Handle(const Event& e) {
       const PeerId id = host.core_of.at(t.u);
       if (host.core->scheduler().InFlight(id) != 1) return;
       if (std::optional<Taken> next = host.core->Next(id, Now(), true)) {
-        Push(now_ + Latency(), Ev::kRequest, t.u, t.d, next->index, false, next->claim);
+        Push(now_ + From(t.d), Ev::kRequest, t.u, t.d, next->index, false, next->claim);
       }
       return;
     }
@@ -561,7 +572,7 @@ void Sim::Handle(const Event& e) {
       if (up.slots->GiveUp(e.chunk, Now(), &granted)) {
         Send(e.a, e.chunk, q);
       } else {
-        Push(now_ + Latency(), Ev::kBusy, q.from, e.a, q.chunk);
+        Push(now_ + From(e.a), Ev::kBusy, q.from, e.a, q.chunk);
       }
       Granted(e.a, granted);
       return;

@@ -14,7 +14,9 @@
 // an uplink and a downlink (bits per second) and a one-way latency with jitter.
 // A transfer's rate is min(the sender's uplink / its transfers, the receiver's
 // downlink / its transfers), recomputed whenever a transfer starts or ends at
-// either end: flows sharing links fairly, without TCP's slow start. A host that
+// either end: flows sharing links fairly, without TCP's slow start. With
+// --uplink-queue-ms, what a host sends while its uplink is full waits that long
+// in the uplink's queue. A host that
 // connects to a neighbour learns its state, then each chunk it verifies (the
 // watch answers). The origin's claims are taken when a send starts and dated
 // when it ends; a host announces itself to the origin when it joins and
@@ -56,6 +58,12 @@ struct Flags {
   // The network model (see above).
   double latency_ms = 0.5;
   double jitter = 0.2;
+  // A host whose uplink is full holds what it sends this long in its uplink's
+  // queue (0: no queue): its chunk requests, its "have" and "busy" answers and
+  // the chunks it sends arrive that much later. Shaped links queue (tc's tbf
+  // in bench/fanout.sh holds up to 50 ms), and a host busy relaying sends its
+  // own requests behind its uploads.
+  double uplink_queue_ms = 0;
   double origin_link_factor = 1;  // the origin's link relative to a host's
   double fail_fraction = 0;       // of hosts, failing at a random time within the bound
   double late_fraction = 0;       // of hosts, joining at a random time within the bound
@@ -150,6 +158,11 @@ class Sim {
  private:
   bool Chance(double p);
   double Latency();
+  // Latency() for what host x sends, its uplink's queue included.
+  double From(PeerId x);
+  // How long what host x sends now waits in its uplink's queue: uplink_queue_ms
+  // while its uploads fill the uplink, else 0.
+  double QueueDelay(PeerId x) const;
   void Push(double t, Ev type, PeerId a, PeerId b, uint32_t chunk, bool waiting = false,
             bool claim = false);
   seedd::SchedulerClock::time_point Now() const;

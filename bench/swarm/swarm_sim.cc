@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--latency-ms", f.latency_ms, "one-way latency")->capture_default_str();
   app.add_option("--jitter", f.jitter, "latency varies by +- this fraction")->capture_default_str();
+  app.add_option("--uplink-queue-ms", f.uplink_queue_ms,
+                 "what a host sends while its uplink is full waits this long in the uplink's "
+                 "queue (its requests and answers too; 0: no queue)")
+      ->capture_default_str();
   app.add_option("--origin-link-factor", f.origin_link_factor, "the origin's link / a host's")
       ->capture_default_str();
   app.add_option("--fail-fraction", f.fail_fraction, "hosts that fail mid-transfer")
