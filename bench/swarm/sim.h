@@ -16,14 +16,12 @@
 // downlink / its transfers), recomputed whenever a transfer starts or ends at
 // either end: flows sharing links fairly, without TCP's slow start. With
 // --uplink-queue-ms, what a host sends while its uplink is full waits that long
-// in the uplink's queue. A host that
-// connects to a neighbour learns its state, then each chunk it verifies (the
-// watch answers). The origin's claims are taken when a send starts and dated
-// when it ends; a host announces itself to the origin when it joins and
-// whenever it asks it for relays (a state request), and each request it sends
-// there keeps it alive. A request granted a slot for a chunk its fetcher has
-// verified meanwhile (an endgame copy) is not sent: the real server sends it
-// and the fetcher drains it. Failed hosts vanish; those fetching from them
+// in the uplink's queue. A host that connects to a neighbour learns its state,
+// then each chunk it verifies (the watch answers). The origin's claims are taken when a send starts
+// and dated when it ends; a host announces itself to the origin when it joins and whenever it asks
+// it for relays (a state request), and each request it sends there keeps it alive. A request
+// granted a slot for a chunk its fetcher has verified meanwhile (an endgame copy) is not sent: the
+// real server sends it and the fetcher drains it. Failed hosts vanish; those fetching from them
 // notice after --detect-ms.
 #pragma once
 
@@ -68,8 +66,8 @@ struct Flags {
   double fail_fraction = 0;       // of hosts, failing at a random time within the bound
   double late_fraction = 0;       // of hosts, joining at a random time within the bound
   // The other hosts join one after another, evenly over this time (a script
-  // starting a fleet's daemons one by one: bench/fanout.sh's 32 start within
-  // about 0.3 s); ratios are then from the first host's start.
+  // starting a fleet's daemons one by one: bench/fanout.sh's 32 come up
+  // 0.3-1.45 s apart); ratios are then from the first host's start.
   double start_spread_ms = 0;
   double slow_fraction = 0;  // of hosts, whose links are --slow-factor times slower
   double slow_factor = 4;
