@@ -14,6 +14,9 @@
 #  - with TAKEOVER=1 (the default), the same with the daemon that first holds a
 #    file's claim killed (SIGKILL) 2 s after the start: the bytes sent again
 #    (target <= 1.3x the model) and the survivors' last ready.
+# Each run also says how busy the machine's cores were (every host and the
+# registry share them: a run near 100% is bound by this machine's CPU, not by
+# its links).
 # QUEUE_MS (default 50) is how long each link's tbf queue may hold a packet.
 # RANGE_MIB sets the daemons' --origin-range-mib (files over it travel as
 # pieces of that size, each fetched from upstream once and shared as it lands).
@@ -97,6 +100,15 @@ redis_out() {
     awk -F: '$1 == "total_net_output_bytes" {print $2}'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# The machine's CPU ticks: "busy total" (every host shares these cores, so a
+# run that keeps them busy is bound by the machine, not by its links).
+cpu_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+busy_since() {
+  local b0 t0 b1 t1
+  read -r b0 t0 <<< "$1"
+  read -r b1 t1 < <(cpu_ticks)
+  awk "BEGIN {printf \"%.0f%%\", 100 * ($b1 - $b0) / ($t1 - $t0)}"
+}
 # start_in HOST NAME ARGS...: seedd in HOST's namespace on its address.
 start_in() {
   local host="$1" name="$2"
@@ -121,6 +133,7 @@ wait_ready() {
 alone_s=()
 for r in $(seq 1 "$reps"); do
   t0=$(date +%s.%N)
+  ticks=$(cpu_ticks)
   start_in 1 "alone-$r" --model "$url"
   wait_ready 1 "alone-$r"
   t1=$(date +%s.%N)
@@ -128,7 +141,7 @@ for r in $(seq 1 "$reps"); do
   wait "${host_pid[1]}" 2> /dev/null || true
   alone_s+=("$(awk "BEGIN {print $t1 - $t0}")")
   rm -rf "$shm/alone-$r"
-  echo "  one daemon alone, run $r: ${alone_s[-1]} s"
+  echo "  one daemon alone, run $r: ${alone_s[-1]} s (the machine's $(nproc) cores $(busy_since "$ticks") busy)"
 done
 alone=$(median "${alone_s[@]}")
 
@@ -140,6 +153,7 @@ fleet_run() {
   redis_before=$(redis_out)
   before=$(tx0)
   t0=$(date +%s.%N)
+  ticks=$(cpu_ticks)
   for i in $(seq 1 "$fleet"); do
     start_in "$i" "fleet-$i" --model "$url" --registry "redis://$(ip_of 0):6379"
   done
@@ -158,6 +172,7 @@ fleet_run() {
   fi
   for i in $(seq 1 "$fleet"); do [ "$i" = "$killed" ] || wait_ready "$i" "fleet-$i"; done
   t1=$(date +%s.%N)
+  busy=$(busy_since "$ticks")
   after=$(tx0)
   redis_sent=$(($(redis_out) - redis_before))
   for i in $(seq 1 "$fleet"); do kill "${host_pid[$i]}" 2> /dev/null || true; done
@@ -166,7 +181,7 @@ fleet_run() {
   ready=$(grep -l "serving on" "$work"/fleet-*.out | wc -l)
   run_s=$(awk "BEGIN {print $t1 - $t0}")
   run_up=$(awk "BEGIN {print ($after - $before) / $model_bytes}")
-  echo "  $([ "$kill_one" = 1 ] && echo "takeover (${victim} killed)" || echo fleet) run: last ready in $run_s s, $ready daemons ready, host 0 sent ${run_up}x the model (of which redis-server $(awk "BEGIN {printf \"%.4f\", $redis_sent / $model_bytes}")x)"
+  echo "  $([ "$kill_one" = 1 ] && echo "takeover (${victim} killed)" || echo fleet) run: last ready in $run_s s, $ready daemons ready, host 0 sent ${run_up}x the model (of which redis-server $(awk "BEGIN {printf \"%.4f\", $redis_sent / $model_bytes}")x); the machine's $(nproc) cores $busy busy"
   if [ -n "${KEEP_LOGS:-}" ]; then
     mkdir -p "$KEEP_LOGS" && cp "$work"/fleet-*.err "$KEEP_LOGS"/
     ip netns exec "$(ns 0)" redis-cli -h "$(ip_of 0)" INFO commandstats > "$KEEP_LOGS/redis-commandstats"
