@@ -95,6 +95,45 @@ TEST(FetcherCore, WithRelaysNamedAndNoneLeftAClaimIsAskedPlainlyAtOnce) {
   EXPECT_FALSE(t->claim);
 }
 
+TEST(FetcherCore, OnceEveryRelayNamedHasFailedTheSeedIsAskedPlainlyWithNoClaimedAnswerFirst) {
+  // The seed named two relays that stopped moments ago (it still holds their
+  // claims); both refuse connections here.
+  FetcherCore core = Core(4, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  const PeerId b = *core.AddSource("b:1", false);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  std::optional<Taken> t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->claim);  // a live relay may hold the claim
+  ASSERT_TRUE(core.OnFailed(a));
+  t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->claim);  // b may yet answer
+  ASSERT_TRUE(core.OnFailed(b));
+  t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->claim);  // every chunk from here, without a "claimed" round trip
+}
+
+TEST(FetcherCore, ARelayNamedAfterEveryOneFailedBringsClaimsBack) {
+  FetcherCore core = Core(4, 1 << 20);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  const PeerId a = *core.AddSource("a:1", false);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  ASSERT_TRUE(core.OnFailed(a));
+  std::optional<Taken> t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->claim);
+  ASSERT_TRUE(core.AddSource("c:1", false).has_value());
+  core.FillNeighbours();
+  t = core.Next(seed, kT0);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->claim);
+}
+
 TEST(FetcherCore, BeforeAnyRelayIsNamedAClaimIsWaitedFor) {
   FetcherCore core = Core(1, 1 << 20);
   const PeerId seed = *core.AddSource("origin:1", true);

@@ -178,7 +178,8 @@ std::optional<Taken> FetcherCore::Next(PeerId peer, SchedulerClock::time_point n
   if (Finished() || sources_[peer].dropped) return std::nullopt;
   std::optional<uint32_t> c = sched_.Next(peer, now, ahead);
   if (!c) return std::nullopt;
-  return Taken{*c, sources_[peer].seed && !force_[*c]};
+  const bool every_relay_failed = relays_named_ > 0 && relays_dropped_ == relays_named_;
+  return Taken{*c, sources_[peer].seed && !force_[*c] && !every_relay_failed};
 }
 
 NotThereVerdict FetcherCore::OnNotThere(PeerId peer, uint32_t chunk,
@@ -254,6 +255,7 @@ bool FetcherCore::OnFailed(PeerId peer, std::optional<uint32_t> chunk) {
   if (!dropped) return false;
   s.dropped = true;
   --live_;
+  relays_dropped_ += !s.seed;
   if (!s.seed && !Remote(s)) UpdateMembers();
   return true;
 }

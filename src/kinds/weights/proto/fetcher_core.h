@@ -91,7 +91,11 @@ class FetcherCore {
   std::vector<NewNeighbour> FillNeighbours();
 
   // The next request for neighbour `peer` (nullopt: nothing now). `ahead`:
-  // see SwarmScheduler::Next.
+  // see SwarmScheduler::Next. A seed is asked with a claim ("SDRN": its
+  // answer may send this host to the relay holding the chunk's claim), but
+  // plainly once every relay named to this fetch has failed here (the claims
+  // the seed holds are then those of relays this host cannot reach: relays
+  // that stopped within the seed's relay_ttl), and for a chunk forced so.
   std::optional<Taken> Next(PeerId peer, SchedulerClock::time_point now, bool ahead = false);
   // Whether Next(peer, now) may give a request (SwarmScheduler::MayAsk), and
   // how many requests to relays may go out now beyond those in flight.
@@ -226,6 +230,7 @@ class FetcherCore {
   std::map<std::string, PeerId> ids_;
   size_t live_ = 0;                                        // sources not dropped
   size_t relays_named_ = 0;                                // relays ever named
+  size_t relays_dropped_ = 0;                              // of those, dropped since
   std::vector<SchedulerClock::time_point> claimed_since_;  // by chunk; zero: not claimed
   std::vector<bool> force_;                                // ask the seed plainly ("SDRQ")
   std::vector<bool> writing_;                              // a copy is being written
