@@ -87,25 +87,13 @@ Status RecvAll(int fd, char* p, size_t n) {
   return Status::Ok();
 }
 
-namespace {
-
-bool ArmTimeout(int fd, int option, std::chrono::steady_clock::time_point deadline) {
+bool ArmSendTimeout(int fd, std::chrono::steady_clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
       deadline - std::chrono::steady_clock::now());
   if (left.count() <= 0) return false;
   timeval tv{static_cast<time_t>(left.count() / 1000000),
              static_cast<suseconds_t>(left.count() % 1000000)};
-  return ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv)) == 0;
-}
-
-}  // namespace
-
-bool ArmSendTimeout(int fd, std::chrono::steady_clock::time_point deadline) {
-  return ArmTimeout(fd, SO_SNDTIMEO, deadline);
-}
-
-bool ArmRecvTimeout(int fd, std::chrono::steady_clock::time_point deadline) {
-  return ArmTimeout(fd, SO_RCVTIMEO, deadline);
+  return ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == 0;
 }
 
 bool SendAllBy(int fd, const char* p, size_t n, std::chrono::steady_clock::time_point deadline) {

@@ -18,9 +18,8 @@ Status RecvAll(int fd, char* p, size_t n);
 // The same, all of it before `deadline` (DeadlineExceeded / false after it).
 bool SendAllBy(int fd, const char* p, size_t n, std::chrono::steady_clock::time_point deadline);
 Status RecvAllBy(int fd, char* p, size_t n, std::chrono::steady_clock::time_point deadline);
-// Sets the socket's send (receive) timeout to the time left until `deadline`, so
-// a blocking call on it returns by then; false when it has passed.
+// Sets the socket's send timeout to the time left until `deadline`, so a
+// blocking send on it returns by then; false when it has passed.
 bool ArmSendTimeout(int fd, std::chrono::steady_clock::time_point deadline);
-bool ArmRecvTimeout(int fd, std::chrono::steady_clock::time_point deadline);
 
 }  // namespace seedd

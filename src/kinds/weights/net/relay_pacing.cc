@@ -14,11 +14,11 @@
 namespace seedd {
 namespace {
 
-// Pieces of about 2 ms of a cap (64 KiB to 1 MiB), so that senders sharing it
-// interleave finely (at least 64 KiB: with 16 KiB pieces and a sleep before
-// each, 16 relays capped at 45 Mbit/s used 1.7x the CPU of uncapped ones);
-// 256 KiB when the pacer decides: a round trip sampled every few ms of a fast
-// uplink, every 40 ms of a 50 Mbit/s one, and few calls.
+// Pieces of about 2 ms of a cap, so that senders sharing it interleave
+// finely, within 64 KiB (12 ms of a 45 Mbit/s cap: with 16 KiB pieces and a
+// sleep before each, 16 relays so capped used 1.7x the CPU of uncapped ones)
+// and 1 MiB; 256 KiB when the pacer decides: a round trip sampled every few
+// ms of a fast uplink, every 40 ms of a 50 Mbit/s one, and few calls.
 uint64_t Piece(uint64_t cap, bool by_delay) {
   if (by_delay) return 256 * 1024;
   return std::clamp<uint64_t>(cap / 500, 64 * 1024, 1024 * 1024);
