@@ -1,7 +1,8 @@
 // RecvAllBy over a real loopback TCP connection: a large read wakes its thread
 // about once, not at every segment that arrives; a read begun with part of its
 // bytes already queued ends when the rest arrives, not at its deadline; a small
-// read after a large one is not held; the deadline still holds.
+// read after a large one is not held; the deadline holds for the whole read,
+// against silence and against a byte at a time.
 #include "transport/socket_io.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -141,6 +143,26 @@ TEST_F(SocketIoTest, AReadWhoseBytesDoNotComeEndsAtItsDeadlineSayingHowManyAreMi
             std::string::npos)
       << got.message();
   EXPECT_GE(took, milliseconds(300));
+}
+
+TEST_F(SocketIoTest, APeerSendingAByteAtATimeIsCutAtTheReadsDeadline) {
+  // Each byte arrives well within any per-wait timeout; the deadline holds for
+  // the whole read.
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    while (!stop.load()) {
+      Send(1);
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+  std::string buf(64 * 1024, '\0');
+  const auto start = Clock::now();
+  const Status got = RecvAllBy(receiver_.get(), buf.data(), buf.size(), start + milliseconds(400));
+  const auto took = Clock::now() - start;
+  stop = true;
+  sender.join();
+  EXPECT_EQ(got.code(), StatusCode::kDeadlineExceeded) << got.message();
+  EXPECT_LT(took, milliseconds(5000));
 }
 
 TEST_F(SocketIoTest, AReadWhosePeerClosesMidwaySaysSo) {
