@@ -308,16 +308,18 @@ int main(int argc, char** argv) {
                  "fleet's size")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  std::string relay_upload_pacing = "off";
+  std::string relay_upload_pacing = "capacity";
   app.add_option("--relay-upload-pacing", relay_upload_pacing,
                  "while a --pull runs, how this daemon paces what it sends of that model to "
-                 "other fetchers: 'delay' (from the queueing its uploads meet: when their round "
-                 "trip rises above the least seen, the uplink is full and delays this host's own "
-                 "pull, so they slow down; as LEDBAT does for BitTorrent; no rate to know; "
-                 "experimental: on shaped test links it slowed a fleet's pull) or 'off' (only "
-                 "--relay-upload-rate, when set)")
+                 "other fetchers, with no rate to know: 'capacity' (measures what its uplink "
+                 "delivers, from the bytes its uploads' receivers acknowledge, and holds uploads "
+                 "to 90% of it once it stops growing, so that this host's own chunk requests "
+                 "and acknowledgements do not queue behind them; probes for more when uploads "
+                 "wait), 'delay' (from the queueing its uploads meet, as LEDBAT does for "
+                 "BitTorrent; experimental: on shaped test links it slowed a fleet's pull) or "
+                 "'off' (only --relay-upload-rate, when set)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"delay", "off"}));
+      ->check(CLI::IsMember({"capacity", "delay", "off"}));
   std::string relay_upload_rate = "0";
   app.add_option("--relay-upload-rate", relay_upload_rate,
                  "while a --pull runs, the most this daemon sends per second of that model to "
@@ -571,7 +573,7 @@ int main(int argc, char** argv) {
   options.origin_access.ca_file = origin_ca;
   options.origin_access.range_bytes = static_cast<uint64_t>(origin_range_mib * (1 << 20));
   options.relay_upload_rate = *seedd::ParseRate(relay_upload_rate, "--relay-upload-rate");
-  options.relay_upload_pacing = relay_upload_pacing == "delay";
+  options.relay_upload_pacing = relay_upload_pacing;
   options.registry_url = registry;
   options.weight_chunk_bytes = seedd::ChunkBytesOfFlag(chunk_mib);
   options.weight_chunk_digest = chunk_digest;

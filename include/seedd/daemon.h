@@ -94,10 +94,11 @@ struct DaemonOptions {
   // limit); a little below the uplink keeps its own requests and TCP
   // acknowledgements from queueing behind its uploads (WeightServerOptions).
   uint64_t relay_upload_rate = 0;
-  // Below that cap, relay uploads are paced by the queueing they meet (their
-  // round trip above the least seen), so that no rate needs to be known. Off by
-  // default: on shaped test links it slowed fleets down (docs/benchmarks.md).
-  bool relay_upload_pacing = false;
+  // Below that cap, how relay uploads are paced with no rate to know:
+  // "capacity" (held a little below what the uplink was measured to deliver),
+  // "delay" (by the queueing their round trips meet; on shaped test links it
+  // slowed fleets down, docs/benchmarks.md) or "off".
+  std::string relay_upload_pacing = "capacity";
   // A redis:// URL where this daemon announces the models it serves (and those it
   // is pulling) and where its pulls find more relays; empty: the sources'
   // own lists only.

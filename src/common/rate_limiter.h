@@ -57,11 +57,18 @@ class RateLimiter {
     MutexLock lock(mu_);
     rate_ = static_cast<double>(bytes_per_second);
   }
+  // A new rate and burst from now on (the tokens held stay, up to the burst).
+  void SetRate(uint64_t bytes_per_second, uint64_t burst_bytes) {
+    MutexLock lock(mu_);
+    rate_ = static_cast<double>(bytes_per_second);
+    burst_ = static_cast<double>(std::max<uint64_t>(burst_bytes, 1));
+    tokens_ = std::min(tokens_, burst_);
+  }
 
  private:
   mutable Mutex mu_;
   double rate_ GUARDED_BY(mu_);
-  const double burst_;
+  double burst_ GUARDED_BY(mu_);
   double tokens_ GUARDED_BY(mu_);
   Clock::time_point last_ GUARDED_BY(mu_){};
 };

@@ -237,7 +237,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     WeightServerOptions serving;
     serving.zone = options.zone;
     serving.relay_upload_rate = options.relay_upload_rate;
-    serving.relay_pacing = options.relay_upload_pacing;
+    const std::optional<RelayPacingMode> pacing = ParseRelayPacingMode(options.relay_upload_pacing);
+    if (!pacing.has_value()) {
+      return Status::InvalidArgument("relay upload pacing '" + options.relay_upload_pacing +
+                                     "' is none of capacity, delay, off");
+    }
+    serving.relay_pacing = *pacing;
     // An engine that copies a pulled model from this daemon (seedctl pull, seedd.pull)
     // uses its files as much as one that opens them in place.
     serving.served_to_client = [usage, cache_dir = options.cache_dir](const std::string& model,

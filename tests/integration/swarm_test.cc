@@ -1,7 +1,9 @@
 // The swarm on loopback: what a source tells its neighbours (a bounded sample of
 // relays; newly verified chunks as they land, not polled), upload slots, and a
 // fetcher that keeps a bounded neighbour set.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include "common/metrics.h"
+#include "kinds/weights/net/relay_pacing.h"
 #include "kinds/weights/weight_shards_kind.h"
 #include "support/test_util.h"
 #include "support/weights_fixture.h"
@@ -258,7 +261,7 @@ TEST_F(SwarmTest, AModelStillPulledHereIsSentAtMostAtTheRelayRate) {
 TEST_F(SwarmTest, DelayPacingSendsAPulledModelWholeAndUnpacedWhileNothingQueues) {
   WriteRandom(model_ / "big.bin", 4 << 20, 3);
   WeightServerOptions options;
-  options.relay_pacing = true;
+  options.relay_pacing = RelayPacingMode::kDelay;
   Server(options);  // manifest_ now describes the new big.bin
   auto pulling_set = std::make_shared<ChunkSet>(manifest_.chunks.size());
   for (size_t i = 0; i < manifest_.chunks.size(); ++i) pulling_set->Set(i);
@@ -279,6 +282,67 @@ TEST_F(SwarmTest, DelayPacingSendsAPulledModelWholeAndUnpacedWhileNothingQueues)
   EXPECT_EQ(RelayWaited(), waited);  // never held back
   EXPECT_NE(metrics::Text().find("\nseedd_relay_upload_pace_bytes_per_second 0"),
             std::string::npos);
+}
+
+// --relay-upload-pacing capacity (the default): RelayPacing sums what every
+// paced connection's receiver acknowledged (TCP_INFO) per window; a receiver
+// that takes 4 MB/s over loopback (a 64 KiB receive buffer, read at that
+// rate) is the narrowest link, and uploads are held just below it once the
+// rate stops growing.
+TEST(RelayPacingTest, CapacityPacingHoldsUploadsJustBelowWhatTheReceiverTakes) {
+  testing::TempDir dir;
+  const std::filesystem::path path = dir.path() / "model.bin";
+  WriteRandom(path, 16 << 20, 5);
+  UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(file.valid());
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int small = 64 * 1024;
+  ASSERT_EQ(::setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  UniqueFd sender(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(::connect(sender.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  UniqueFd receiver(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(receiver.valid());
+  ::fcntl(sender.get(), F_SETFL, ::fcntl(sender.get(), F_GETFL) | O_NONBLOCK);
+
+  constexpr double kTakes = 4e6;  // bytes per second the receiver reads
+  uint64_t received = 0;
+  std::thread reader([&] {
+    std::vector<char> buf(64 * 1024);
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const ssize_t n = ::recv(receiver.get(), buf.data(), buf.size(), 0);
+      if (n <= 0) return;
+      received += static_cast<uint64_t>(n);
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::duration<double>(received / kTakes)));
+    }
+  });
+  CapacityPolicy policy;
+  policy.window = std::chrono::milliseconds(200);
+  RelayPacing pacing(0, RelayPacingMode::kCapacity, {}, policy);
+  uint64_t sent = 0;
+  Conn conn(sender.get());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2000);
+  for (off_t at = 0; std::chrono::steady_clock::now() < end; at = (at + (256 << 10)) % (16 << 20)) {
+    ASSERT_TRUE(pacing.SendFile(conn, file.get(), at, 256 << 10,
+                                std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                                [&](uint64_t n) { sent += n; }));
+  }
+  const uint64_t paced = pacing.rate();
+  ::shutdown(sender.get(), SHUT_WR);
+  reader.join();
+  pacing.Closed(conn);
+  EXPECT_EQ(received, sent);
+  // 95% of 4 MB/s, or 125% of it while a probe looks for more.
+  EXPECT_GE(paced, 0.8 * kTakes);
+  EXPECT_LE(paced, 1.3 * kTakes);
 }
 
 // A relay that holds the slot keeps it with requests sent ahead (here: a second

@@ -154,6 +154,20 @@ TEST(RateLimiter, SendersAreSpacedAtTheRateBeyondTheBurst) {
             milliseconds(1));
 }
 
+// A smaller burst set with a new rate holds at once: the tokens held beyond it
+// are gone (a pacer that lowers its piece size does not let a burst of the old
+// size through).
+TEST(RateLimiter, ASmallerBurstDropsTheTokensHeldBeyondIt) {
+  using std::chrono::milliseconds;
+  RateLimiter limiter(1000 * 1000, 1000 * 1000);  // 1 MB/s, 1 MB burst: full
+  const auto t0 = RateLimiter::Clock::time_point{} + std::chrono::seconds(100);
+  EXPECT_EQ(limiter.Reserve(1000, t0), RateLimiter::Clock::duration::zero());
+  limiter.SetRate(2000 * 1000, 100 * 1000);  // 2 MB/s, 100 kB burst
+  EXPECT_EQ(limiter.Reserve(100 * 1000, t0), RateLimiter::Clock::duration::zero());
+  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(limiter.Reserve(20 * 1000, t0)),
+            milliseconds(10));
+}
+
 // Over a second of sends, threads sharing a bucket send what the rate allows
 // (plus the burst), whatever their number.
 TEST(RateLimiter, ThreadsSharingABucketTogetherKeepToTheRate) {

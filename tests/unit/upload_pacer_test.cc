@@ -1,7 +1,10 @@
-// The daemon's own pacing of its relay uploads (proto/upload_pacer.h), interval
-// by interval with a fake clock and the round trips a driver would read from
-// TCP_INFO: no pacing until queueing is seen, a cut below what was sent when
-// the queue passes the target, growth back while it stays under, the floor.
+// The daemon's own pacing of its relay uploads (proto/upload_pacer.h), with a
+// fake clock and what a driver would read from TCP_INFO. By delay
+// (UploadPacer): no pacing until queueing is seen, a cut below what was sent
+// when the queue passes the target, growth back while it stays under, the
+// floor. By capacity (CapacityPacer): unpaced while the acknowledged rate
+// grows, held below a plateau's rate, probes only when senders wait, a probe
+// the path carries unpaces, one it does not backs off.
 #include "kinds/weights/proto/upload_pacer.h"
 
 #include <gtest/gtest.h>
@@ -139,6 +142,171 @@ TEST(UploadPacer, TheBaseIsTheLeastRoundTripEverSeen) {
   Send(p, t, 6'000'000, microseconds(0), 300);
   EXPECT_EQ(p.base(), microseconds(400));
   EXPECT_EQ(p.rate(), 0u);
+}
+
+// CapacityPacer with every number given (the defaults may be tuned).
+CapacityPolicy Capacity() {
+  CapacityPolicy c;
+  c.window = milliseconds(250);
+  c.plateau = 2;
+  c.gain = 0.9;
+  c.probe = 1.25;
+  c.more = 1.1;
+  c.cycle = 2;
+  c.max_cycle = 8;
+  c.floor = 1 << 20;
+  return c;
+}
+
+// The receivers acknowledge `bytes_per_second` for `ms`, read every 10 ms;
+// `wait`: the senders waited for the pace meanwhile. Returns the time reached.
+struct Acks {
+  CapacityPacer& p;
+  Clock::time_point t = kT0;
+  uint64_t acked = 0;
+  Clock::time_point Run(uint64_t bytes_per_second, int ms, bool wait = false) {
+    for (int i = 0; i < ms / 10; ++i) {
+      t += milliseconds(10);
+      acked += bytes_per_second / 100;
+      if (wait) p.OnWaited();
+      if (p.Due(t)) p.OnAcked(acked, t);
+    }
+    return t;
+  }
+};
+
+TEST(CapacityPacer, UploadsAreNotPacedWhileTheAcknowledgedRateGrows) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  // A fifth more every window: no plateau.
+  double rate = 1'000'000;
+  for (int w = 0; w < 10; ++w, rate *= 1.2) a.Run(static_cast<uint64_t>(rate), 250);
+  EXPECT_EQ(p.rate(), 0u);
+  EXPECT_EQ(p.capacity(), 0u);
+}
+
+TEST(CapacityPacer, APlateauHoldsUploadsBelowWhatTheUplinkDelivered) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(6'000'000, 300);  // the first window opens, the second ends
+  EXPECT_EQ(p.rate(), 0u);
+  a.Run(6'000'000, 500);
+  EXPECT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+  EXPECT_NEAR(static_cast<double>(p.rate()), 0.9 * 6'000'000, 60'000);
+  // Held there while the senders do not wait for it.
+  a.Run(5'400'000, 5000);
+  EXPECT_FALSE(p.probing());
+  EXPECT_NEAR(static_cast<double>(p.rate()), 0.9 * 6'000'000, 60'000);
+}
+
+TEST(CapacityPacer, OneWindowLiftedByABurstDoesNotSetTheCapacity) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(6'000'000, 260);
+  a.Run(6'500'000, 250);  // a shaper's burst: within a tenth of the window before
+  a.Run(6'000'000, 250);
+  ASSERT_NE(p.rate(), 0u);
+  EXPECT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+}
+
+TEST(CapacityPacer, AWindowWithNothingAcknowledgedIsNoPlateau) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(6'000'000, 260);
+  a.Run(0, 250);
+  a.Run(6'000'000, 250);
+  EXPECT_EQ(p.rate(), 0u);
+  // A silence longer than a few windows measures nothing either.
+  a.t += std::chrono::seconds(5);
+  a.Run(6'000'000, 260);
+  EXPECT_EQ(p.rate(), 0u);
+  a.Run(6'000'000, 250);
+  EXPECT_NE(p.rate(), 0u);
+}
+
+TEST(CapacityPacer, ProbesOnlyWhenTheSendersWaitForThePace) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(6'000'000, 760);
+  ASSERT_NE(p.rate(), 0u);
+  const uint64_t held = p.rate();
+  a.Run(held, 2000);  // demand at the pace, no wait: no probe
+  EXPECT_FALSE(p.probing());
+  a.Run(held, 250, true);  // they wait: the window after probes
+  EXPECT_TRUE(p.probing());
+  EXPECT_NEAR(static_cast<double>(p.rate()), 1.25 * static_cast<double>(p.capacity()), 60'000);
+}
+
+TEST(CapacityPacer, AProbeThePathCarriesForTwoWindowsUnpacesUploads) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(3'000'000, 760);  // a plateau of demand, below the uplink
+  ASSERT_NE(p.rate(), 0u);
+  while (!p.probing()) a.Run(p.rate(), 10, true);
+  // The probe's first window carries it: still probing (one window may be
+  // lifted by acknowledgements of what queued before it).
+  a.Run(p.rate(), 250, true);
+  EXPECT_TRUE(p.probing());
+  EXPECT_NE(p.rate(), 0u);
+  a.Run(p.rate(), 250, true);
+  EXPECT_FALSE(p.probing());
+  EXPECT_EQ(p.rate(), 0u);
+  // The uplink, unpaced, plateaus higher: that is the capacity now.
+  a.Run(6'000'000, 760);
+  EXPECT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+}
+
+TEST(CapacityPacer, AProbeThatFindsNothingMoreWaitsTwiceAsLongForTheNext) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(6'000'000, 760);
+  const uint64_t held = p.rate();
+  ASSERT_NE(held, 0u);
+  auto probe_after = [&] {  // windows paced before a probe, the link full at 6 MB/s
+    int windows = 0;
+    while (!p.probing()) {
+      a.Run(held, 250, true);
+      ++windows;
+    }
+    a.Run(6'000'000, 250, true);  // the link carries no more than before
+    EXPECT_FALSE(p.probing());
+    EXPECT_EQ(p.rate(), held);
+    return windows;
+  };
+  probe_after();
+  const int second = probe_after();
+  const int third = probe_after();
+  const int fourth = probe_after();
+  EXPECT_EQ(second, 4);  // the cycle of 2 windows, doubled
+  EXPECT_EQ(third, 2 * second);
+  EXPECT_EQ(fourth, third);  // max_cycle
+  EXPECT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+}
+
+TEST(CapacityPacer, APlateauBelowTheCapacityDoesNotLowerIt) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(3'000'000, 760);
+  while (!p.probing()) a.Run(p.rate(), 10, true);
+  a.Run(p.rate(), 500, true);
+  ASSERT_EQ(p.rate(), 0u);
+  a.Run(6'000'000, 760);
+  ASSERT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+  // Unpaced again after a probe the path carried (8 MB/s: the capacity now),
+  // then a plateau of lower demand.
+  while (!p.probing()) a.Run(p.rate(), 10, true);
+  a.Run(8'000'000, 500, true);
+  ASSERT_EQ(p.rate(), 0u);
+  a.Run(2'000'000, 760);
+  EXPECT_NEAR(static_cast<double>(p.capacity()), 8'000'000, 80'000);
+  EXPECT_NEAR(static_cast<double>(p.rate()), 0.9 * 8'000'000, 80'000);
+}
+
+TEST(CapacityPacer, NeverPacesBelowTheFloor) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(200'000, 760);
+  EXPECT_EQ(p.rate(), uint64_t{1} << 20);
 }
 
 }  // namespace

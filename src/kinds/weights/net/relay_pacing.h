@@ -1,7 +1,8 @@
 // The pace of a daemon's relay uploads (what it sends of a model it is still
-// pulling): an UploadPacer (proto/upload_pacer.h) fed the round trips of the
-// upload connections (TCP_INFO), and --relay-upload-rate as a cap. Shared by
-// every upload thread of a WeightServer: they share the host's uplink.
+// pulling): a CapacityPacer (proto/upload_pacer.h) fed the bytes the upload
+// connections' receivers acknowledged, or an UploadPacer fed their round trips
+// (both from TCP_INFO), and --relay-upload-rate as a cap. Shared by every
+// upload thread of a WeightServer: they share the host's uplink.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -9,6 +10,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
+#include <string_view>
 
 #include "common/mutex.h"
 #include "common/rate_limiter.h"
@@ -17,16 +21,27 @@
 
 namespace seedd {
 
+// How relay uploads are paced below the cap (--relay-upload-pacing).
+enum class RelayPacingMode {
+  kOff,       // only the cap
+  kCapacity,  // from the uplink's capacity as measured (CapacityPacer)
+  kDelay,     // from the round trips' queueing (UploadPacer)
+};
+
+// "capacity", "delay" or "off".
+std::optional<RelayPacingMode> ParseRelayPacingMode(std::string_view text);
+
 class RelayPacing {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `cap`: bytes per second never exceeded (0: none); `by_delay`: the pacer
-  // decides below the cap.
-  RelayPacing(uint64_t cap, bool by_delay, PacerPolicy policy = {});
+  // `cap`: bytes per second never exceeded (0: none); `mode`: what decides
+  // below the cap.
+  RelayPacing(uint64_t cap, RelayPacingMode mode, PacerPolicy policy = {},
+              CapacityPolicy capacity = {});
 
-  // Whether relay uploads are paced at all (a cap, or the pacer).
-  bool active() const { return cap_ != 0 || by_delay_; }
+  // Whether relay uploads are paced at all (a cap, or a pacer).
+  bool active() const { return cap_ != 0 || mode_ != RelayPacingMode::kOff; }
   // The rate uploads are held to now; 0: none.
   uint64_t rate() const;
 
@@ -41,12 +56,25 @@ class RelayPacing {
  private:
   // How long to wait before sending `n` bytes, from `now`.
   Clock::duration Reserve(uint64_t n, Clock::time_point now);
-  void Sent(uint64_t conn, uint64_t n, std::chrono::microseconds rtt, Clock::time_point now);
+  // A piece of `n` bytes went out on `fd`: its TCP_INFO to the pacer.
+  void Sent(int fd, uint64_t n, Clock::time_point now);
+  void Waited();
+  // What every paced connection's receiver acknowledged since it was first
+  // paced, closed ones included.
+  uint64_t Acked() REQUIRES(mu_);
+  // The rate a pacer holds uploads to (0: none).
+  uint64_t Paced() const REQUIRES(mu_);
+  uint64_t Piece() const;
 
   const uint64_t cap_;
-  const bool by_delay_;
+  const RelayPacingMode mode_;
   mutable Mutex mu_;
   UploadPacer pacer_ GUARDED_BY(mu_);
+  CapacityPacer capacity_ GUARDED_BY(mu_);
+  // Connections paced by capacity (open: Closed takes them out before their
+  // socket closes) and their bytes acknowledged when first paced.
+  std::map<int, uint64_t> paced_ GUARDED_BY(mu_);
+  uint64_t closed_acked_ GUARDED_BY(mu_) = 0;
   uint64_t logged_rate_ GUARDED_BY(mu_) = 0;  // the rate last logged
   RateLimiter limiter_;                       // at the rate in force; unused while there is none
 };

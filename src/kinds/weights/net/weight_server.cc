@@ -96,7 +96,7 @@ Result<uint64_t> ParseRate(std::string_view text, std::string_view flag) {
 WeightServer::WeightServer(std::vector<ServedModel> models, WeightServerOptions options)
     : options_(options),
       relay_pacing_(
-          options.relay_upload_rate != 0 || options.relay_pacing
+          options.relay_upload_rate != 0 || options.relay_pacing != RelayPacingMode::kOff
               ? std::make_unique<RelayPacing>(options.relay_upload_rate, options.relay_pacing)
               : nullptr),
       rng_(std::random_device{}()),

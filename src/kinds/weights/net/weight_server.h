@@ -47,9 +47,10 @@ struct WeightServerOptions : SwarmPolicy {
   // uploads, and its own pull slows to a fraction of its downlink. Once the
   // pull completes, the model is served at full speed.
   uint64_t relay_upload_rate = 0;
-  // Below that cap, the server paces them by itself from the queueing its
-  // uploads meet (RelayPacing, proto/upload_pacer.h); false: only the cap.
-  bool relay_pacing = false;
+  // Below that cap, how the server paces them by itself (RelayPacing,
+  // proto/upload_pacer.h): from the uplink's capacity its uploads measure,
+  // from the queueing they meet, or not at all (only the cap).
+  RelayPacingMode relay_pacing = RelayPacingMode::kOff;
   // Called once per connection and file when a chunk of a model's file (its
   // manifest path) is sent to a fetcher that does not relay (an engine's
   // seedctl pull or seedd.pull: one that announces no relay address): the

@@ -54,4 +54,80 @@ void UploadPacer::EndInterval(Clock::time_point now) {
   least_.reset();
 }
 
+void CapacityPacer::OnAcked(uint64_t acked, Clock::time_point now) {
+  if (began_ != Clock::time_point{}) {
+    if (now - began_ < policy_.window) return;
+    const double seconds = std::chrono::duration<double>(now - began_).count();
+    // A long silence is no window: nothing was measured in it.
+    const double rate = now - began_ > 4 * policy_.window || acked < acked_
+                            ? 0
+                            : static_cast<double>(acked - acked_) / seconds;
+    EndWindow(rate);
+  }
+  began_ = now;
+  acked_ = acked;
+  waited_ = false;
+}
+
+uint64_t CapacityPacer::Paced(double share) const {
+  return std::max<uint64_t>(policy_.floor, static_cast<uint64_t>(share * capacity_));
+}
+
+void CapacityPacer::EndWindow(double rate) {
+  if (probing_) {
+    const bool more = rate >= policy_.more * static_cast<double>(capacity_);
+    // A probe that found more is confirmed by a second window: acknowledgements
+    // of what waited in the queue before it, or a shaper's burst, can lift one
+    // window's rate above the uplink's.
+    if (more && ++probe_windows_ < 2) {
+      probe_rate_ = rate;
+      return;
+    }
+    probing_ = false;
+    probe_windows_ = 0;
+    since_probe_ = 0;
+    if (more) {
+      // The path carried more than the capacity measured (so much, at least):
+      // unpaced until the next plateau.
+      capacity_ = std::max(capacity_, static_cast<uint64_t>(std::min(rate, probe_rate_)));
+      rate_ = 0;
+      recent_.assign(1, rate);
+      cycle_ = policy_.cycle;
+      return;
+    }
+    // Each probe that finds nothing more waits twice as long for the next
+    // (it queued at the uplink while it lasted).
+    cycle_ = std::min(2 * cycle_, policy_.max_cycle);
+    rate_ = Paced(policy_.gain);
+    return;
+  }
+  if (rate_ != 0) {
+    ++since_probe_;
+    if (waited_ && since_probe_ >= cycle_) {
+      probing_ = true;
+      rate_ = Paced(policy_.probe);
+    }
+    return;
+  }
+  if (rate <= 0) {
+    recent_.clear();  // nothing acknowledged: no plateau across an idle window
+    return;
+  }
+  // Unpaced: a plateau is `plateau` windows none of which grew a tenth over
+  // the one before it.
+  if (!recent_.empty() && rate >= 1.1 * recent_.back()) recent_.clear();
+  recent_.push_back(rate);
+  if (recent_.size() < static_cast<size_t>(policy_.plateau)) return;
+  // The lower median: one window lifted by a shaper's burst does not count.
+  std::vector<double> last(recent_.end() - policy_.plateau, recent_.end());
+  const size_t mid = (last.size() - 1) / 2;
+  std::nth_element(last.begin(), last.begin() + static_cast<ptrdiff_t>(mid), last.end());
+  // A plateau below the capacity measured before is demand or the receivers'
+  // downlinks, not the uplink, which does not shrink.
+  capacity_ = std::max(capacity_, static_cast<uint64_t>(last[mid]));
+  rate_ = Paced(policy_.gain);
+  since_probe_ = 0;
+  recent_.clear();
+}
+
 }  // namespace seedd
