@@ -79,17 +79,14 @@ void CapacityPacer::EndWindow(double rate) {
     // A probe that found more is confirmed by a second window: acknowledgements
     // of what waited in the queue before it, or a shaper's burst, can lift one
     // window's rate above the uplink's.
-    if (more && ++probe_windows_ < 2) {
-      probe_rate_ = rate;
-      return;
-    }
+    if (more && ++probe_windows_ < 2) return;
     probing_ = false;
     probe_windows_ = 0;
     since_probe_ = 0;
     if (more) {
-      // The path carried more than the capacity measured (so much, at least):
-      // unpaced until the next plateau.
-      capacity_ = std::max(capacity_, static_cast<uint64_t>(std::min(rate, probe_rate_)));
+      // The path carried more than the capacity measured: unpaced until the
+      // next plateau measures it (a probe's own windows are not a measure:
+      // acknowledgements of what queued during it lift them).
       rate_ = 0;
       recent_.assign(1, rate);
       cycle_ = policy_.cycle;

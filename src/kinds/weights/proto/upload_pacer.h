@@ -160,7 +160,6 @@ class CapacityPacer {
   std::vector<double> recent_;  // the last windows' rates while unpaced
   int since_probe_ = 0;         // windows
   int probe_windows_ = 0;       // of the probe, ended
-  double probe_rate_ = 0;       // its first window's rate
   int cycle_ = policy_.cycle;   // windows between probes now
 };
 
