@@ -4,7 +4,8 @@
 // when the queue passes the target, growth back while it stays under, the
 // floor. By capacity (CapacityPacer): unpaced while the acknowledged rate
 // grows, held below a plateau's rate, probes only when senders wait, a probe
-// the path carries unpaces, one it does not backs off.
+// the path carries (or the senders do not fill) unpaces, one the path does
+// not carry backs off.
 #include "kinds/weights/proto/upload_pacer.h"
 
 #include <gtest/gtest.h>
@@ -281,6 +282,25 @@ TEST(CapacityPacer, AProbeThatFindsNothingMoreWaitsTwiceAsLongForTheNext) {
   EXPECT_EQ(third, 2 * second);
   EXPECT_EQ(fourth, third);  // max_cycle
   EXPECT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+}
+
+// Fetchers ask less of a relay held slow: a probe its senders did not fill
+// measured that, not the uplink, and unpaces uploads (before, a relay paced at
+// a plateau of early demand stayed there for the whole pull).
+TEST(CapacityPacer, AProbeTheSendersDidNotFillUnpacesUploads) {
+  CapacityPacer p(Capacity());
+  Acks a{p};
+  a.Run(1'500'000, 760);  // early demand
+  ASSERT_NEAR(static_cast<double>(p.capacity()), 1'500'000, 15'000);
+  while (!p.probing()) a.Run(p.rate(), 10, true);
+  a.Run(1'500'000, 250, false);  // no more asked than before, none waited
+  EXPECT_FALSE(p.probing());
+  EXPECT_EQ(p.rate(), 0u);
+  // Unpaced, the demand grows to what the uplink carries: that plateau sets the pace.
+  a.Run(3'000'000, 250);
+  a.Run(6'000'000, 760);
+  EXPECT_NEAR(static_cast<double>(p.capacity()), 6'000'000, 60'000);
+  EXPECT_NEAR(static_cast<double>(p.rate()), 0.9 * 6'000'000, 60'000);
 }
 
 TEST(CapacityPacer, APlateauBelowTheCapacityDoesNotLowerIt) {

@@ -83,7 +83,12 @@ void CapacityPacer::EndWindow(double rate) {
     probing_ = false;
     probe_windows_ = 0;
     since_probe_ = 0;
-    if (more) {
+    // A probe the senders did not fill (none waited for its pace) measured
+    // what was asked, not the path: fetchers ask less of a relay held slow
+    // (they take chunks where they come fastest), so a plateau of low demand
+    // would hold the relay there for good. Unpaced too, until demand and the
+    // path set the next plateau.
+    if (more || !waited_) {
       // The path carried more than the capacity measured: unpaced until the
       // next plateau measures it (a probe's own windows are not a measure:
       // acknowledgements of what queued during it lift them).

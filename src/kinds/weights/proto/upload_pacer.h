@@ -99,8 +99,10 @@ class UploadPacer {
 // `cycle` windows, a window is paced at `probe` of the capacity; a probe the
 // path carries for two windows (`more` of the capacity acknowledged in each)
 // means more was there, and uploads go unpaced again until the next plateau;
-// a probe that finds nothing more makes the next wait twice as long. The
-// capacity never falls: a lower plateau is demand, not the uplink.
+// so does a probe the senders did not fill (none waited for its pace: it
+// measured demand, which fetchers lower for a relay held slow); a probe that
+// finds nothing more makes the next wait twice as long. The capacity never
+// falls: a lower plateau is demand, not the uplink.
 //
 // Thread safety: none; a driver holds it under its own lock.
 struct CapacityPolicy {
