@@ -50,8 +50,11 @@ chmod 600 "$fs/tmp/token"
 cmd="$(python3 -c 'import json,sys; print(" ".join(json.loads(sys.argv[1])["OCIv1"]["config"]["Cmd"]))' "$config")"
 # shellcheck disable=SC2086
 run /usr/bin/seedd --check-config $cmd --token-file /tmp/token > /dev/null
-run /usr/bin/seedd --listen 127.0.0.1:0 --cache-dir /var/cache/seedd --token-file /tmp/token \
-  --model m=/tmp/model --log-level warn > "$work/daemon.out" 2> "$work/daemon.err" &
+# chroot itself in the background (not the run function, whose subshell is what
+# $! would name): it execs seedd, so $! is the daemon that cleanup stops.
+chroot --userspec=65532:65532 "$fs" /usr/bin/seedd --listen 127.0.0.1:0 \
+  --cache-dir /var/cache/seedd --token-file /tmp/token --model m=/tmp/model --log-level warn \
+  > "$work/daemon.out" 2> "$work/daemon.err" &
 daemon_pid=$!
 for _ in $(seq 1 500); do
   grep -q "serving on" "$work/daemon.out" && break
@@ -63,6 +66,16 @@ addr="$(sed -n 's/^seedd: serving on //p' "$work/daemon.out")"
 run /usr/bin/seedctl pull --model m --source "$addr" --into /tmp/out --token-file /tmp/token \
   --progress none > /dev/null
 diff -r "$fs/tmp/model" "$fs/tmp/out"
+# The daemon stops with the test: no process is left running inside the image.
+kill "$daemon_pid"
+wait "$daemon_pid" 2> /dev/null || true
+daemon_pid=""
+for p in /proc/[0-9]*; do
+  [ "$(readlink "$p/root" 2> /dev/null)" != "$fs" ] || {
+    echo "image test: a process outlived its test inside the image: $(tr '\0' ' ' < "$p/cmdline")" >&2
+    exit 1
+  }
+done
 t2=$(date +%s.%N)
 echo "image test: seedd:$version built in $(awk "BEGIN {printf \"%.1f\", $t1 - $t0}") s" \
   "($(du -sh "$work/stage/rootfs" | cut -f1)); inside it seedd served and seedctl pulled a model" \
