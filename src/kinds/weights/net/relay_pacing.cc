@@ -67,18 +67,21 @@ uint64_t RelayPacing::rate() const {
 // uncapped ones) and 1 MiB; 256 KiB when the delay pacer decides (a round
 // trip sampled every few ms of a fast uplink, every 40 ms of a 50 Mbit/s one)
 // or nothing holds uploads yet.
-uint64_t RelayPacing::Piece() const {
-  const uint64_t r = rate();
-  if (mode_ == RelayPacingMode::kDelay || r == 0) return 256 * 1024;
-  return std::clamp<uint64_t>(r / 500, 64 * 1024, 1024 * 1024);
+uint64_t RelayPacing::Piece(uint64_t rate) const {
+  if (mode_ == RelayPacingMode::kDelay || rate == 0) return 256 * 1024;
+  return std::clamp<uint64_t>(rate / 500, 64 * 1024, 1024 * 1024);
 }
 
-RelayPacing::Clock::duration RelayPacing::Reserve(uint64_t n, Clock::time_point now) {
-  const uint64_t r = rate();
-  if (r == 0) return Clock::duration::zero();
+RelayPacing::Clock::duration RelayPacing::Reserve(uint64_t n, uint64_t rate,
+                                                  Clock::time_point now) {
+  if (rate == 0) return Clock::duration::zero();
   // Bursts of two pieces at most: more would queue at the uplink.
-  limiter_.SetRate(r, 2 * Piece());
+  limiter_.SetRate(rate, 2 * Piece(rate));
   return limiter_.Reserve(n, now);
+}
+
+uint64_t RelayPacing::Gauge(uint64_t paced) const {
+  return cap_ != 0 && (paced == 0 || paced > cap_) ? cap_ : paced;
 }
 
 void RelayPacing::Waited() {
@@ -122,7 +125,7 @@ void RelayPacing::Sent(int fd, uint64_t n, Clock::time_point now) {
       Logger().debug("Relay uploads paced to {}/s{}", HumanBytes(r),
                      capacity_.probing() ? " (probing for more)" : "");
     }
-    metrics::RelayUploadPace(cap_ != 0 && (r == 0 || r > cap_) ? cap_ : r);
+    metrics::RelayUploadPace(Gauge(r));
     return;
   }
   const std::optional<tcp_info> info = Info(fd);
@@ -140,7 +143,7 @@ void RelayPacing::Sent(int fd, uint64_t n, Clock::time_point now) {
                    std::chrono::duration<double, std::milli>(pacer_.queueing()).count());
   }
   logged_rate_ = r;
-  metrics::RelayUploadPace(cap_ != 0 && (r == 0 || r > cap_) ? cap_ : r);
+  metrics::RelayUploadPace(Gauge(r));
 }
 
 void RelayPacing::Closed(const Conn& conn) {
@@ -159,9 +162,10 @@ void RelayPacing::Closed(const Conn& conn) {
 bool RelayPacing::SendFile(Conn& conn, int file, off_t offset, uint64_t n,
                            Clock::time_point deadline, const std::function<void(uint64_t)>& sent) {
   for (uint64_t done = 0; done < n;) {
-    const uint64_t len = std::min(Piece(), n - done);
+    const uint64_t r = rate();
+    const uint64_t len = std::min(Piece(r), n - done);
     const auto now = Clock::now();
-    const auto wait = Reserve(len, now);
+    const auto wait = Reserve(len, r, now);
     if (now + wait >= deadline) return false;
     if (wait > Clock::duration::zero()) {
       Waited();

@@ -54,8 +54,8 @@ class RelayPacing {
   void Closed(const Conn& conn);
 
  private:
-  // How long to wait before sending `n` bytes, from `now`.
-  Clock::duration Reserve(uint64_t n, Clock::time_point now);
+  // How long to wait before sending `n` bytes, from `now`, at `rate` (0: none).
+  Clock::duration Reserve(uint64_t n, uint64_t rate, Clock::time_point now);
   // A piece of `n` bytes went out on `fd`: its TCP_INFO to the pacer.
   void Sent(int fd, uint64_t n, Clock::time_point now);
   void Waited();
@@ -64,7 +64,10 @@ class RelayPacing {
   uint64_t Acked() REQUIRES(mu_);
   // The rate a pacer holds uploads to (0: none).
   uint64_t Paced() const REQUIRES(mu_);
-  uint64_t Piece() const;
+  // The bytes sent between two looks at the pace, at `rate` (0: none).
+  uint64_t Piece(uint64_t rate) const;
+  // What seedd_relay_upload_pace_bytes_per_second shows for a pacer's `paced`.
+  uint64_t Gauge(uint64_t paced) const;
 
   const uint64_t cap_;
   const RelayPacingMode mode_;
