@@ -16,7 +16,7 @@
 # qdiscs' drops;
 # RELAY_UPLOAD_RATE (default: 90% of RATE, as an operator of shaped hosts sets
 # it; 0: no limit) is each target's --relay-upload-rate; RELAY_UPLOAD_PACING
-# (delay or off; default: the daemon's, off) its --relay-upload-pacing;
+# (capacity, delay or off; default: the daemon's, capacity) its --relay-upload-pacing;
 # UPLINK_QDISC (e.g. "pfifo_fast", three bands by socket priority; default none:
 # the tbf's own FIFO) is the queue inside each host's uplink shaper, as tc takes
 # it, holding UPLINK_QLEN (default 200) packets per band;
@@ -316,5 +316,5 @@ for chunk, rows in by_chunk.items():
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
-print("  targets' --relay-upload-pacing: %s" % (os.environ.get("RELAY_UPLOAD_PACING") or "default (off)"))
+print("  targets' --relay-upload-pacing: %s" % (os.environ.get("RELAY_UPLOAD_PACING") or "default (capacity)"))
 PY
