@@ -132,6 +132,14 @@ cpu_ticks() {
   done
   echo "$t"
 }
+# busy_ticks: the machine's busy CPU time (all CPUs, every state but idle and
+# iowait), in clock ticks. The kernel's network work for a packet that
+# arrives while a CPU idles (a shaped link's timer, the receive softirq) is
+# charged to no process: a lone pull leaves the CPUs idle most of the time,
+# a fleet keeps them busy, so the daemons' own CPU time counts more of it for
+# the fleet than for the lone pull. Nothing else runs during a run here (the
+# wait uses shell builtins), so the machine's busy time is the pull's.
+busy_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6}' /proc/stat; }
 # RATE in bytes per second (tc's units: kbit, mbit, gbit).
 rate_bytes() {
   echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
@@ -150,9 +158,10 @@ rx_targets() {
 # (the CPU of the targets and the origin until the last target is ready).
 run() {
   local n="$1" label="$2" first=${#pids[@]}
-  local tx0 start end cpu0
+  local tx0 start end cpu0 busy0
   tx0="$(tx_bytes)"
   cpu0="$(cpu_ticks "$origin_pid")"
+  busy0="$(busy_ticks)"
   start="$(date +%s.%N)"
   for i in $(seq 1 "$n"); do
     start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench \
@@ -206,6 +215,7 @@ run() {
   done
   end="$(stat -c %.9Y "$work/$label"-*.out | sort -n | tail -1)"
   local cpu=$(($(cpu_ticks "$origin_pid" "${pids[@]:$first}") - cpu0))
+  local busy=$(($(busy_ticks) - busy0))
   if [ -n "${TRACE:-}" ]; then
     kill "$tracer" "$port_tracer" "$queue_tracer"
     for i in 0 1 2; do
@@ -268,7 +278,7 @@ PY
   pids=("${pids[@]:0:$first}")
   for i in $(seq 1 "$n"); do rm -rf "${shm:?}/$label-$i"; done
   [ -z "${KEEP_LOGS:-}" ] || cp "$work/$label"-*.err "$work/$label".ports /tmp/ 2> /dev/null || true
-  python3 -c "print('%.3f %d %.2f' % ($end - $start, $sent, $cpu / $(getconf CLK_TCK)))"
+  python3 -c "print('%.3f %d %.2f %.2f' % ($end - $start, $sent, $cpu / $(getconf CLK_TCK), $busy / $(getconf CLK_TCK)))"
 }
 
 results=()
@@ -296,10 +306,10 @@ for chunk in ${CHUNKS:-auto}; do
     origin_up
     many="$(run "$targets" "many$chunk-$r")"
     origin_down
-    read -r one_s _ one_cpu <<< "$one"
-    read -r many_s many_sent many_cpu <<< "$many"
+    read -r one_s _ one_cpu one_busy <<< "$one"
+    read -r many_s many_sent many_cpu many_busy <<< "$many"
     echo "fanout: chunks $chunk, rep $r: 1 target $one_s s; $targets targets $many_s s," \
-      "origin sent $many_sent bytes; CPU $one_cpu s and $many_cpu s"
+      "origin sent $many_sent bytes; CPU $one_cpu s and $many_cpu s (machine busy $one_busy s and $many_busy s)"
     results+=("$chunk $one $many")
   done
   rm -rf "${shm:?}/origin$chunk"
@@ -310,8 +320,9 @@ n, rate, link, model = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sy
 relay_rate = sys.argv[5]
 by_chunk = collections.defaultdict(list)
 for r in sys.argv[6:]:
-    chunk, t1, b1, c1, tn, bn, cn = r.split()
-    by_chunk[chunk].append((float(t1), int(b1), float(tn), int(bn), float(c1), float(cn)))
+    chunk, t1, b1, c1, m1, tn, bn, cn, mn = r.split()
+    by_chunk[chunk].append((float(t1), int(b1), float(tn), int(bn), float(c1), float(cn),
+                            float(m1), float(mn)))
 print()
 print("weights fan-out (%.0f MiB model, %d targets, every link %s; iperf3 between two hosts "
       "%.0f Mbit/s)" % (model / 1048576, n, rate, link))
@@ -329,6 +340,10 @@ for chunk, rows in by_chunk.items():
     cn = statistics.median(r[5] for r in rows) / (n * gib)
     print("  %8s  CPU per GiB received (daemons, origin included): 1 target %.2f s, %d targets "
           "%.2f s, %.2fx (<= 2x)" % ("", c1, n, cn, cn / c1))
+    m1 = statistics.median(r[6] for r in rows) / gib
+    mn = statistics.median(r[7] for r in rows) / (n * gib)
+    print("  %8s  machine's busy CPU per GiB received (the kernel's network work on idle CPUs "
+          "too): 1 target %.2f s, %d targets %.2f s, %.2fx" % ("", m1, n, mn, mn / m1))
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
