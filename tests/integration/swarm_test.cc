@@ -87,12 +87,21 @@ class SwarmTest : public testing::WeightsFixture {
   // chunks: how many relays were contacted.
   int RelaysContacted(uint32_t rotate_after, FetchStats* stats) {
     WriteRandom(model_ / "big.bin", 8 << 20, 5);
-    auto origin = Server(WeightServerOptions{});
+    // The origin sends at 16 MB/s (served as a model still pulled, every chunk
+    // verified, under a relay rate): the pull lasts about half a second, so a
+    // neighbour retired has time to be replaced however fast the loopback.
+    WeightServerOptions slow;
+    slow.relay_upload_rate = 16 * 1000 * 1000;
+    Server(slow);  // manifest_ now describes big.bin
+    auto all = std::make_shared<ChunkSet>(manifest_.chunks.size());
+    for (size_t i = 0; i < manifest_.chunks.size(); ++i) all->Set(i);
+    auto origin = Server(slow, all);
     HostPort origin_addr = ServeWeights(origin);
     std::vector<std::shared_ptr<WeightServer>> relays;
     Manifest m = manifest_;
-    for (int i = 0; i < 6; ++i) {
-      relays.push_back(Server(WeightServerOptions{}));
+    for (int i = 0; i < 6; ++i) {  // each with nothing of the model yet
+      relays.push_back(
+          Server(WeightServerOptions{}, std::make_shared<ChunkSet>(manifest_.chunks.size())));
       m.sources.push_back(ServeWeights(relays.back()).ToString());
     }
     FetchOptions options = Options();
@@ -185,6 +194,70 @@ TEST_F(SwarmTest, AWatchIsAnsweredWithTheChunksVerifiedSinceItsCursor) {
   server->Publish(ServedModel{manifest_, model_, nullptr, {}, nullptr, nullptr});
   Record complete = Ask(fd.get(), "SDWT", empty.index);
   EXPECT_EQ(complete.aux, kHaveComplete);
+}
+
+// A watch is answered for every chunk a relay verifies, to each of its
+// watchers: the header and the chunks it names are one write, so the fetcher
+// has the whole answer when it wakes. Written in two, the second part waited
+// under Nagle's rule for the acknowledgement of the first, which the fetcher,
+// waiting for the rest, delayed (about 40 ms per answer on loopback).
+TEST_F(SwarmTest, AWatchAnswerArrivesWholeWithItsHeader) {
+  WriteRandom(model_ / "big.bin", 4 << 20, 3);
+  auto server = Server(WeightServerOptions{});
+  auto partial = std::make_shared<ChunkSet>(manifest_.chunks.size());
+  server->Publish(ServedModel{manifest_, model_, partial, {}, nullptr, nullptr});
+  HostPort addr = ServeWeights(server);
+  UniqueFd fd = Announce(addr, manifest_.root_digest, "10.0.0.1:1");
+  ASSERT_GE(manifest_.chunks.size(), 12u);
+  for (uint32_t i = 0; i < 12; ++i) {
+    partial->Set(i);
+    const char req[8] = {'S', 'D', 'W', 'T', 0, 0, 0, static_cast<char>(i)};
+    testing::SendAll(fd.get(), std::string(req, sizeof(req)));
+    pollfd p{fd.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    char answer[28];
+    const ssize_t at_once = ::recv(fd.get(), answer, sizeof(answer), MSG_DONTWAIT);
+    EXPECT_EQ(at_once, 28) << "watch answer " << i << ": the chunk it names came apart";
+    size_t got = at_once > 0 ? static_cast<size_t>(at_once) : 0;
+    while (got < sizeof(answer)) {
+      const ssize_t r = ::recv(fd.get(), answer + got, sizeof(answer) - got, 0);
+      ASSERT_GT(r, 0);
+      got += static_cast<size_t>(r);
+    }
+    EXPECT_EQ(std::string(answer + 24, 4), std::string("\0\0\0", 3) + static_cast<char>(i));
+  }
+}
+
+// A small file's chunk is sent whole with its header, for the same reason: a
+// model of many small files is a request per file.
+TEST_F(SwarmTest, ASmallChunkArrivesWholeWithItsHeader) {
+  for (int f = 0; f < 12; ++f) WriteRandom(model_ / ("small" + std::to_string(f)), 100 + f, f);
+  Server(WeightServerOptions{});
+  HostPort addr = ServeWeights(Server(WeightServerOptions{}));
+  Json hello;
+  UniqueFd fd = testing::OpenData(addr, manifest_.root_digest, &hello);
+  int small = 0;
+  for (uint32_t i = 0; i < manifest_.chunks.size(); ++i) {
+    const uint64_t length = manifest_.chunks[i].length;
+    if (length > 1024) continue;
+    ++small;
+    const char req[8] = {'S', 'D', 'R', 'Q', 0, 0, 0, static_cast<char>(i)};
+    testing::SendAll(fd.get(), std::string(req, sizeof(req)));
+    pollfd p{fd.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    std::string answer(24 + length, '\0');
+    const ssize_t at_once = ::recv(fd.get(), answer.data(), answer.size(), MSG_DONTWAIT);
+    EXPECT_EQ(at_once, static_cast<ssize_t>(answer.size()))
+        << "chunk " << i << " (" << manifest_.chunks[i].file << ") came apart from its header";
+    size_t got = at_once > 0 ? static_cast<size_t>(at_once) : 0;
+    while (got < answer.size()) {
+      const ssize_t r = ::recv(fd.get(), answer.data() + got, answer.size() - got, 0);
+      ASSERT_GT(r, 0);
+      got += static_cast<size_t>(r);
+    }
+    EXPECT_EQ(answer.substr(24), testing::ReadAll(model_ / manifest_.chunks[i].file)) << i;
+  }
+  EXPECT_GE(small, 12);
 }
 
 // A relay beyond the server's upload slots is told "busy" with a time to retry;

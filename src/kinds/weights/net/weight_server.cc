@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -33,6 +35,40 @@ namespace {
 constexpr size_t kMaxOpenFilesPerConnection = 16;
 
 constexpr uint64_t kHeaderBytes = std::tuple_size_v<HeaderRecord>;
+
+// Chunks up to this size are read and sent with their header in one write.
+constexpr uint64_t kOneWriteChunkBytes = 64 * 1024;
+
+// TCP_CORK for the scope: what is written joins into full segments, and the
+// rest leaves at once when the scope ends.
+class Cork {
+ public:
+  explicit Cork(int fd) : fd_(fd) { Set(1); }
+  ~Cork() { Set(0); }
+  Cork(const Cork&) = delete;
+  Cork& operator=(const Cork&) = delete;
+
+ private:
+  void Set(int on) { (void)::setsockopt(fd_, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)); }
+  const int fd_;
+};
+
+// A chunk's header and its `length` bytes at `at` of `file` in one write.
+bool SendSmallChunk(Conn& conn, int file, uint64_t at, uint32_t index, uint64_t length,
+                    std::chrono::steady_clock::time_point deadline) {
+  thread_local std::string buf;
+  const HeaderRecord h = EncodeHeader(kChunkMagic, index, kChunkOk, 0, length);
+  buf.assign(h.data(), h.size());
+  buf.resize(h.size() + length);
+  for (uint64_t got = 0; got < length;) {
+    const ssize_t r =
+        ::pread(file, buf.data() + h.size() + got, length - got, static_cast<off_t>(at + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;  // cut short: the fetcher sees the stream end
+    got += static_cast<uint64_t>(r);
+  }
+  return conn.SendAllBy(buf.data(), buf.size(), deadline);
+}
 
 // The peer's address on `fd` (IPv6 by /64, as the listener's limits count it);
 // "?" when unknown.
@@ -359,19 +395,33 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     // The whole chunk within its deadline: a fetcher that stops reading (or reads
     // a trickle) does not hold this thread.
     const auto deadline = deadline_for(kHeaderBytes + c.length);
-    bool sent = send_header(kChunkMagic, index, kChunkOk, 0, c.length, deadline);
     auto count = [&](uint64_t w) {
       if (slot.sent != nullptr) slot.sent->fetch_add(w, std::memory_order_relaxed);
       bytes_served_.fetch_add(w, std::memory_order_relaxed);
       metrics::BytesSent(metrics::Plane::kData, w);
       if (model->pulled) metrics::RelayBytesSent(w);
     };
-    // Held to the relay rate while this host still pulls the model.
-    if (relay_pacing_ != nullptr && model->available != nullptr) {
-      sent = sent &&
-             relay_pacing_->SendFile(conn, file, static_cast<off_t>(at), c.length, deadline, count);
+    // The header and the chunk leave together, its last segment at once. Sent
+    // apart, a small chunk (or a large one's last part) waited under Nagle's
+    // rule for the acknowledgement of what went before it, which the fetcher,
+    // waiting for the rest, delayed (about 40 ms a chunk: a model of small files
+    // is a request per file). A small chunk is one write; a larger one is
+    // corked from its header to its end (paced pieces then join, too).
+    const bool paced = relay_pacing_ != nullptr && model->available != nullptr;
+    bool sent;
+    if (c.length <= kOneWriteChunkBytes && !paced) {
+      sent = SendSmallChunk(conn, file, at, index, c.length, deadline);
+      if (sent) count(c.length);
     } else {
-      sent = sent && conn.SendFileBy(file, static_cast<off_t>(at), c.length, deadline, count);
+      Cork cork(conn.fd());
+      sent = send_header(kChunkMagic, index, kChunkOk, 0, c.length, deadline);
+      // Held to the relay rate while this host still pulls the model.
+      if (paced) {
+        sent = sent && relay_pacing_->SendFile(conn, file, static_cast<off_t>(at), c.length,
+                                               deadline, count);
+      } else {
+        sent = sent && conn.SendFileBy(file, static_cast<off_t>(at), c.length, deadline, count);
+      }
     }
     EndSend(root, claimant, index, sent);
     if (!sent) return;
@@ -415,8 +465,13 @@ bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, 
   const auto deadline = SendBy(kHeaderBytes + body.size());
   const HeaderRecord h = EncodeHeader(watch ? kHaveMagic : kStateMagic, static_cast<uint32_t>(next),
                                       kChunkOk, aux, body.size());
-  return conn.SendAllBy(h.data(), h.size(), deadline) &&
-         conn.SendAllBy(body.data(), body.size(), deadline);
+  // Header and body in one write. Written in two, the body waited under
+  // Nagle's rule (these sockets keep it: a chunk's header joins its first
+  // segment) for the acknowledgement of the header, which the fetcher,
+  // waiting for the body, delayed: about 40 ms per answer, and a watch is
+  // answered for every chunk this host verifies, to each of its watchers.
+  body.insert(0, h.data(), h.size());
+  return conn.SendAllBy(body.data(), body.size(), deadline);
 }
 
 }  // namespace seedd
