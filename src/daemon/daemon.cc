@@ -8,10 +8,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "common/crypto.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "daemon/compile_cache_plane.h"
 #include "daemon/daemon_rep.h"
 #include "daemon/origin_models.h"
@@ -245,13 +248,36 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     serving.relay_pacing = *pacing;
     // An engine that copies a pulled model from this daemon (seedctl pull, seedd.pull)
     // uses its files as much as one that opens them in place.
-    serving.served_to_client = [usage, cache_dir = options.cache_dir](const std::string& model,
-                                                                      const std::string& file) {
+    // The version directory `current` names, canonical as WatchModel's paths,
+    // resolved again only when the link changes: this runs for every file a
+    // client is sent (thousands a second for a model of small files), and a
+    // canonical path is a readlink of every component.
+    struct Versions {
+      Mutex mu;
+      std::map<std::string, std::pair<std::filesystem::path, std::filesystem::path>> dirs
+          GUARDED_BY(mu);  // model -> (the link's target, its canonical directory)
+    };
+    serving.served_to_client = [usage, cache_dir = options.cache_dir,
+                                versions = std::make_shared<Versions>()](const std::string& model,
+                                                                         const std::string& file) {
       if (usage == nullptr) return;
       std::error_code ec;
-      const std::filesystem::path dir =
-          std::filesystem::canonical(cache_dir / "weights" / model / "current", ec);
-      if (!ec) usage->MarkUsed(model, dir / file);
+      const std::filesystem::path current = cache_dir / "weights" / model / "current";
+      const std::filesystem::path target = std::filesystem::read_symlink(current, ec);
+      if (ec) return;
+      std::filesystem::path dir;
+      {
+        MutexLock lock(versions->mu);
+        auto it = versions->dirs.find(model);
+        if (it != versions->dirs.end() && it->second.first == target) dir = it->second.second;
+      }
+      if (dir.empty()) {
+        dir = std::filesystem::canonical(current, ec);
+        if (ec) return;
+        MutexLock lock(versions->mu);
+        versions->dirs[model] = {target, dir};
+      }
+      usage->MarkUsed(model, dir / file);
     };
     weights = std::make_shared<WeightServer>(std::move(served), serving);
     compile_plane = std::make_shared<DaemonCompileCachePlane>(options.cache_dir, build, weights);

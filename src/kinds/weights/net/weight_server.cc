@@ -340,8 +340,10 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     std::string holder;
     if (claim &&
         ClaimChunk(root, claimant, index, &aux, name_holder ? &holder : nullptr) == kChunkClaimed) {
-      if (!send_header(kChunkMagic, index, kChunkClaimed, aux, holder.size(), small)) return;
-      if (!holder.empty() && !conn.SendAllBy(holder.data(), holder.size(), small)) return;
+      // The holder's name with the header, in one write (see below).
+      const HeaderRecord h = EncodeHeader(kChunkMagic, index, kChunkClaimed, aux, holder.size());
+      holder.insert(0, h.data(), h.size());
+      if (!conn.SendAllBy(holder.data(), holder.size(), small)) return;
       continue;
     }
     const ManifestChunk& c = chunks[index];
