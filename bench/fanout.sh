@@ -132,14 +132,12 @@ cpu_ticks() {
   done
   echo "$t"
 }
-# busy_ticks: the machine's busy CPU time (all CPUs, every state but idle and
-# iowait), in clock ticks. The kernel's network work for a packet that
-# arrives while a CPU idles (a shaped link's timer, the receive softirq) is
-# charged to no process: a lone pull leaves the CPUs idle most of the time,
-# a fleet keeps them busy, so the daemons' own CPU time counts more of it for
-# the fleet than for the lone pull. Nothing else runs during a run here (the
-# wait uses shell builtins), so the machine's busy time is the pull's.
-busy_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6}' /proc/stat; }
+# busy_ticks: the machine's busy CPU time (machine_ticks). A lone pull leaves
+# the CPUs idle most of the time and a fleet keeps them busy, so the daemons'
+# own CPU time counts more of the kernel's network work for the fleet than
+# for the lone pull. Nothing else runs during a run here (the wait uses shell
+# builtins), so the machine's busy time is the pull's.
+busy_ticks() { machine_ticks | cut -d' ' -f1; }
 # RATE in bytes per second (tc's units: kbit, mbit, gbit).
 rate_bytes() {
   echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
@@ -188,7 +186,7 @@ run() {
     local queue_tracer=$!
   fi
   # Each target is ready when its ready line is written: the file's mtime.
-  # Polled with shell builtins only (file_has, nap): a `grep | wc` and a
+  # Polled with shell builtins only (ready, nap): a `grep | wc` and a
   # `sleep` five times a second took about a tenth of this machine's two
   # cores from the daemons being measured.
   local polls=0 pending=() i
@@ -196,7 +194,7 @@ run() {
   while [ ${#pending[@]} -gt 0 ]; do
     local left=()
     for i in "${pending[@]}"; do
-      file_has "$work/$label-$i.out" "serving on" || left+=("$i")
+      ready "$label-$i" || left+=("$i")
     done
     pending=("${left[@]}")
     [ ${#pending[@]} -gt 0 ] || break

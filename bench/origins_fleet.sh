@@ -100,13 +100,12 @@ redis_out() {
     awk -F: '$1 == "total_net_output_bytes" {print $2}'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-# The machine's CPU ticks: "busy total" (every host shares these cores, so a
-# run that keeps them busy is bound by the machine, not by its links).
-cpu_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+# The machine's CPU (machine_ticks): every host shares these cores, so a run
+# that keeps them busy is bound by the machine, not by its links.
 busy_since() {
   local b0 t0 b1 t1
   read -r b0 t0 <<< "$1"
-  read -r b1 t1 < <(cpu_ticks)
+  read -r b1 t1 < <(machine_ticks)
   awk "BEGIN {printf \"%.0f%%\", 100 * ($b1 - $b0) / ($t1 - $t0)}"
 }
 # start_in HOST NAME ARGS...: seedd in HOST's namespace on its address.
@@ -133,7 +132,7 @@ wait_ready() {
 alone_s=()
 for r in $(seq 1 "$reps"); do
   t0=$(date +%s.%N)
-  ticks=$(cpu_ticks)
+  ticks=$(machine_ticks)
   start_in 1 "alone-$r" --model "$url"
   wait_ready 1 "alone-$r"
   t1=$(date +%s.%N)
@@ -153,7 +152,7 @@ fleet_run() {
   redis_before=$(redis_out)
   before=$(tx0)
   t0=$(date +%s.%N)
-  ticks=$(cpu_ticks)
+  ticks=$(machine_ticks)
   for i in $(seq 1 "$fleet"); do
     start_in "$i" "fleet-$i" --model "$url" --registry "redis://$(ip_of 0):6379"
   done

@@ -28,6 +28,13 @@ file_has() {
   return 1
 }
 
+# machine_ticks: "BUSY TOTAL", the machine's CPU time in clock ticks over all
+# CPUs, busy being every state but idle and iowait. The kernel's network work
+# for a packet that arrives while a CPU idles (a shaped link's timer, the
+# receive softirq) is charged to no process, so the benchmarks that share
+# these cores among many daemons read the machine's time beside their own.
+machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+
 # registry_config FILE ADDR ROOT [access]: a docker-registry configuration
 # serving ADDR (HOST:PORT) from storage ROOT, logging errors only (and every
 # request with `access`).

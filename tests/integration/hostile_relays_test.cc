@@ -648,14 +648,11 @@ TEST_F(StallingPeersTest, AClaimedAnswerNamesTheRelayHoldingTheClaimWhenAsked) {
     // Nagle's rule for the header's acknowledgement, which the asker, waiting
     // for the name, delayed).
     for (int again = 0; again < 8; ++again) {
-      testing::SendAll(fd.get(), std::string(req.data(), req.size()));
-      pollfd p{fd.get(), POLLIN, 0};
-      ASSERT_EQ(::poll(&p, 1, 5000), 1);
-      std::string answer(record.size() + name.size(), '\0');
-      const ssize_t at_once = ::recv(fd.get(), answer.data(), answer.size(), MSG_DONTWAIT);
-      EXPECT_EQ(at_once, static_cast<ssize_t>(answer.size())) << "answer " << again;
-      const size_t got = at_once > 0 ? static_cast<size_t>(at_once) : 0;
-      ASSERT_TRUE(RecvExactly(fd.get(), answer.data() + got, answer.size() - got));
+      bool whole = false;
+      const std::string answer =
+          testing::AskWhole(fd.get(), "SDRN", big, record.size() + name.size(), &whole);
+      EXPECT_TRUE(whole) << "answer " << again;
+      ASSERT_EQ(answer.size(), record.size() + name.size());
       EXPECT_EQ(answer.substr(record.size()), "10.99.0.7:7420");
     }
   }

@@ -211,20 +211,11 @@ TEST_F(SwarmTest, AWatchAnswerArrivesWholeWithItsHeader) {
   ASSERT_GE(manifest_.chunks.size(), 12u);
   for (uint32_t i = 0; i < 12; ++i) {
     partial->Set(i);
-    const char req[8] = {'S', 'D', 'W', 'T', 0, 0, 0, static_cast<char>(i)};
-    testing::SendAll(fd.get(), std::string(req, sizeof(req)));
-    pollfd p{fd.get(), POLLIN, 0};
-    ASSERT_EQ(::poll(&p, 1, 5000), 1);
-    char answer[28];
-    const ssize_t at_once = ::recv(fd.get(), answer, sizeof(answer), MSG_DONTWAIT);
-    EXPECT_EQ(at_once, 28) << "watch answer " << i << ": the chunk it names came apart";
-    size_t got = at_once > 0 ? static_cast<size_t>(at_once) : 0;
-    while (got < sizeof(answer)) {
-      const ssize_t r = ::recv(fd.get(), answer + got, sizeof(answer) - got, 0);
-      ASSERT_GT(r, 0);
-      got += static_cast<size_t>(r);
-    }
-    EXPECT_EQ(std::string(answer + 24, 4), std::string("\0\0\0", 3) + static_cast<char>(i));
+    bool whole = false;
+    const std::string answer = testing::AskWhole(fd.get(), "SDWT", i, 28, &whole);
+    EXPECT_TRUE(whole) << "watch answer " << i << ": the chunk it names came apart";
+    ASSERT_EQ(answer.size(), 28u);
+    EXPECT_EQ(answer.substr(24), std::string("\0\0\0", 3) + static_cast<char>(i));
   }
 }
 
@@ -241,20 +232,11 @@ TEST_F(SwarmTest, ASmallChunkArrivesWholeWithItsHeader) {
     const uint64_t length = manifest_.chunks[i].length;
     if (length > 1024) continue;
     ++small;
-    const char req[8] = {'S', 'D', 'R', 'Q', 0, 0, 0, static_cast<char>(i)};
-    testing::SendAll(fd.get(), std::string(req, sizeof(req)));
-    pollfd p{fd.get(), POLLIN, 0};
-    ASSERT_EQ(::poll(&p, 1, 5000), 1);
-    std::string answer(24 + length, '\0');
-    const ssize_t at_once = ::recv(fd.get(), answer.data(), answer.size(), MSG_DONTWAIT);
-    EXPECT_EQ(at_once, static_cast<ssize_t>(answer.size()))
-        << "chunk " << i << " (" << manifest_.chunks[i].file << ") came apart from its header";
-    size_t got = at_once > 0 ? static_cast<size_t>(at_once) : 0;
-    while (got < answer.size()) {
-      const ssize_t r = ::recv(fd.get(), answer.data() + got, answer.size() - got, 0);
-      ASSERT_GT(r, 0);
-      got += static_cast<size_t>(r);
-    }
+    bool whole = false;
+    const std::string answer = testing::AskWhole(fd.get(), "SDRQ", i, 24 + length, &whole);
+    EXPECT_TRUE(whole) << "chunk " << i << " (" << manifest_.chunks[i].file
+                       << ") came apart from its header";
+    ASSERT_EQ(answer.size(), 24 + length);
     EXPECT_EQ(answer.substr(24), testing::ReadAll(model_ / manifest_.chunks[i].file)) << i;
   }
   EXPECT_GE(small, 12);

@@ -1,5 +1,6 @@
 #include "support/weights_fixture.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <fstream>
@@ -96,6 +97,24 @@ Record Ask(int fd, const char* magic, uint32_t index) {
     n += static_cast<size_t>(r);
   }
   return rec;
+}
+
+std::string AskWhole(int fd, const char* magic, uint32_t index, size_t bytes, bool* whole) {
+  std::string req(magic, 4);
+  for (int b = 3; b >= 0; --b) req.push_back(static_cast<char>((index >> (8 * b)) & 0xff));
+  SendAll(fd, req);
+  *whole = false;
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 5000) != 1) return "";
+  std::string answer(bytes, '\0');
+  const ssize_t at_once = ::recv(fd, answer.data(), bytes, MSG_DONTWAIT);
+  *whole = at_once == static_cast<ssize_t>(bytes);
+  for (size_t got = at_once > 0 ? static_cast<size_t>(at_once) : 0; got < bytes;) {
+    const ssize_t r = ::recv(fd, answer.data() + got, bytes - got, 0);
+    if (r <= 0) return "";
+    got += static_cast<size_t>(r);
+  }
+  return answer;
 }
 
 UniqueFd Announce(const HostPort& server, const std::string& root, const std::string& relay,

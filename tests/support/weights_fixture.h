@@ -46,6 +46,10 @@ struct Record {
   std::string body;
 };
 Record Ask(int fd, const char* magic, uint32_t index);
+// Sends the request record `magic` + `index` and reads an answer of `bytes`
+// (header included). *whole: whether all of it could be read as soon as any
+// of it arrived, as when the server writes it at once.
+std::string AskWhole(int fd, const char* magic, uint32_t index, size_t bytes, bool* whole);
 // Announces `relay` to `server` for `root` on a data connection, as a relaying
 // fetcher does; the connection stays open for requests.
 // `zone`: said when not empty.
