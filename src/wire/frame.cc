@@ -28,9 +28,11 @@ std::string EncodeFrame(std::string_view body) {
 std::string EncodeJsonFrame(const Json& value) {
   std::string out(kFrameHeaderBytes, '\0');
   AppendJson(value, &out);  // straight after the header: no second copy of the body
-  PutLength(out.size() - kFrameHeaderBytes, out.data());
+  SealFrame(&out);
   return out;
 }
+
+void SealFrame(std::string* frame) { PutLength(frame->size() - kFrameHeaderBytes, frame->data()); }
 
 size_t FrameReader::Feed(std::string_view data) {
   size_t used = 0;

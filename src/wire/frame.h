@@ -20,6 +20,9 @@ inline constexpr size_t kFrameHeaderBytes = 8;
 std::string EncodeFrame(std::string_view body);
 // Header + compact JSON text of `value`.
 std::string EncodeJsonFrame(const Json& value);
+// For a frame built in place: `frame` starts with kFrameHeaderBytes bytes
+// reserved for the header and holds the body after them; writes the header.
+void SealFrame(std::string* frame);
 
 // Incremental decoder of one frame. The length is checked against the limit
 // before the body is allocated.

@@ -234,6 +234,68 @@ TEST_F(ModelVersionsTest, AFileChangedAfterIndexingIsNotServedUnderItsOldDigests
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "dest"));
 }
 
+// A manifest request stats kUnchangedSweepFiles files of a larger model, in
+// turn (not all of them: a 100,000-file model would cost seconds of CPU per
+// request): a changed file is found within two requests here, and at once
+// after the data path found it.
+TEST_F(ModelVersionsTest, AChangedFileOfAManyFileModelIsFoundInTurnOrByTheDataPath) {
+  const auto many = dir_.path() / "many";
+  std::filesystem::create_directories(many);
+  const size_t n = kUnchangedSweepFiles + 16;
+  const auto before = std::filesystem::file_time_type::clock::now() - std::chrono::seconds(10);
+  for (size_t i = 0; i < n; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "f%05zu.bin", i);
+    WriteRandom(many / name, 64, static_cast<unsigned>(i + 1));
+    // Older than any flip below, whatever the clock's granularity.
+    std::filesystem::last_write_time(many / name, before);
+  }
+  const auto other = dir_.path() / "other";
+  std::filesystem::copy(many, other, std::filesystem::copy_options::recursive);
+  for (const auto& e : std::filesystem::directory_iterator(other)) {
+    std::filesystem::last_write_time(e.path(), before);
+  }
+  HostPort origin = Serve(many);
+  ManifestFrom(origin);  // files f00000..f01023 checked
+  SeedConfig config;
+  config.source = origin;
+  config.token = kToken;
+  auto client = SeedTransport::Create({}, config);
+  ASSERT_OK(client);
+  auto ask = [&] {
+    auto answer = (*client)->Request(Json{{"kind", "weight_shards"}, {"model", "tiny"}});
+    return answer.has_value() ? *answer : Json();
+  };
+  // The last file, beyond the first turn: the second request reaches it.
+  FlipAByte(many / "f01039.bin");
+  Json second = ask();
+  EXPECT_EQ(second["status"], "error") << second.dump();
+  EXPECT_NE(second.value("message", "").find("changed on disk (f01039.bin)"), std::string::npos)
+      << second.dump();
+
+  // Another daemon, another copy: a file the sweep has not reached yet but a
+  // fetcher asked for.
+  HostPort origin2 = Serve(other);
+  const Manifest m2 = ManifestFrom(origin2);
+  uint32_t late = 0;
+  while (m2.chunks[late].file != "f01030.bin") ++late;
+  FlipAByte(other / "f01030.bin");
+  Json hello;
+  UniqueFd fd = testing::OpenData(origin2, m2.root_digest, &hello);
+  ASSERT_EQ(hello["status"], "ok");
+  EXPECT_EQ(Ask(fd.get(), "SDRQ", late).status, 1u);  // not here
+  config.source = origin2;
+  auto client2 = SeedTransport::Create({}, config);
+  ASSERT_OK(client2);
+  auto answer = (*client2)->Request(Json{{"kind", "weight_shards"}, {"model", "tiny"}});
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ((*answer)["status"], "error") << answer->dump();
+  EXPECT_NE(
+      (*answer)["message"].get<std::string>().find("changed on disk (f01030.bin: it was modified)"),
+      std::string::npos)
+      << answer->dump();
+}
+
 TEST_F(ModelVersionsTest, ALinkSwappedInAfterIndexingCannotRedirectReads) {
   HostPort origin = Serve(model_);
   const Manifest m = ManifestFrom(origin);

@@ -158,6 +158,33 @@ TEST_F(ManifestTest, DescribesEveryFileTensorAndChunk) {
   EXPECT_FALSE(j.contains("chunk_digest"));  // XXH3-128 manifests are as they always were
 }
 
+// The root digest is the SHA-256 of the manifest's compact text without
+// root_digest, sources and signatures (and, from format 2, the model's name):
+// the text every seedd and the Python reference hash, whatever the fields are.
+TEST_F(ManifestTest, TheRootDigestHashesTheManifestWithoutItsPerCopyFields) {
+  auto expected = [](Json j) {
+    j.erase("root_digest");
+    j.erase("sources");
+    j.erase("signatures");
+    if (j.value("format", 1) >= 2) j.erase("model");
+    return Sha256Hex(DumpJson(j));
+  };
+  Json j = Built();
+  j["sources"] = {"10.0.0.1:7420", "10.0.0.2:7420"};
+  j["signatures"] = Json::array({{{"key", "k"}, {"sig", "s"}}});
+  j["zz \"odd\" key \u00e9"] = {{"nested", Json::array({1, 2.5, nullptr, true, "t\u00e9xt"})}};
+  EXPECT_EQ(ManifestRootDigest(j), expected(j));
+  j["format"] = 2;
+  EXPECT_EQ(ManifestRootDigest(j), expected(j));
+  Json renamed = j;
+  renamed["model"] = "other";
+  renamed["sources"] = Json::array();
+  EXPECT_EQ(ManifestRootDigest(renamed), ManifestRootDigest(j));
+  j["format"] = 1;
+  renamed["format"] = 1;
+  EXPECT_NE(ManifestRootDigest(renamed), ManifestRootDigest(j));
+}
+
 TEST_F(ManifestTest, Sha256ChunksAreNamedInTheManifestAndSealedByTheRootDigest) {
   Json xxh3 = Built();
   options_.chunk_digest = ChunkDigest::kSha256;

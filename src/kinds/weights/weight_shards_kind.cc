@@ -222,12 +222,17 @@ class WeightShardsSeedable final : public Seedable {
     if (!m.ok()) return m.status();
     if (*m == nullptr) return std::optional<std::string>();
     if ((*m)->text == nullptr) return Seedable::ResolveText(request);
-    std::string text = (*m)->text->head;
+    const std::vector<std::string> relays = Relays(**m, request);
+    size_t size = (*m)->text->head.size() + (*m)->text->tail.size();
+    for (const std::string& peer : relays) size += peer.size() + 3;
+    std::string text;
+    text.reserve(size);  // one copy of a manifest of thousands of files
+    text += (*m)->text->head;
     bool first = true;
-    for (const std::string& peer : Relays(**m, request)) {
+    for (const std::string& peer : relays) {
       if (!first) text += ',';
       first = false;
-      text += DumpJson(Json(peer));
+      AppendJson(Json(peer), &text);
     }
     text += (*m)->text->tail;
     return std::optional<std::string>(std::move(text));
@@ -275,7 +280,9 @@ class WeightShardsSeedable final : public Seedable {
       return Status::FailedPrecondition("model '" + m->manifest.model + "' has fingerprint " +
                                         m->manifest.fingerprint + ", not the one requested");
     }
-    SEEDD_RETURN_IF_ERROR(Unchanged(*m));
+    // A model whose files changed since they were indexed is not handed out:
+    // its digests no longer describe its bytes.
+    SEEDD_RETURN_IF_ERROR(server_->CheckUnchanged(*m));
     return m;
   }
 
@@ -287,23 +294,6 @@ class WeightShardsSeedable final : public Seedable {
       relay = r->get<std::string>();
     }
     return server_->Peers(m.manifest.root_digest, relay, server_->max_peers_listed());
-  }
-
-  // A model whose files changed since they were indexed is not handed out: its
-  // digests no longer describe its bytes.
-  static Status Unchanged(const ServedModel& m) {
-    for (const auto& [path, indexed] : m.files) {
-      struct stat st {};
-      const std::filesystem::path at = m.dir / indexed.read_path;
-      if (::stat(at.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != indexed.size ||
-          MtimeNs(st) != indexed.mtime_ns) {
-        return Status::FailedPrecondition("model '" + m.manifest.model + "' changed on disk (" +
-                                          path +
-                                          ") since it was indexed; restart the serving "
-                                          "daemon to index it again");
-      }
-    }
-    return Status::Ok();
   }
 
   std::shared_ptr<WeightServer> server_;

@@ -107,17 +107,26 @@ Json Manifest::ToJson() const {
 std::string ManifestRootDigest(const Json& manifest) {
   // The sources say where to fetch, not what: they vary per manifest handed out
   // (the origin adds the peers holding the model), so the digest leaves them out;
-  // signatures are over the digest.
-  Json without = manifest;
-  if (without.is_object()) {
-    without.erase("root_digest");
-    without.erase("sources");
-    without.erase("signatures");
-    if (auto f = without.find("format"); f != without.end() && f->is_number_integer() && *f >= 2) {
-      without.erase("model");
+  // signatures are over the digest. The text is DumpJson's of the manifest
+  // without those fields, written field by field (no copy of a manifest of
+  // thousands of files).
+  if (!manifest.is_object()) return Sha256Hex(DumpJson(manifest));
+  const auto f = manifest.find("format");
+  const bool named_apart = f != manifest.end() && f->is_number_integer() && *f >= 2;
+  std::string text = "{";
+  for (auto it = manifest.begin(); it != manifest.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "root_digest" || key == "sources" || key == "signatures" ||
+        (named_apart && key == "model")) {
+      continue;
     }
+    if (text.size() > 1) text += ',';
+    AppendJson(Json(key), &text);
+    text += ':';
+    AppendJson(it.value(), &text);
   }
-  return Sha256Hex(DumpJson(without));
+  text += '}';
+  return Sha256Hex(text);
 }
 
 bool IsModelName(std::string_view s) {

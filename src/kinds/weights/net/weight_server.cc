@@ -250,12 +250,47 @@ void WeightServer::WarnChanged(const ServedModel& model, const std::string& file
                                const std::string& why) {
   {
     MutexLock lock(mu_);
+    changed_.emplace(model.manifest.root_digest, file + ": " + why);
     if (!warned_.insert(model.manifest.root_digest + "/" + file).second) return;
   }
   Logger().error(
       "weight_data: not serving {} of model {}: {} since it was indexed; its chunk digests no "
       "longer describe it (restart seedd to index the model again)",
       (model.dir / file).string(), model.manifest.model, why);
+}
+
+Status WeightServer::CheckUnchanged(const ServedModel& model) {
+  const std::string& root = model.manifest.root_digest;
+  auto changed = [&](const std::string& what) {
+    return Status::FailedPrecondition("model '" + model.manifest.model + "' changed on disk (" +
+                                      what +
+                                      ") since it was indexed; restart the serving daemon to "
+                                      "index it again");
+  };
+  const size_t n = model.files.size();
+  const size_t sweep = std::min(n, kUnchangedSweepFiles);
+  size_t from = 0;
+  {
+    MutexLock lock(mu_);
+    if (auto c = changed_.find(root); c != changed_.end()) return changed(c->second);
+    if (sweep < n) {
+      size_t& next = sweep_from_[root];
+      from = next % n;
+      next = (from + sweep) % n;
+    }
+  }
+  auto it = std::next(model.files.begin(), static_cast<std::ptrdiff_t>(from));
+  for (size_t i = 0; i < sweep; ++i, ++it) {
+    if (it == model.files.end()) it = model.files.begin();
+    const auto& [path, indexed] = *it;
+    struct stat st {};
+    const std::filesystem::path at = model.dir / indexed.read_path;
+    if (::stat(at.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != indexed.size ||
+        MtimeNs(st) != indexed.mtime_ns) {
+      return changed(path);
+    }
+  }
+  return Status::Ok();
 }
 
 void WeightServer::ServeRequests(Conn& conn, const std::string& root,

@@ -62,6 +62,10 @@ struct WeightServerOptions : SwarmPolicy {
   std::string zone;
 };
 
+// Files a manifest request stats to check that a model is unchanged (see
+// WeightServer::CheckUnchanged).
+inline constexpr size_t kUnchangedSweepFiles = 1024;
+
 class WeightServer {
  public:
   explicit WeightServer(std::vector<ServedModel> models, WeightServerOptions options = {});
@@ -70,6 +74,13 @@ class WeightServer {
   // Serves `model` from now on, in place of any model of the same name.
   void Publish(ServedModel model);
   std::shared_ptr<const ServedModel> FindModel(std::string_view name) const;
+  // FailedPrecondition naming a file of `model` that changed on disk since it
+  // was indexed (its chunk digests no longer describe it), for a manifest not
+  // to be handed out. A stat per file: every file of a model of at most
+  // kUnchangedSweepFiles, and that many per call in turn of a larger one (a
+  // manifest request then costs the same whatever the model's size); a file
+  // the data path found changed fails every call from then on.
+  Status CheckUnchanged(const ServedModel& model);
   // Every model served now, by name.
   std::vector<std::shared_ptr<const ServedModel>> Models() const;
   // The relays that announced themselves for `root` recently, but `except`: at
@@ -144,6 +155,10 @@ class WeightServer {
   std::map<std::string, ServerCore> swarms_ GUARDED_BY(mu_);  // by root digest
   std::mt19937_64 rng_ GUARDED_BY(mu_);
   std::set<std::string> warned_ GUARDED_BY(mu_);
+  // By root digest: the first changed file found ("PATH: WHY"), and where the
+  // next CheckUnchanged of a large model starts.
+  std::map<std::string, std::string> changed_ GUARDED_BY(mu_);
+  std::map<std::string, size_t> sweep_from_ GUARDED_BY(mu_);
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<int> connections_{0};
   std::atomic<uint64_t> manifests_serialized_{0};
