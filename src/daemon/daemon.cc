@@ -260,7 +260,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonOptions options) {
     serving.served_to_client = [usage, cache_dir = options.cache_dir,
                                 versions = std::make_shared<Versions>()](const std::string& model,
                                                                          const std::string& file) {
-      if (usage == nullptr) return;
+      // Models served from a directory of their own are not watched: no
+      // readlink per file sent.
+      if (usage == nullptr || !usage->Watches(model)) return;
       std::error_code ec;
       const std::filesystem::path current = cache_dir / "weights" / model / "current";
       const std::filesystem::path target = std::filesystem::read_symlink(current, ec);

@@ -153,6 +153,14 @@ class FanotifyUsageWatch final : public UsageWatch {
   }
 
  public:
+  bool Watches(const std::string& cache) const override {
+    MutexLock lock(mu_);
+    for (const Cache& c : caches_) {
+      if (c.name == cache) return true;
+    }
+    return false;
+  }
+
   void MarkUsed(const std::string& cache, const std::filesystem::path& file) override {
     MutexLock lock(mu_);
     for (Cache& c : caches_) {

@@ -41,6 +41,8 @@ class UsageWatch {
   // another process: an engine that read it through the daemon (a pull from it
   // by a fetcher that does not relay). Unknown caches and files are ignored.
   virtual void MarkUsed(const std::string& cache, const std::filesystem::path& file) = 0;
+  // Whether `cache` is watched: what MarkUsed needs is worth finding out.
+  virtual bool Watches(const std::string& cache) const = 0;
 
   struct Report {
     std::string cache;

@@ -201,6 +201,52 @@ TEST_F(StagingTest, AJournaledChunkWhoseBytesDoNotMatchIsFetchedAgain) {
       << logs.Dump();
 }
 
+// A small file arrives as one chunk: the file made for it gets its length
+// from the write (no sizing call); one that was there before the write (made
+// by another writer, or left behind) is sized first, so no stale tail stays.
+// A file of several chunks is sized at once, whichever chunk lands first.
+TEST_F(StagingTest, AWholeFileChunkGivesItsFileItsLengthAndAFileFoundThereIsSizedFirst) {
+  WriteRandom(model_ / "small" / "a.bin", 500, 9);
+  HostPort source = Serve(model_);
+  Manifest m = ManifestFrom(source);
+  std::map<std::string, uint64_t> sizes;
+  for (const ManifestFile& f : m.files) sizes[f.path] = f.size;
+  std::vector<uint32_t> whole;
+  uint32_t partial = UINT32_MAX;
+  for (uint32_t i = 0; i < m.chunks.size(); ++i) {
+    const ManifestChunk& c = m.chunks[i];
+    if (c.offset == 0 && c.length == sizes[c.file]) whole.push_back(i);
+    if (c.offset > 0 && partial == UINT32_MAX) partial = i;
+  }
+  ASSERT_GE(whole.size(), 2u);
+  ASSERT_NE(partial, UINT32_MAX);
+  Staging stage(m, staging());
+  ASSERT_TRUE(stage.Open().ok());
+  auto write = [&](uint32_t i) {
+    const ManifestChunk& c = m.chunks[i];
+    const std::string data = ReadAll(model_ / c.file).substr(c.offset, c.length);
+    auto file = stage.FileFor(c);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_OK(stage.Write(**file, c, 0, data.data(), data.size()));
+  };
+  // Made by this write.
+  const ManifestChunk& first = m.chunks[whole[0]];
+  write(whole[0]);
+  EXPECT_EQ(ReadAll(staging() / first.file), ReadAll(model_ / first.file));
+  // Found there, longer than the file: sized before it is written.
+  const ManifestChunk& found = m.chunks[whole[1]];
+  std::filesystem::create_directories((staging() / found.file).parent_path());
+  std::ofstream(staging() / found.file, std::ios::binary)
+      << std::string(found.length * 2 + 100, 'x');
+  write(whole[1]);
+  EXPECT_EQ(ReadAll(staging() / found.file), ReadAll(model_ / found.file));
+  // A file of several chunks: its full length as soon as it is opened.
+  const ManifestChunk& piece = m.chunks[partial];
+  auto file = stage.FileFor(piece);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(std::filesystem::file_size(staging() / piece.file), sizes[piece.file]);
+}
+
 TEST_F(StagingTest, AJournalOfAnotherVersionStartsOver) {
   HostPort source = Serve(model_);
   Manifest m = ManifestFrom(source);

@@ -27,13 +27,25 @@ bool IsHex(const Json& v, size_t n) {
   return v.is_string() && IsLowerHex(v.get_ref<const std::string&>(), n);
 }
 
-Result<uint64_t> Uint(const Json& obj, const char* field, const std::string& where) {
+// `where` names the object in the error: "manifest: file 'a.bin'" (`what` then
+// `name` in quotes when there is one), built only on an error.
+Result<uint64_t> Uint(const Json& obj, const char* field, std::string_view what,
+                      std::string_view name = {}) {
   auto it = obj.find(field);
   if (it == obj.end() || !it->is_number_integer() ||
       (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
+    std::string where(what);
+    if (!name.empty()) where += " '" + std::string(name) + "'";
     return Status::InvalidArgument(where + ": '" + field + "' must be a non-negative integer");
   }
   return it->get<uint64_t>();
+}
+
+// The string at `field` of `obj` if it is `n` lowercase hex digits, else null.
+const std::string* HexField(const Json& obj, std::string_view field, size_t n) {
+  auto it = obj.find(field);
+  if (it == obj.end() || !IsHex(*it, n)) return nullptr;
+  return &it->get_ref<const std::string&>();
 }
 
 }  // namespace
@@ -188,25 +200,34 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
   if (j["sources"].size() > limits.sources) {
     return over("sources", j["sources"].size(), limits.sources);
   }
-  std::map<std::string, uint64_t> sizes;
+  // By path: the file's size and how many of its bytes the chunks tile so far.
+  struct Tiled {
+    uint64_t size = 0;
+    uint64_t covered = 0;
+  };
+  std::map<std::string, Tiled, std::less<>> sizes;
   uint64_t sum = 0;
+  m.files.reserve(j["files"].size());
   for (const Json& f : j["files"]) {
-    if (!f.is_object() || !f.contains("path") || !f["path"].is_string())
-      return bad("a file without a path");
-    const std::string path = f["path"];
+    auto p = f.is_object() ? f.find("path") : f.end();
+    if (p == f.end() || !p->is_string()) return bad("a file without a path");
+    const std::string& path = p->get_ref<const std::string&>();
     SEEDD_RETURN_IF_ERROR(ValidateRelativePath(path).WithContext("manifest"));
     if (IsReservedPath(path)) {
       return bad("file '" + path + "' uses a name seedd keeps for itself (.seedd-*)");
     }
-    Result<uint64_t> size = Uint(f, "size", "manifest: file '" + path + "'");
+    Result<uint64_t> size = Uint(f, "size", "manifest: file", path);
     if (!size.ok()) return size.status();
     if (*size > kMaxFileBytes) return bad("file '" + path + "' is larger than 1 PiB");
-    if (!sizes.emplace(path, *size).second) return bad("file '" + path + "' is listed twice");
-    if (!IsHex(f.value("sha256", Json()), 64)) return bad("file '" + path + "' has a bad sha256");
-    m.files.push_back({path, *size, f["sha256"]});
+    if (!sizes.emplace(path, Tiled{*size, 0}).second) {
+      return bad("file '" + path + "' is listed twice");
+    }
+    const std::string* sha256 = HexField(f, "sha256", 64);
+    if (sha256 == nullptr) return bad("file '" + path + "' has a bad sha256");
+    m.files.push_back({path, *size, *sha256});
     sum += *size;
   }
-  for (const auto& [path, size] : sizes) {
+  for (const auto& [path, tiled] : sizes) {
     auto below = sizes.lower_bound(path + "/");
     if (below != sizes.end() && below->first.rfind(path + "/", 0) == 0) {
       return bad("'" + path + "' is both a file and a directory");
@@ -216,36 +237,35 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
     return bad("file sizes add up to " + std::to_string(sum) + ", not total_size " +
                std::to_string(m.total_size));
   }
-  std::map<std::string, uint64_t> covered;  // file → bytes tiled so far
+  m.chunks.reserve(j["chunks"].size());
   for (const Json& c : j["chunks"]) {
-    if (!c.is_object() || !c.contains("file") || !c["file"].is_string())
-      return bad("a chunk without a file");
-    const std::string file = c["file"];
+    auto fi = c.is_object() ? c.find("file") : c.end();
+    if (fi == c.end() || !fi->is_string()) return bad("a chunk without a file");
+    const std::string& file = fi->get_ref<const std::string&>();
     auto it = sizes.find(file);
     if (it == sizes.end()) return bad("a chunk names the unlisted file '" + file + "'");
-    Result<uint64_t> off = Uint(c, "offset", "manifest: chunk of '" + file + "'");
+    Result<uint64_t> off = Uint(c, "offset", "manifest: chunk of", file);
     if (!off.ok()) return off.status();
-    Result<uint64_t> len = Uint(c, "length", "manifest: chunk of '" + file + "'");
+    Result<uint64_t> len = Uint(c, "length", "manifest: chunk of", file);
     if (!len.ok()) return len.status();
-    if (!IsHex(c.value(digest_key, Json()), digest_hex)) {
-      return bad("a chunk of '" + file + "' has a bad " + digest_key);
-    }
-    uint64_t& done = covered[file];
+    const std::string* digest = HexField(c, digest_key, digest_hex);
+    if (digest == nullptr) return bad("a chunk of '" + file + "' has a bad " + digest_key);
+    uint64_t& done = it->second.covered;
     if (*off != done) {
       return bad("chunks of '" + file + "' do not tile it: expected offset " +
                  std::to_string(done) + ", got " + std::to_string(*off));
     }
-    if (*len == 0 || *len > m.chunk_size || *len > it->second - done) {
+    if (*len == 0 || *len > m.chunk_size || *len > it->second.size - done) {
       return bad("chunk of '" + file + "' at " + std::to_string(*off) + " has a bad length " +
                  std::to_string(*len));
     }
     done += *len;
-    m.chunks.push_back({file, *off, *len, c[digest_key]});
+    m.chunks.push_back({file, *off, *len, *digest});
   }
-  for (const auto& [path, size] : sizes) {
-    if (covered[path] != size) {
-      return bad("chunks of '" + path + "' cover " + std::to_string(covered[path]) + " of " +
-                 std::to_string(size) + " bytes");
+  for (const auto& [path, tiled] : sizes) {
+    if (tiled.covered != tiled.size) {
+      return bad("chunks of '" + path + "' cover " + std::to_string(tiled.covered) + " of " +
+                 std::to_string(tiled.size) + " bytes");
     }
   }
   for (const Json& t : j["tensors"]) {
@@ -274,11 +294,11 @@ Result<Manifest> ParseManifest(const Json& j, const ManifestLimits& limits) {
       if (!d.is_number_unsigned()) return bad("tensor '" + mt.info.name + "' has a bad shape");
       mt.info.shape.push_back(d);
     }
-    Result<uint64_t> b = Uint(t, "begin", "manifest: tensor '" + mt.info.name + "'");
-    Result<uint64_t> e = Uint(t, "end", "manifest: tensor '" + mt.info.name + "'");
+    Result<uint64_t> b = Uint(t, "begin", "manifest: tensor", mt.info.name);
+    Result<uint64_t> e = Uint(t, "end", "manifest: tensor", mt.info.name);
     if (!b.ok()) return b.status();
     if (!e.ok()) return e.status();
-    if (*b > *e || *e > it->second)
+    if (*b > *e || *e > it->second.size)
       return bad("tensor '" + mt.info.name + "' lies outside its file");
     mt.info.begin = *b;
     mt.info.end = *e;

@@ -74,7 +74,7 @@ Result<std::vector<uint32_t>> ReuseLocalChunks(const Manifest& manifest, Staging
       if (!ReadAt(file.fds[b].get(), c.offset, buf.data(), c.length)) continue;
       const std::string_view bytes(buf.data(), c.length);
       if (ChunkDigestHex(manifest.chunk_digest, bytes) != c.digest) continue;
-      Result<std::shared_ptr<UniqueFd>> out = staging.File(c.file);
+      Result<std::shared_ptr<UniqueFd>> out = staging.FileFor(c);
       if (!out.ok()) return out.status();
       SEEDD_RETURN_IF_ERROR(staging.Write(**out, c, 0, bytes.data(), bytes.size()));
       SEEDD_RETURN_IF_ERROR(staging.Commit(i));

@@ -209,7 +209,19 @@ Result<std::vector<uint32_t>> Staging::Open() {
       std::error_code rm;
       std::filesystem::remove_all(it->path(), rm);
     }
-    SEEDD_RETURN_IF_ERROR(RewriteJournal({}));
+    // The header alone, not synced: until the committer's first sync nothing
+    // was journaled that a crash could lose, and a torn or missing header
+    // reads as a fresh start again. (A sync here cost a pull of small files
+    // 3-35 ms before its first request.)
+    UniqueFd journal(::openat(dir_fd_.get(), kJournal,
+                              O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!journal.valid()) return ErrnoStatus("create the journal", errno);
+    const std::string header = JournalHeader(m_.root_digest);
+    const ssize_t w = ::pwrite(journal.get(), header.data(), header.size(), 0);
+    if (w != static_cast<ssize_t>(header.size())) {
+      return w < 0 ? ErrnoStatus("write the journal's header", errno)
+                   : Status::IoError("write the journal's header: short write");
+    }
   }
   uint64_t resumed_bytes = 0;
   for (uint32_t i : *journaled) resumed_bytes += m_.chunks[i].length;
@@ -246,83 +258,135 @@ Result<std::vector<uint32_t>> Staging::Open() {
   return resumed;
 }
 
-Result<int> Staging::Directory(const std::string& rel) {
-  if (rel.empty()) return dir_fd_.get();
-  if (auto it = dirs_.find(rel); it != dirs_.end()) return it->second.get();
+Result<Staging::DirFd> Staging::Directory(const std::string& rel) {
+  if (rel.empty()) return DirFd(std::shared_ptr<void>(), &dir_fd_);  // lives as long as this
+  if (auto it = dirs_.find(rel); it != dirs_.end()) return it->second;
   const size_t slash = rel.rfind('/');
   const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
-  Result<int> parent = Directory(slash == std::string::npos ? std::string() : rel.substr(0, slash));
+  Result<DirFd> parent =
+      Directory(slash == std::string::npos ? std::string() : rel.substr(0, slash));
   if (!parent.ok()) return parent.status();
   if (name.empty() || name == "." || name == "..") {
     return Status::InvalidArgument(rel + " is not a plain relative path");
   }
   if (made_.count(rel) == 0) {
-    if (::mkdirat(*parent, name.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdirat((*parent)->get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
       return ErrnoStatus("mkdir " + (dir_ / rel).string(), errno);
     }
     made_.insert(rel);
   }
-  UniqueFd fd(::openat(*parent, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) {
+  auto fd = std::make_shared<const UniqueFd>(
+      ::openat((*parent)->get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd->valid()) {
     if (errno == ELOOP || errno == ENOTDIR) {
       return Status::InvalidArgument(rel + " goes through a link (links are not followed)");
     }
     return ErrnoStatus("open " + (dir_ / rel).string(), errno);
   }
-  // Bounded: forgetting them all is cheap, they are opened again as needed. The
-  // parent's descriptor stays valid until this call returns (no caller holds one
-  // across another).
+  // Bounded: forgetting them all is cheap, they are opened again as needed (a
+  // descriptor in use is closed when its last user is done).
   if (dirs_.size() >= max_dirs_) dirs_.clear();
-  return dirs_.emplace(rel, std::move(fd)).first->second.get();
+  return dirs_.emplace(rel, std::move(fd)).first->second;
 }
 
-Result<int> Staging::ParentOf(const std::string& path, std::string* name) {
+Result<Staging::DirFd> Staging::ParentOf(const std::string& path, std::string* name) {
   const size_t slash = path.rfind('/');
   *name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name->empty() || *name == "." || *name == "..") {
+    return Status::InvalidArgument(path + " is not a plain relative path");
+  }
   return Directory(slash == std::string::npos ? std::string() : path.substr(0, slash));
 }
 
+namespace {
+
+// Opens `name` in `dir`, made when missing; `exclusive`: only if this call
+// makes it. Invalid, errno set, when it fails.
+UniqueFd OpenIn(int dir, const std::string& name, bool exclusive) {
+  const int flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (exclusive ? O_EXCL : 0);
+  return UniqueFd(::openat(dir, name.c_str(), flags, 0644));
+}
+
+Status OpenError(const std::filesystem::path& shown, int err) {
+  if (err == ELOOP) {
+    return Status::InvalidArgument(shown.string() +
+                                   " goes through a link (links are not followed)");
+  }
+  return ErrnoStatus("create " + shown.string(), err);
+}
+
+}  // namespace
+
 Result<UniqueFd> Staging::OpenModelFile(const std::string& path) {
   std::string name;
-  Result<int> parent = ParentOf(path, &name);
+  Result<DirFd> parent = ParentOf(path, &name);
   if (!parent.ok()) return parent.status();
-  if (name.empty() || name == "." || name == "..") {
-    return Status::InvalidArgument(path + " is not a plain relative path");
-  }
-  UniqueFd fd(::openat(*parent, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!fd.valid()) {
-    if (errno == ELOOP) {
-      return Status::InvalidArgument(path + " goes through a link (links are not followed)");
-    }
-    return ErrnoStatus("create " + (dir_ / path).string(), errno);
-  }
+  UniqueFd fd = OpenIn((*parent)->get(), name, false);
+  if (!fd.valid()) return OpenError(dir_ / path, errno);
   // Sized once, when first opened here: holes read as zeros, and a file of a
   // resumed pull keeps its length.
-  if (created_.insert(path).second) {
-    auto size = sizes_.find(path);
-    if (size == sizes_.end()) return Status::Internal(path + " is not a file of the model");
-    if (::ftruncate(fd.get(), static_cast<off_t>(size->second)) != 0) {
-      return ErrnoStatus("size " + (dir_ / path).string(), errno);
-    }
-  }
+  if (created_.insert(path).second) SEEDD_RETURN_IF_ERROR(Size(fd.get(), path));
   return fd;
 }
 
-Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path) {
+Status Staging::Size(int fd, const std::string& path) const {
+  auto size = sizes_.find(path);
+  if (size == sizes_.end()) return Status::Internal(path + " is not a file of the model");
+  if (::ftruncate(fd, static_cast<off_t>(size->second)) != 0) {
+    return ErrnoStatus("size " + (dir_ / path).string(), errno);
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<UniqueFd>> Staging::FileFor(const ManifestChunk& c) {
+  auto size = sizes_.find(c.file);
+  return File(c.file, c.offset == 0 && size != sizes_.end() && size->second == c.length);
+}
+
+Result<std::shared_ptr<UniqueFd>> Staging::File(const std::string& path, bool whole) {
+  std::string name;
+  DirFd parent;
+  bool first = false;
+  {
+    MutexLock lock(files_mu_);
+    if (auto it = open_.find(path); it != open_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.at);
+      return it->second.fd;
+    }
+    Result<DirFd> p = ParentOf(path, &name);
+    if (!p.ok()) return p.status();
+    parent = std::move(*p);
+    first = created_.insert(path).second;
+  }
+  // A file this call makes and the caller fills needs no sizing; one another
+  // writer made first (or an earlier run left) is sized as it would have been.
+  UniqueFd fd = OpenIn(parent->get(), name, first && whole);
+  int err = fd.valid() ? 0 : errno;
+  bool size = first && !whole;
+  if (err == EEXIST && first && whole) {
+    fd = OpenIn(parent->get(), name, false);
+    err = fd.valid() ? 0 : errno;
+    size = true;
+  }
+  Status st = fd.valid() ? Status::Ok() : OpenError(dir_ / path, err);
+  if (st.ok() && size) st = Size(fd.get(), path);
   MutexLock lock(files_mu_);
+  if (!st.ok()) {
+    if (first) created_.erase(path);
+    return st;
+  }
   if (auto it = open_.find(path); it != open_.end()) {
+    // Opened by another writer meanwhile: one descriptor per file.
     lru_.splice(lru_.begin(), lru_, it->second.at);
     return it->second.fd;
   }
-  Result<UniqueFd> fd = OpenModelFile(path);
-  if (!fd.ok()) return fd.status();
   if (open_.size() >= kMaxOpenFiles) {
     // Closed once its last user is done with it.
     open_.erase(lru_.back());
     lru_.pop_back();
   }
   lru_.push_front(path);
-  auto shared = std::make_shared<UniqueFd>(std::move(*fd));
+  auto shared = std::make_shared<UniqueFd>(std::move(fd));
   open_[path] = OpenFile{shared, lru_.begin()};
   return shared;
 }

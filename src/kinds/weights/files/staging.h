@@ -71,8 +71,13 @@ class Staging {
   // passed the spot check.
   Result<std::vector<uint32_t>> Open();
   // The open file of manifest path `path`, opened (and another closed once
-  // unused) when needed.
-  Result<std::shared_ptr<UniqueFd>> File(const std::string& path);
+  // unused) when needed. Files are made and opened outside the lock: writers
+  // of different files do not wait for each other's creates.
+  Result<std::shared_ptr<UniqueFd>> File(const std::string& path) { return File(path, false); }
+  // File(c.file), for chunk `c` to be written now: when `c` is all of its file
+  // (a small file), a file this call makes is not sized first, the write
+  // gives it its length.
+  Result<std::shared_ptr<UniqueFd>> FileFor(const ManifestChunk& c);
   // Writes `n` bytes of chunk `c` into `file` (File(c.file)), `offset` bytes into
   // the chunk. Writers of one file take turns here, asleep, rather than spinning
   // on its lock in the kernel.
@@ -116,16 +121,21 @@ class Staging {
   // each component opened without following a link), and the file's name in it.
   // Directories are opened once and kept (at most max_dirs_ at once): a model
   // of many small files costs one open per file, not one per path component.
-  Result<int> ParentOf(const std::string& path, std::string* name) REQUIRES(files_mu_);
-  Result<int> Directory(const std::string& rel) REQUIRES(files_mu_);
+  using DirFd = std::shared_ptr<const UniqueFd>;  // held by whoever uses it, outside the lock
+  Result<DirFd> ParentOf(const std::string& path, std::string* name) REQUIRES(files_mu_);
+  Result<DirFd> Directory(const std::string& rel) REQUIRES(files_mu_);
   // Opens (creating it when missing) the model file `path`.
   Result<UniqueFd> OpenModelFile(const std::string& path) REQUIRES(files_mu_);
+  // File(path); `whole`: the caller writes the file's every byte now, from its start.
+  Result<std::shared_ptr<UniqueFd>> File(const std::string& path, bool whole);
+  // Sets the length of model file `path`, open as `fd`, to its manifest size.
+  Status Size(int fd, const std::string& path) const;
 
   const Manifest& m_;
   const std::filesystem::path dir_;
   UniqueFd dir_fd_;
   Mutex files_mu_;
-  std::map<std::string, UniqueFd, std::less<>> dirs_ GUARDED_BY(files_mu_);  // by relative path
+  std::map<std::string, DirFd, std::less<>> dirs_ GUARDED_BY(files_mu_);  // by relative path
   const size_t max_dirs_;
   // Directories made (or found) below the staging directory: made once, however
   // often dirs_ forgets their descriptors.

@@ -538,7 +538,7 @@ Status Fetch::Receive(Conn& conn, uint32_t index, char* buf, bool* verified,
     }
     return Status::Ok();
   }
-  Result<std::shared_ptr<UniqueFd>> file = staging_.File(c.file);  // once per chunk
+  Result<std::shared_ptr<UniqueFd>> file = staging_.FileFor(c);  // once per chunk
   if (!file.ok()) {
     *local = true;
     return file.status();

@@ -404,6 +404,8 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
       open = files.emplace(c.file, std::move(*opened)).first;
     }
     const int file = open->second.get();
+    // A file with as many blocks as bytes has no hole to look for.
+    bool dense = false;
     if (indexed != model->files.end()) {
       // Whatever changed the file since it was indexed, its digests are stale.
       struct stat st {};
@@ -422,9 +424,10 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
         if (!send_header(kChunkMagic, index, kChunkNotHere, 0, 0, small)) return;
         continue;
       }
+      dense = static_cast<uint64_t>(st.st_blocks) * 512 >= static_cast<uint64_t>(st.st_size);
     }
     const uint64_t at = c.offset + (indexed != model->files.end() ? indexed->second.offset : 0);
-    if (IsHole(file, at, c.length)) {
+    if (!dense && IsHole(file, at, c.length)) {
       EndSend(root, claimant, index, true);
       if (!send_header(kChunkMagic, index, kChunkHole, 0, 0, small)) return;
       continue;
