@@ -1,5 +1,6 @@
 #include "seedd/json_text.h"
 
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 
@@ -119,6 +120,23 @@ void Append(const Json& v, std::string* out) {
     }
     case Json::value_t::string:
       AppendString(v.get_ref<const std::string&>(), out);
+      return;
+    // Integers as the library writes them, without its serializer (a manifest
+    // has tens of thousands of them).
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_integer: {
+      char digits[24];
+      const auto [end, ec] = v.is_number_unsigned()
+                                 ? std::to_chars(digits, digits + sizeof digits, v.get<uint64_t>())
+                                 : std::to_chars(digits, digits + sizeof digits, v.get<int64_t>());
+      out->append(digits, static_cast<size_t>(end - digits));
+      return;
+    }
+    case Json::value_t::boolean:
+      *out += v.get<bool>() ? "true" : "false";
+      return;
+    case Json::value_t::null:
+      *out += "null";
       return;
     default:
       *out += v.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);

@@ -90,10 +90,14 @@ TEST(ParseJson, RejectsNestingBeyondTheLimitBeforeParsing) {
 TEST(DumpJson, WritesTheSameTextAsTheLibrarysCompactDump) {
   auto parsed =
       ParseJson(R"({"b":[1,-2,3.5,1e300,true,false,null,{}],"a":"plain","q":"say \"hi\"\n",)"
-                R"("u":"caf\u00e9 \u2603","e":"","n":{"x":[[]]},"big":18446744073709551615})");
+                R"("u":"caf\u00e9 \u2603","e":"","n":{"x":[[]]},"big":18446744073709551615,)"
+                R"("i":[0,-1,9223372036854775807,-9223372036854775808,-0.0,0.1]})");
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(DumpJson(*parsed), parsed->dump());
   EXPECT_EQ(DumpJson(Json("ctl\x01")), Json("ctl\x01").dump());
+  for (const Json& n : {Json(0), Json(-7), Json(uint64_t{42}), Json(INT64_MIN), Json(UINT64_MAX)}) {
+    EXPECT_EQ(DumpJson(n), n.dump());
+  }
   // Every byte value at every position of a word-sized scan.
   for (int c = 1; c < 256; ++c) {
     for (size_t pos = 0; pos < 17; ++pos) {
