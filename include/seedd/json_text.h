@@ -2,6 +2,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,9 @@ Result<Json> ParseJson(std::string_view text);
 std::string DumpJson(const Json& value);
 // DumpJson's text, appended to *out.
 void AppendJson(const Json& value, std::string* out);
+// DumpJson's text handed to `sink` in consecutive pieces of about 64 KiB (to
+// hash or send a large value's text without holding all of it).
+void JsonTextInPieces(const Json& value, const std::function<void(std::string_view)>& sink);
 
 // A one-line description of a JSON value's type, for error messages ("string", "array", ...).
 std::string_view JsonTypeName(const Json& value);

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 
 namespace seedd {
 namespace {
@@ -90,19 +91,33 @@ void AppendString(const std::string& s, std::string* out) {
   }
 }
 
+// Hands `out` to `sink` (when there is one) once it holds kPieceBytes: the
+// text of a large value goes out in pieces instead of whole.
+constexpr size_t kPieceBytes = 64 * 1024;
+using Sink = std::function<void(std::string_view)>;
+void MaybeFlush(std::string* out, const Sink* sink) {
+  if (sink != nullptr && out->size() >= kPieceBytes) {
+    (*sink)(*out);
+    out->clear();
+  }
+}
+
 // Same text as the library's compact dump; depth is bounded by ParseJson's limit
 // for peer values and by construction for local ones.
-void Append(const Json& v, std::string* out) {
+void Append(const Json& v, std::string* out, const Sink* sink = nullptr) {
   switch (v.type()) {
+    // The containers walked directly, not through the library's iterators
+    // (a manifest of 100,000 files is millions of steps).
     case Json::value_t::object: {
       out->push_back('{');
       bool first = true;
-      for (auto it = v.begin(); it != v.end(); ++it) {
+      for (const auto& [key, value] : v.get_ref<const Json::object_t&>()) {
         if (!first) out->push_back(',');
         first = false;
-        AppendString(it.key(), out);
+        AppendString(key, out);
         out->push_back(':');
-        Append(it.value(), out);
+        Append(value, out, sink);
+        MaybeFlush(out, sink);
       }
       out->push_back('}');
       return;
@@ -110,10 +125,11 @@ void Append(const Json& v, std::string* out) {
     case Json::value_t::array: {
       out->push_back('[');
       bool first = true;
-      for (const Json& e : v) {
+      for (const Json& e : v.get_ref<const Json::array_t&>()) {
         if (!first) out->push_back(',');
         first = false;
-        Append(e, out);
+        Append(e, out, sink);
+        MaybeFlush(out, sink);
       }
       out->push_back(']');
       return;
@@ -153,6 +169,13 @@ std::string DumpJson(const Json& value) {
 }
 
 void AppendJson(const Json& value, std::string* out) { Append(value, out); }
+
+void JsonTextInPieces(const Json& value, const std::function<void(std::string_view)>& sink) {
+  std::string piece;
+  piece.reserve(kPieceBytes * 2);
+  Append(value, &piece, &sink);
+  if (!piece.empty()) sink(piece);
+}
 
 std::string_view JsonTypeName(const Json& value) { return value.type_name(); }
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "seedd/json_text.h"
 #include "support/test_util.h"
 #include "wire/frame.h"
@@ -106,6 +108,33 @@ TEST(DumpJson, WritesTheSameTextAsTheLibrarysCompactDump) {
       Json j = s;
       ASSERT_EQ(DumpJson(j), j.dump(-1, ' ', false, Json::error_handler_t::replace))
           << c << " " << pos;
+    }
+  }
+}
+
+// A large value's text in pieces (hashed as it is written, never held whole):
+// the same text, piece after piece, each about 64 KiB.
+TEST(DumpJson, ALargeValuesTextInPiecesIsTheSameText) {
+  Json big = Json::array();
+  for (int i = 0; i < 20000; ++i) {
+    big.push_back({{"file", "d" + std::to_string(i % 50) + "/f" + std::to_string(i) + ".bin"},
+                   {"offset", i * 4096},
+                   {"length", 4096},
+                   {"n", {-i, 0.5, nullptr, true, "caf\u00e9"}}});
+  }
+  const Json values[] = {big, Json::object({{"chunks", big}, {"x", 1}}), Json(7), Json::object()};
+  for (const Json& v : values) {
+    std::string joined;
+    size_t pieces = 0, largest = 0;
+    JsonTextInPieces(v, [&](std::string_view piece) {
+      joined += piece;
+      ++pieces;
+      largest = std::max(largest, piece.size());
+    });
+    EXPECT_EQ(joined, DumpJson(v));
+    if (joined.size() > 200000) {
+      EXPECT_GT(pieces, 10u);
+      EXPECT_LT(largest, 70000u);
     }
   }
 }
