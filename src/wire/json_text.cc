@@ -142,9 +142,10 @@ void Append(const Json& v, std::string* out, const Sink* sink = nullptr) {
     case Json::value_t::number_unsigned:
     case Json::value_t::number_integer: {
       char digits[24];
-      const auto [end, ec] = v.is_number_unsigned()
-                                 ? std::to_chars(digits, digits + sizeof digits, v.get<uint64_t>())
-                                 : std::to_chars(digits, digits + sizeof digits, v.get<int64_t>());
+      const char* end =
+          (v.is_number_unsigned() ? std::to_chars(digits, digits + sizeof digits, v.get<uint64_t>())
+                                  : std::to_chars(digits, digits + sizeof digits, v.get<int64_t>()))
+              .ptr;
       out->append(digits, static_cast<size_t>(end - digits));
       return;
     }

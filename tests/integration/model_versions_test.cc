@@ -214,8 +214,9 @@ TEST_F(ModelVersionsTest, AFileChangedAfterIndexingIsNotServedUnderItsOldDigests
   auto answer = (*client)->Request(Json{{"kind", "weight_shards"}, {"model", "tiny"}});
   ASSERT_TRUE(answer.has_value());
   EXPECT_EQ((*answer)["status"], "error");
-  EXPECT_NE((*answer)["message"].get<std::string>().find("changed on disk (blob.bin)"),
-            std::string::npos)
+  EXPECT_NE(
+      (*answer)["message"].get<std::string>().find("changed on disk (blob.bin: it was modified)"),
+      std::string::npos)
       << answer->dump();
   // ...and its chunks are not sent under the old digests.
   Json hello;
@@ -270,7 +271,8 @@ TEST_F(ModelVersionsTest, AChangedFileOfAManyFileModelIsFoundInTurnOrByTheDataPa
   FlipAByte(many / "f01039.bin");
   Json second = ask();
   EXPECT_EQ(second["status"], "error") << second.dump();
-  EXPECT_NE(second.value("message", "").find("changed on disk (f01039.bin)"), std::string::npos)
+  EXPECT_NE(second.value("message", "").find("changed on disk (f01039.bin: it was modified)"),
+            std::string::npos)
       << second.dump();
 
   // Another daemon, another copy: a file the sweep has not reached yet but a

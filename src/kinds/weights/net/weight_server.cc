@@ -85,6 +85,18 @@ std::string PeerAddress(int fd) {
   return AddressLimits::Key(text);
 }
 
+// Why the file `st` describes (`failed`: the errno of a stat that failed) is no
+// longer the one indexed, so that its digests are stale; empty when it is.
+std::string ChangedSinceIndexed(const struct stat& st, int failed, const IndexedFile& indexed) {
+  if (failed != 0) return std::string("cannot stat it: ") + std::strerror(failed);
+  if (static_cast<uint64_t>(st.st_size) != indexed.size) {
+    return "its size changed from " + std::to_string(indexed.size) + " to " +
+           std::to_string(st.st_size) + " bytes";
+  }
+  if (MtimeNs(st) != indexed.mtime_ns) return "it was modified";
+  return std::string();
+}
+
 // True when [offset, offset + length) of `fd` holds no data (a hole reads as zeros).
 bool IsHole(int fd, uint64_t offset, uint64_t length) {
   off_t data = ::lseek(fd, static_cast<off_t>(offset), SEEK_DATA);
@@ -285,10 +297,9 @@ Status WeightServer::CheckUnchanged(const ServedModel& model) {
     const auto& [path, indexed] = *it;
     struct stat st {};
     const std::filesystem::path at = model.dir / indexed.read_path;
-    if (::stat(at.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != indexed.size ||
-        MtimeNs(st) != indexed.mtime_ns) {
-      return changed(path);
-    }
+    const int failed = ::stat(at.c_str(), &st) != 0 ? errno : 0;
+    const std::string why = ChangedSinceIndexed(st, failed, indexed);
+    if (!why.empty()) return changed(path + ": " + why);
   }
   return Status::Ok();
 }
@@ -409,15 +420,8 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     if (indexed != model->files.end()) {
       // Whatever changed the file since it was indexed, its digests are stale.
       struct stat st {};
-      std::string why;
-      if (::fstat(file, &st) != 0) {
-        why = std::string("cannot stat it: ") + std::strerror(errno);
-      } else if (static_cast<uint64_t>(st.st_size) != indexed->second.size) {
-        why = "its size changed from " + std::to_string(indexed->second.size) + " to " +
-              std::to_string(st.st_size) + " bytes";
-      } else if (MtimeNs(st) != indexed->second.mtime_ns) {
-        why = "it was modified";
-      }
+      const int failed = ::fstat(file, &st) != 0 ? errno : 0;
+      const std::string why = ChangedSinceIndexed(st, failed, indexed->second);
       if (!why.empty()) {
         WarnChanged(*model, c.file, why);
         EndSend(root, claimant, index, false);
