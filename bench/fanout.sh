@@ -8,6 +8,8 @@
 # sent; medians of REPS (default 3), for each origin chunk size in CHUNKS (MiB or
 # auto, default "auto": seedd's default, about 1,024 chunks per model).
 # INCAST=K measures K flows from K hosts into one host's downlink first;
+# MESH=K measures the network alone first: every target receiving the model's
+# size from K other targets at once (iperf3), against one such flow;
 # MTU (default 1500) sets the links' MTU; SLOW_START_AFTER_IDLE (0 or 1; default:
 # the kernel's, 1) sets each host's net.ipv4.tcp_slow_start_after_idle; CC sets
 # each host's TCP congestion control (net.ipv4.tcp_congestion_control); TRACE=1 prints, per run, the origin's
@@ -278,6 +280,10 @@ PY
   [ -z "${KEEP_LOGS:-}" ] || cp "$work/$label"-*.err "$work/$label".ports /tmp/ 2> /dev/null || true
   python3 -c "print('%.3f %d %.2f %.2f' % ($end - $start, $sent, $cpu / $(getconf CLK_TCK), $busy / $(getconf CLK_TCK)))"
 }
+
+if [ -n "${MESH:-}" ]; then
+  mesh_floor fanout "$targets" "$MESH" "$size_mib" "$shm"
+fi
 
 results=()
 # The origin, started anew for each run: a server remembers the relays that

@@ -18,6 +18,9 @@
 # registry share them: a run near 100% is bound by this machine's CPU, not by
 # its links).
 # QUEUE_MS (default 50) is how long each link's tbf queue may hold a packet.
+# MESH=K measures the network alone first (mesh_floor in scripts/seedd_lib.sh):
+# every daemon's host receiving the model's size from K others at once
+# (iperf3), against one such flow.
 # RANGE_MIB sets the daemons' --origin-range-mib (files over it travel as
 # pieces of that size, each fetched from upstream once and shared as it lands).
 # Needs root (ip netns, tc).
@@ -90,6 +93,11 @@ model_bytes="$(du -cb --apparent-size "$work"/v1/blobs/sha256/* | tail -1 | cut 
 ip netns exec "$(ns 1)" skopeo copy -q --dest-tls-verify=false "oci:$work/v1:latest" \
   "docker://$reg/bench/model:v1"
 shape
+if [ -n "${MESH:-}" ]; then
+  command -v iperf3 > /dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iperf3 > /dev/null
+  mesh_floor origins_fleet "$fleet" "$MESH" "$size_mib" "$shm"
+fi
 url="m=oci://$reg/bench/model:v1?plain-http=true"
 echo "origins_fleet: a $size_mib MiB model in $files files; $fleet daemons and the registry, links of $rate"
 

@@ -35,6 +35,75 @@ file_has() {
 # these cores among many daemons read the machine's time beside their own.
 machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
 
+# mesh_floor LABEL N K MIB DIR: the network alone in a bench's topology of
+# namespaces (the caller's `ns` and `ip_of`; hosts 1..N, and host 0 beside
+# them), before any daemon runs, with iperf3. Every host 1..N receives MIB
+# from K of the others (MIB/K each, one flow each) and so sends as much, all
+# at once, against one flow of MIB from host 0 to host 1. Prints how much
+# longer the fleet's bytes take and how much more of the machine's busy CPU
+# per GiB: the kernel's own cost of moving a swarm's bytes with K flows into
+# and out of every link, the floor under a fleet's figures on this machine.
+mesh_floor() {
+  local label="$1" n="$2" k="$3" mib="$4" dir="$5" flows=() i j one many
+  one="$(mesh_flows "$dir" "0 1 ${mib}M")" || return 1
+  for i in $(seq 1 "$n"); do
+    for j in $(seq 1 "$k"); do flows+=("$(((i - 1 + j) % n + 1)) $i $((mib * 1024 / k))K"); done
+  done
+  many="$(mesh_flows "$dir" "${flows[@]}")" || return 1
+  python3 - "$label" "$n" "$k" "$mib" $one $many << 'PY'
+import sys
+label, n, k, mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+t1, b1, o1, tn, bn, on = map(float, sys.argv[5:])
+g = mib / 1024
+print(label + ": the network alone (iperf3, before the daemons): one flow of %d MiB %.2f s; %d hosts "
+      "each receiving %d MiB from %d others at once %.2f s, %.2fx; CPU per GiB received: iperf3's "
+      "own %.2f s and %.2f s, %.2fx; the machine's busy %.2f s and %.2f s, %.2fx"
+      % (mib, t1, n, mib, k, tn, tn / t1, o1 / g, on / (n * g), on / (n * o1), b1 / g, bn / (n * g),
+         bn / (n * b1)))
+PY
+}
+# mesh_flows DIR "SRC DST BYTES"...: those iperf3 flows at once (BYTES as
+# `iperf3 -n` takes it); prints "SECONDS BUSY OWN": until the last flow ended,
+# the machine's busy CPU seconds meanwhile and the iperf3 processes' own. Fails
+# if a flow failed.
+mesh_flows() {
+  local dir="$1" f port=6000 src dst bytes start busy0 busy clients=() servers=()
+  shift
+  for f in "$@"; do
+    read -r _ dst _ <<< "$f"
+    ip netns exec "$(ns "$dst")" iperf3 -s -1 -B "$(ip_of "$dst")" -p "$port" > /dev/null 2>&1 &
+    servers+=($!)
+    port=$((port + 1))
+  done
+  sleep 1
+  port=6000
+  busy0="$(machine_ticks | cut -d' ' -f1)"
+  start="$EPOCHREALTIME"
+  for f in "$@"; do
+    read -r src dst bytes <<< "$f"
+    (ip netns exec "$(ns "$src")" iperf3 -c "$(ip_of "$dst")" -B "$(ip_of "$src")" -p "$port" \
+      -n "$bytes" > /dev/null 2>&1 && echo "$EPOCHREALTIME" > "$dir/mesh.end.$port") &
+    clients+=($!)
+    port=$((port + 1))
+  done
+  wait "${clients[@]}" || true
+  busy=$(($(machine_ticks | cut -d' ' -f1) - busy0))
+  kill "${servers[@]}" 2> /dev/null || true  # those whose client failed
+  wait "${servers[@]}" 2> /dev/null || true
+  # The iperf3 processes' own CPU (the kernel's work in their system calls
+  # included), as a bench counts its daemons': every child of this shell.
+  local own
+  times > "$dir/mesh-times"  # a builtin's output into a file: no fork, whose times would be its own
+  own="$(tail -1 "$dir/mesh-times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } print t }')"
+  if [ "$(cat "$dir"/mesh.end.* 2> /dev/null | wc -l)" != $# ]; then
+    echo "mesh: $(($# - $(cat "$dir"/mesh.end.* 2> /dev/null | wc -l))) of $# iperf3 flows failed" >&2
+    return 1
+  fi
+  echo "$(($(sort -n "$dir"/mesh.end.* | tail -1 | tr -d .) - ${start/./})) $busy $own" |
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f %.2f %.2f\n", $1 / 1e6, $2 / hz, $3 }'
+  rm -f "$dir"/mesh.end.* "$dir/mesh-times"
+}
+
 # registry_config FILE ADDR ROOT [access]: a docker-registry configuration
 # serving ADDR (HOST:PORT) from storage ROOT, logging errors only (and every
 # request with `access`).
