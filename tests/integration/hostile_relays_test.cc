@@ -44,8 +44,8 @@ enum class Lie {
   kHasNoToken,        // not of the fleet: answers "ok" without proving it holds the token
 };
 
-std::string LieName(const ::testing::TestParamInfo<Lie>& info) {
-  switch (info.param) {
+std::string NameOf(Lie lie) {
+  switch (lie) {
     case Lie::kClaimsForever:
       return "ClaimsForever";
     case Lie::kHoldsRequests:
@@ -71,6 +71,11 @@ std::string LieName(const ::testing::TestParamInfo<Lie>& info) {
   }
   return "?";
 }
+
+std::string LieName(const ::testing::TestParamInfo<Lie>& info) { return NameOf(info.param); }
+
+// The lie's name in test listings, not its bytes.
+void PrintTo(Lie lie, std::ostream* os) { *os << NameOf(lie); }
 
 bool RecvExactly(int fd, char* p, size_t n) {
   while (n > 0) {

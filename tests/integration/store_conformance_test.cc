@@ -46,6 +46,10 @@ struct Backend {
   bool restartable = false;
 };
 
+// A backend's name in test listings (gtest prints a parameter's bytes without
+// this, and ctest shows them in every test's name).
+void PrintTo(const Backend& backend, std::ostream* os) { *os << backend.name; }
+
 ArtifactStorePtr OpenOrDie(const std::string& url) {
   auto store = OpenArtifactStore(url);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
