@@ -50,25 +50,42 @@ mesh_floor() {
     for j in $(seq 1 "$k"); do flows+=("$(((i - 1 + j) % n + 1)) $i $((mib * 1024 / k))K"); done
   done
   many="$(mesh_flows "$dir" "${flows[@]}")" || return 1
+  # shellcheck disable=SC2086 # each run's figures, one argument each
   python3 - "$label" "$n" "$k" "$mib" $one $many << 'PY'
 import sys
 label, n, k, mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-t1, b1, o1, tn, bn, on = map(float, sys.argv[5:])
+t1, b1, o1, r1, _, _, tn, bn, on, rn, first, median = map(float, sys.argv[5:])
 g = mib / 1024
 print(label + ": the network alone (iperf3, before the daemons): one flow of %d MiB %.2f s; %d hosts "
-      "each receiving %d MiB from %d others at once %.2f s, %.2fx; CPU per GiB received: iperf3's "
-      "own %.2f s and %.2f s, %.2fx; the machine's busy %.2f s and %.2f s, %.2fx"
-      % (mib, t1, n, mib, k, tn, tn / t1, o1 / g, on / (n * g), on / (n * o1), b1 / g, bn / (n * g),
-         bn / (n * b1)))
+      "each receiving %d MiB from %d others at once %.2f s, %.2fx (flows ended from %.2f s, median "
+      "%.2f s; %d segments retransmitted, %d for the one flow); CPU per GiB received: iperf3's own "
+      "%.2f s and %.2f s, %.2fx; the machine's busy %.2f s and %.2f s, %.2fx"
+      % (mib, t1, n, mib, k, tn, tn / t1, first, median, rn, r1, o1 / g, on / (n * g),
+         on / (n * o1), b1 / g, bn / (n * g), bn / (n * b1)))
 PY
 }
 # mesh_flows DIR "SRC DST BYTES"...: those iperf3 flows at once (BYTES as
-# `iperf3 -n` takes it); prints "SECONDS BUSY OWN": until the last flow ended,
-# the machine's busy CPU seconds meanwhile and the iperf3 processes' own. Fails
-# if a flow failed.
+# `iperf3 -n` takes it); prints "SECONDS BUSY OWN RETRANS FIRST MEDIAN": until
+# the last flow ended, the machine's busy CPU seconds meanwhile, the iperf3
+# processes' own, the TCP segments the hosts retransmitted, and when the first
+# flow and the median one ended. Fails if a flow failed.
 mesh_flows() {
-  local dir="$1" f port=6000 src dst bytes start busy0 busy clients=() servers=()
+  local dir="$1" f port=6000 src dst bytes start busy0 busy clients=() servers=() hosts=() r0 r1
   shift
+  for f in "$@"; do
+    read -r src dst _ <<< "$f"
+    hosts+=("$src" "$dst")
+  done
+  mapfile -t hosts < <(printf '%s\n' "${hosts[@]}" | sort -un)
+  # The segments these hosts' TCP retransmitted so far (RetransSegs).
+  mesh_retrans() {
+    local h t=0
+    for h in "${hosts[@]}"; do
+      t=$((t + $(ip netns exec "$(ns "$h")" awk '$1 == "Tcp:" && $13 ~ /^[0-9]+$/ { v = $13 } END { print v + 0 }' /proc/net/snmp)))
+    done
+    echo "$t"
+  }
+  r0="$(mesh_retrans)"
   for f in "$@"; do
     read -r _ dst _ <<< "$f"
     ip netns exec "$(ns "$dst")" iperf3 -s -1 -B "$(ip_of "$dst")" -p "$port" > /dev/null 2>&1 &
@@ -78,6 +95,9 @@ mesh_flows() {
   sleep 1
   port=6000
   busy0="$(machine_ticks | cut -d' ' -f1)"
+  # The CPU of this shell's children so far (the lookups above), not iperf3's.
+  # A builtin's output into a file: no fork, whose times would be its own.
+  times > "$dir/mesh-times0"
   start="$EPOCHREALTIME"
   for f in "$@"; do
     read -r src dst bytes <<< "$f"
@@ -91,17 +111,23 @@ mesh_flows() {
   kill "${servers[@]}" 2> /dev/null || true  # those whose client failed
   wait "${servers[@]}" 2> /dev/null || true
   # The iperf3 processes' own CPU (the kernel's work in their system calls
-  # included), as a bench counts its daemons': every child of this shell.
+  # included), as a bench counts its daemons': this shell's children since.
   local own
-  times > "$dir/mesh-times"  # a builtin's output into a file: no fork, whose times would be its own
-  own="$(tail -1 "$dir/mesh-times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } print t }')"
+  times > "$dir/mesh-times1"
+  own="$(tail -qn 1 "$dir/mesh-times0" "$dir/mesh-times1" | awk '
+    { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } c[NR] = t }
+    END { print c[2] - c[1] }')"
   if [ "$(cat "$dir"/mesh.end.* 2> /dev/null | wc -l)" != $# ]; then
     echo "mesh: $(($# - $(cat "$dir"/mesh.end.* 2> /dev/null | wc -l))) of $# iperf3 flows failed" >&2
     return 1
   fi
-  echo "$(($(sort -n "$dir"/mesh.end.* | tail -1 | tr -d .) - ${start/./})) $busy $own" |
-    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f %.2f %.2f\n", $1 / 1e6, $2 / hz, $3 }'
-  rm -f "$dir"/mesh.end.* "$dir/mesh-times"
+  r1="$(mesh_retrans)"
+  cat "$dir"/mesh.end.* | sort -n | awk -v start="$start" -v busy="$busy" -v own="$own" \
+    -v retrans=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" '
+    { end[NR] = $1 - start }
+    END { printf "%.3f %.2f %.2f %d %.3f %.3f\n", end[NR], busy / hz, own, retrans, end[1],
+          end[int((NR + 1) / 2)] }'
+  rm -f "$dir"/mesh.end.* "$dir"/mesh-times?
 }
 
 # registry_config FILE ADDR ROOT [access]: a docker-registry configuration
