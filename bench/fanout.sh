@@ -134,12 +134,11 @@ cpu_ticks() {
   done
   echo "$t"
 }
-# busy_ticks: the machine's busy CPU time (machine_ticks). A lone pull leaves
-# the CPUs idle most of the time and a fleet keeps them busy, so the daemons'
-# own CPU time counts more of the kernel's network work for the fleet than
-# for the lone pull. Nothing else runs during a run here (the wait uses shell
-# builtins), so the machine's busy time is the pull's.
-busy_ticks() { machine_ticks | cut -d' ' -f1; }
+# Each run also reads the machine's busy CPU time (busy_ticks). A lone pull
+# leaves the CPUs idle most of the time and a fleet keeps them busy, so the
+# daemons' own CPU time counts more of the kernel's network work for the
+# fleet than for the lone pull. Nothing else runs during a run here (the wait
+# uses shell builtins), so the machine's busy time is the pull's.
 # RATE in bytes per second (tc's units: kbit, mbit, gbit).
 rate_bytes() {
   echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);

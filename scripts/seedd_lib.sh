@@ -34,6 +34,8 @@ file_has() {
 # receive softirq) is charged to no process, so the benchmarks that share
 # these cores among many daemons read the machine's time beside their own.
 machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+# busy_ticks: the busy part of machine_ticks alone.
+busy_ticks() { machine_ticks | cut -d' ' -f1; }
 
 # mesh_floor LABEL N K MIB DIR: the network alone in a bench's topology of
 # namespaces (the caller's `ns` and `ip_of`; hosts 1..N, and host 0 beside
@@ -94,7 +96,7 @@ mesh_flows() {
   done
   sleep 1
   port=6000
-  busy0="$(machine_ticks | cut -d' ' -f1)"
+  busy0="$(busy_ticks)"
   # The CPU of this shell's children so far (the lookups above), not iperf3's.
   # A builtin's output into a file: no fork, whose times would be its own.
   times > "$dir/mesh-times0"
@@ -107,7 +109,7 @@ mesh_flows() {
     port=$((port + 1))
   done
   wait "${clients[@]}" || true
-  busy=$(($(machine_ticks | cut -d' ' -f1) - busy0))
+  busy=$(($(busy_ticks) - busy0))
   kill "${servers[@]}" 2> /dev/null || true  # those whose client failed
   wait "${servers[@]}" 2> /dev/null || true
   # The iperf3 processes' own CPU (the kernel's work in their system calls

@@ -8,7 +8,7 @@ status=0
 total=0
 for bin in "$@"; do
   list=$("$bin" --gtest_list_tests)
-  total=$((total + $(grep -c '^  ' <<< "$list")))
+  total=$((total + $(grep -c '^  ' <<< "$list" || true)))
   dumps=$(grep -E 'byte object <' <<< "$list" || true)
   long=$(awk 'length($0) > 200' <<< "$list")
   if [[ -n $dumps || -n $long ]]; then
