@@ -102,6 +102,7 @@ bench: test-deps build
 	bash bench/engine_caches.sh $(BUILD)/bin
 	bash bench/load_while_pulling.sh $(BUILD)/bin
 	bash bench/ready.sh $(BUILD)/bin
+	bash bench/startup.sh $(BUILD)/bin
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

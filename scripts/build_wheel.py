@@ -8,7 +8,9 @@ package loads libseedd_c with ctypes, so nothing in it depends on the
 interpreter's ABI. libseedd_c goes in without its debug sections, and the
 shared libraries it links that a minimal Debian 12 does not have (spdlog, fmt,
 hiredis, xxhash, prometheus-cpp) go beside it, found through its RUNPATH
-($ORIGIN); glibc, libstdc++ and OpenSSL 3 come from the system.
+($ORIGIN); glibc, libstdc++ and OpenSSL 3 come from the system. libcurl, which
+libseedd_c opens only when an S3 store or an http(s) origin needs it (dlopen,
+searching the same RUNPATH), goes beside it too, with its libraries.
 
 Written with the standard library only (a wheel is a zip with a RECORD).
 """
@@ -57,6 +59,16 @@ def dependencies(library: str) -> list[str]:
     return found
 
 
+def system_library(soname: str) -> str:
+    """The path of `soname` as the dynamic loader finds it (ldconfig's cache)."""
+    out = subprocess.run(["ldconfig", "-p"], check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) \(([^)]*)\) => (\S+)", line)
+        if m is not None and m.group(1) == soname and "x86-64" in m.group(2):
+            return m.group(3)
+    raise SystemExit(f"build_wheel: {soname} is not installed (Debian: libcurl4)")
+
+
 def digest(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -86,7 +98,9 @@ def main() -> int:
         subprocess.run(
             ["objcopy", "--strip-debug", library, os.path.join(root, "libseedd_c.so")], check=True
         )
-        for dep in dependencies(library):
+        curl = system_library("libcurl.so.4")
+        bundled = dependencies(library) + [curl] + dependencies(curl)
+        for dep in sorted(set(bundled)):
             target = os.path.join(root, os.path.basename(dep))
             subprocess.run(["objcopy", "--strip-debug", dep, target], check=True)
         os.makedirs(os.path.join(tmp, info))

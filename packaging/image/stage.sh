@@ -2,7 +2,7 @@
 # Lays out the root filesystem of seedd's container image in OUT/rootfs (and
 # archives it as OUT/rootfs.tar, owners kept): the
 # two programs (debug info stripped), every shared library they load with the
-# dynamic loader (read off `ldd`), CA certificates, a passwd and group naming
+# dynamic loader (read off `ldd`) and libcurl with its own, CA certificates, a passwd and group naming
 # the unprivileged user seedd runs as (65532), /tmp, the cache directory it
 # owns, and the example configuration. Nothing else: no shell, no package
 # manager. packaging/Containerfile copies it onto an empty image.
@@ -14,15 +14,26 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 rootfs="$out/rootfs"
 rm -rf "$rootfs"
 mkdir -p "$rootfs"/{usr/bin,etc/seedd,etc/ssl/certs,tmp,var/cache/seedd}
-for prog in seedd seedctl; do
-  objcopy --strip-debug "$bin/$prog" "$rootfs/usr/bin/$prog"
-  # The libraries at the paths the loader looks for them, symbolic links kept.
-  ldd "$bin/$prog" | awk '/=> \// {print $3} /^\t\// {print $1}' | while read -r lib; do
+# libs_of FILE: the libraries FILE loads, copied at the paths the loader looks
+# for them.
+libs_of() {
+  ldd "$1" | awk '/=> \// {print $3} /^\t\// {print $1}' | while read -r lib; do
     [ -e "$rootfs$lib" ] && continue
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"
   done
+}
+for prog in seedd seedctl; do
+  objcopy --strip-debug "$bin/$prog" "$rootfs/usr/bin/$prog"
+  libs_of "$bin/$prog"
 done
+# libcurl, which seedd opens only when an S3 store or an http(s) origin needs
+# it (dlopen), and its libraries.
+curl="$(ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ {print $NF; exit}')"
+[ -n "$curl" ] || { echo "stage: libcurl.so.4 is not installed (Debian: libcurl4)" >&2; exit 1; }
+mkdir -p "$rootfs$(dirname "$curl")"
+cp -L "$curl" "$rootfs$curl"
+libs_of "$curl"
 # The loader also searches /usr/lib/x86_64-linux-gnu when /lib is a link to it.
 for d in lib lib64; do
   if [ -L "/$d" ] && [ -d "$rootfs/$d" ] && [ ! -L "$rootfs/$d" ]; then

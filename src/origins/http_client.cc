@@ -1,13 +1,13 @@
 #include "origins/http_client.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+
+#include "common/curl_lib.h"
 
 namespace seedd {
 namespace {
@@ -89,31 +89,31 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
 }  // namespace
 
 Result<HttpResponse> HttpSend(const HttpRequest& request) {
-  static const bool curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-  if (!curl_ready) return Status::Internal("libcurl could not be initialised");
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  Result<const CurlLib*> loaded = Curl();
+  if (!loaded.ok()) return loaded.status();
+  const CurlLib& lib = **loaded;
+  std::unique_ptr<CURL, void (*)(CURL*)> curl(lib.easy_init(), lib.easy_cleanup);
   if (!curl) return Status::Internal("libcurl could not make a handle");
   HttpResponse response;
   Transfer t{&request, &response, Status::Ok()};
   curl_slist* headers = nullptr;
-  for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+  for (const std::string& h : request.headers) headers = lib.slist_append(headers, h.c_str());
   if (request.method == "PUT" || request.method == "POST") {
-    headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+    headers = lib.slist_append(headers, "Expect:");  // no 100-continue round trip
   }
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers,
-                                                                          curl_slist_free_all);
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> header_list(headers, lib.slist_free_all);
   CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  lib.easy_setopt(c, CURLOPT_URL, request.url.c_str());
   // The body to send, from memory or a file, and its length up front.
   std::FILE* upload = nullptr;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> upload_closer(nullptr, std::fclose);
   UploadRange range{nullptr, 0};
   if (request.method == "GET") {
-    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    lib.easy_setopt(c, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "HEAD") {
-    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    lib.easy_setopt(c, CURLOPT_NOBODY, 1L);
   } else if (request.method == "DELETE") {
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
+    lib.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   } else if (request.method == "PUT" || request.method == "POST") {
     if (!request.upload_file.empty()) {
       upload = std::fopen(request.upload_file.c_str(), "rb");
@@ -130,45 +130,44 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
                                        std::to_string(request.upload_offset));
       }
       range = {upload, std::min(request.upload_length, size - request.upload_offset)};
-      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(c, CURLOPT_READFUNCTION, OnUpload);
-      curl_easy_setopt(c, CURLOPT_READDATA, &range);
-      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(range.left));
-      if (request.method == "POST") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
+      lib.easy_setopt(c, CURLOPT_UPLOAD, 1L);
+      lib.easy_setopt(c, CURLOPT_READFUNCTION, OnUpload);
+      lib.easy_setopt(c, CURLOPT_READDATA, &range);
+      lib.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(range.left));
+      if (request.method == "POST") lib.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
     } else if (request.method == "POST") {
-      curl_easy_setopt(c, CURLOPT_POST, 1L);
-      curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
-      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-                       static_cast<curl_off_t>(request.upload_body.size()));
+      lib.easy_setopt(c, CURLOPT_POST, 1L);
+      lib.easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
+      lib.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                      static_cast<curl_off_t>(request.upload_body.size()));
     } else {
-      curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
-      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-                       static_cast<curl_off_t>(request.upload_body.size()));
-      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+      lib.easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
+      lib.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                      static_cast<curl_off_t>(request.upload_body.size()));
+      lib.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
     }
   } else {
     return Status::InvalidArgument("HTTP method " + request.method);
   }
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(request.connect_timeout.count()));
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                   std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-  if (!request.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
-  if (!request.range.empty()) curl_easy_setopt(c, CURLOPT_RANGE, request.range.c_str());
-  const CURLcode rc = curl_easy_perform(c);
+  lib.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  lib.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  lib.easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  lib.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  lib.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  lib.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  lib.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout.count()));
+  lib.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  lib.easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                  std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
+  lib.easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
+  lib.easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  lib.easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
+  lib.easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  if (!request.ca_file.empty()) lib.easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (!request.range.empty()) lib.easy_setopt(c, CURLOPT_RANGE, request.range.c_str());
+  const CURLcode rc = lib.easy_perform(c);
   char* effective = nullptr;
-  curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
+  lib.easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
   response.url = effective != nullptr ? effective : request.url;
   if (rc != CURLE_OK) {
     if (!t.sink_status.ok()) return t.sink_status;
@@ -177,7 +176,7 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
                                        ": the answer is larger than " +
                                        std::to_string(request.max_body) + " bytes");
     }
-    const std::string what = request.method + " " + request.url + ": " + curl_easy_strerror(rc);
+    const std::string what = request.method + " " + request.url + ": " + lib.easy_strerror(rc);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return Status::DeadlineExceeded(what + " (nothing for " +
                                       std::to_string(request.stall_timeout.count() / 1000) + " s)");
@@ -185,7 +184,7 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
     return Status::Unavailable(what);
   }
   long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  lib.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   response.status = status;
   return response;
 }

@@ -3,7 +3,7 @@
 # (packaging/image/build.sh into a private buildah store), its root filesystem
 # mounted, and the programs run inside it with chroot as its unprivileged
 # user: seedd --version, a daemon serving a model, seedctl pulling it byte for
-# byte. A missing library fails the first run. Containers cannot be started
+# byte, and seedctl reaching for an upstream with libcurl. A missing library fails the first run. Containers cannot be started
 # here; chroot runs the same files. Prints how long the build and the run took.
 # Usage: tests/image/image_test.sh BIN_DIR
 set -euo pipefail
@@ -66,6 +66,16 @@ addr="$(sed -n 's/^seedd: serving on //p' "$work/daemon.out")"
 run /usr/bin/seedctl pull --model m --source "$addr" --into /tmp/out --token-file /tmp/token \
   --progress none > /dev/null
 diff -r "$fs/tmp/model" "$fs/tmp/out"
+# libcurl, opened only for an upstream, is in the image with its libraries: a
+# pull from a registry that is not there fails in the connection, not in the
+# loader.
+if run /usr/bin/seedctl pull --from oci://127.0.0.1:1/models/none:v1 --into /tmp/none \
+  > /dev/null 2> "$work/upstream.err"; then
+  echo "image test: a pull from a registry that is not there succeeded" >&2
+  exit 1
+fi
+grep -q "http://127.0.0.1:1/v2/models/none/manifests/v1: Couldn't connect" "$work/upstream.err" ||
+  { echo "image test: the pull from an upstream failed otherwise:" >&2; cat "$work/upstream.err" >&2; exit 1; }
 # The daemon stops with the test: no process is left running inside the image.
 kill "$daemon_pid"
 wait "$daemon_pid" 2> /dev/null || true

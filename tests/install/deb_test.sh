@@ -22,6 +22,7 @@ deb="$(ls "$tmp"/cpack/seedd_*.deb)"
 info="$(dpkg-deb --info "$deb")"
 dpkg-deb --contents "$deb" > "$tmp/contents"
 echo "$info" | grep -q "^ Depends:.*libssl3" || { echo "$info"; fail "the package does not declare libssl3"; }
+echo "$info" | grep -q "^ Depends:.*libcurl4" || { echo "$info"; fail "the package does not declare libcurl4"; }
 for f in ./usr/bin/seedd ./usr/bin/seedctl ./usr/include/seedd/weights.h ./usr/include/seedd/seedd_c.h \
          ./usr/lib/systemd/system/seedd.service ./usr/lib/sysusers.d/seedd.conf \
          ./usr/share/doc/seedd/examples/seedd.toml; do

@@ -19,6 +19,13 @@ pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
 python_of() { ls -d "$pyenv_root"/versions/"$1".*/bin/python3 2> /dev/null | sort -V | tail -1; }
 
 python3 "$src/scripts/build_wheel.py" "$build" "$tmp/dist" || fail "build_wheel.py"
+# libcurl, which libseedd_c opens only for an S3 store or an http(s) origin,
+# travels beside it.
+python3 - "$tmp"/dist/seedd-*.whl <<'PY' || fail "the wheel does not carry libcurl.so.4 beside libseedd_c.so"
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+sys.exit(0 if "seedd/libcurl.so.4" in names and "seedd/libseedd_c.so" in names else 1)
+PY
 unset PYTHONPATH
 for v in "${versions[@]}"; do
   py="$(python_of "$v")"

@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -624,6 +625,30 @@ TEST_F(OriginsTest, AnUpstreamPinVouchesForThePulledModelAndRefusesADaemonServin
 // `seedd --pull NAME=oci://...` takes the upstream's URL as `--model` does: a
 // host with no daemon holding the model fetches it from the registry and
 // serves it.
+// libcurl is opened when an origin first needs it, not at start: a daemon
+// serving a local model never maps it (its 27 libraries were half of what a
+// daemon spent before it served), one serving a registry's model does.
+TEST_F(OriginsTest, ADaemonLoadsLibcurlOnlyOnceAnUpstreamNeedsIt) {
+  auto mapped = [](const testing::Process& p) {
+    std::ifstream maps("/proc/" + std::to_string(p.pid()) + "/maps");
+    std::stringstream text;
+    text << maps.rdbuf();
+    return text.str().find("libcurl") != std::string::npos;
+  };
+  std::string addr;
+  auto local = StartDaemon({"--model", "m=" + model().string()}, &addr, dir_.path() / "local");
+  EXPECT_FALSE(mapped(*local));
+  OciRegistryServer registry;
+  Push(registry, "models/test:v1", AModel());
+  auto upstream = StartDaemon({"--model", "m=oci://" + registry.host() + "/models/test:v1"}, &addr,
+                              dir_.path() / "upstream");
+  // Fetched from upstream in the background after the ready line, perhaps.
+  for (int i = 0; i < 200 && !mapped(*upstream); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(mapped(*upstream));
+}
+
 TEST_F(OriginsTest, PullTakesAnOriginUrlAndServesTheModelFromItsUpstream) {
   OciRegistryServer registry;
   const auto model = AModel();

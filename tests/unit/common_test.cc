@@ -6,6 +6,7 @@
 
 #include "common/backoff.h"
 #include "common/crypto.h"
+#include "common/curl_lib.h"
 #include "common/rate_limiter.h"
 #include "seedd/logging.h"
 #include "seedd/seed_config.h"
@@ -251,4 +252,40 @@ TEST(RetryRounds, AWaitIsCutToTheTimeLeft) {
 }
 
 }  // namespace
+// A host without libcurl gets an error naming the library and what needs it,
+// when something needs it: the rest of seedd runs without it.
+TEST(CurlLib, AMissingLibraryIsAnErrorNamingItAndWhatNeedsIt) {
+  Result<CurlLib> lib = OpenCurl("libcurl-not-installed.so.4");
+  ASSERT_FALSE(lib.ok());
+  EXPECT_EQ(lib.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lib.status().message().find("libcurl-not-installed.so.4 could not be loaded"),
+            std::string::npos)
+      << lib.status().message();
+  EXPECT_NE(lib.status().message().find("S3 stores and http(s) origins need libcurl 4"),
+            std::string::npos)
+      << lib.status().message();
+}
+
+TEST(CurlLib, ALibraryWithoutCurlsFunctionsIsRefusedNamingThem) {
+  Result<CurlLib> lib = OpenCurl("libz.so.1");
+  ASSERT_FALSE(lib.ok());
+  EXPECT_NE(lib.status().message().find("it lacks curl_global_init, curl_easy_init"),
+            std::string::npos)
+      << lib.status().message();
+}
+
+// Opened once: every caller gets the same functions, which work.
+TEST(CurlLib, TheProcesssLibcurlIsOpenedOnceAndMakesHandles) {
+  Result<const CurlLib*> first = Curl();
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  Result<const CurlLib*> second = Curl();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(*first, *second);
+  CURL* handle = (*first)->easy_init();
+  ASSERT_NE(handle, nullptr);
+  EXPECT_EQ((*first)->easy_setopt(handle, CURLOPT_URL, "http://127.0.0.1:1/"), CURLE_OK);
+  (*first)->easy_cleanup(handle);
+  EXPECT_STREQ((*first)->easy_strerror(CURLE_COULDNT_CONNECT), "Couldn't connect to server");
+}
+
 }  // namespace seedd

@@ -3,7 +3,6 @@
 // AWS. 404 NoSuchKey is a miss; 403 and other 4xx are errors carrying the server's
 // message; 5xx and transport failures are retried with backoff, then an error.
 // Uploads carry Content-MD5 and a signed SHA-256, both verified by the server.
-#include <curl/curl.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/curl_lib.h"
 #include "common/mutex.h"
 #include "stores/backends.h"
 #include "stores/s3/s3_location.h"
@@ -118,10 +118,10 @@ size_t ReadUpload(char* buf, size_t size, size_t n, void* user) {
 
 class S3Store final : public ArtifactStore {
  public:
-  S3Store(S3Config config, AwsCredentials creds)
-      : config_(std::move(config)), creds_(std::move(creds)) {}
+  S3Store(const CurlLib& lib, S3Config config, AwsCredentials creds)
+      : lib_(lib), config_(std::move(config)), creds_(std::move(creds)) {}
   ~S3Store() override {
-    for (CURL* c : idle_) curl_easy_cleanup(c);
+    for (CURL* c : idle_) lib_.easy_cleanup(c);
   }
 
   // GetBucketLocation: proves the bucket exists and the credentials are accepted.
@@ -228,18 +228,18 @@ class S3Store final : public ArtifactStore {
       if (!idle_.empty()) {
         CURL* c = idle_.back();
         idle_.pop_back();
-        curl_easy_reset(c);  // keeps the connection cache
+        lib_.easy_reset(c);  // keeps the connection cache
         return c;
       }
     }
-    return curl_easy_init();
+    return lib_.easy_init();
   }
   void Release(CURL* c) {
     MutexLock lock(mu_);
     if (idle_.size() < 16) {
       idle_.push_back(c);
     } else {
-      curl_easy_cleanup(c);
+      lib_.easy_cleanup(c);
     }
   }
 
@@ -262,36 +262,36 @@ class S3Store final : public ArtifactStore {
       Upload up{payload, 0};
       curl_slist* headers = nullptr;
       for (const auto& [k, v] : SignV4(req, creds_, config_.region, std::time(nullptr))) {
-        headers = curl_slist_append(headers, (k + ": " + v).c_str());
+        headers = lib_.slist_append(headers, (k + ": " + v).c_str());
       }
-      headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+      headers = lib_.slist_append(headers, "Expect:");  // no 100-continue round trip
       CURL* c = Acquire();
-      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-      curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
-      curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
+      lib_.easy_setopt(c, CURLOPT_URL, url.c_str());
+      lib_.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+      lib_.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+      lib_.easy_setopt(c, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
+      lib_.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
       BodySink body_sink{sink};
-      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
-      curl_easy_setopt(c, CURLOPT_WRITEDATA, &body_sink);
+      lib_.easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
+      lib_.easy_setopt(c, CURLOPT_WRITEDATA, &body_sink);
       HeaderState header_state{&body_sink, {}};
-      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
-      curl_easy_setopt(c, CURLOPT_HEADERDATA, &header_state);
+      lib_.easy_setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
+      lib_.easy_setopt(c, CURLOPT_HEADERDATA, &header_state);
       if (upload) {
-        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(c, CURLOPT_READFUNCTION, ReadUpload);
-        curl_easy_setopt(c, CURLOPT_READDATA, &up);
-        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+        lib_.easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        lib_.easy_setopt(c, CURLOPT_READFUNCTION, ReadUpload);
+        lib_.easy_setopt(c, CURLOPT_READDATA, &up);
+        lib_.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
       } else if (method == "HEAD") {
-        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+        lib_.easy_setopt(c, CURLOPT_NOBODY, 1L);
       } else if (method != "GET") {
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+        lib_.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
       }
-      CURLcode rc = curl_easy_perform(c);
-      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+      CURLcode rc = lib_.easy_perform(c);
+      lib_.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
       response.etag = header_state.etag;
       Release(c);
-      curl_slist_free_all(headers);
+      lib_.slist_free_all(headers);
       if (body_sink.too_large) {  // not retried: the same answer would come again
         sink->clear();
         return Status::ResourceExhausted(Describe() + ": " + method + " " + path +
@@ -301,7 +301,7 @@ class S3Store final : public ArtifactStore {
       }
       if (rc != CURLE_OK) {
         last = Status::Unavailable(Describe() + ": " + method + " " + path + ": " +
-                                   curl_easy_strerror(rc));
+                                   lib_.easy_strerror(rc));
         continue;
       }
       if (response.status >= 500) {
@@ -316,6 +316,7 @@ class S3Store final : public ArtifactStore {
                                " attempts)");
   }
 
+  const CurlLib& lib_;
   const S3Config config_;
   const AwsCredentials creds_;
   Mutex mu_;
@@ -326,8 +327,8 @@ class S3Store final : public ArtifactStore {
 }  // namespace
 
 Result<ArtifactStorePtr> OpenS3Store(std::string_view url) {
-  static const bool curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-  if (!curl_ready) return Status::Internal("libcurl failed to initialise");
+  Result<const CurlLib*> lib = Curl();
+  if (!lib.ok()) return lib.status();
   std::map<std::string, std::string> extra;
   Result<S3Location> loc = ParseS3Location(url, &extra);
   if (!loc.ok()) return loc.status();
@@ -349,7 +350,7 @@ Result<ArtifactStorePtr> OpenS3Store(std::string_view url) {
   }
   Result<AwsCredentials> creds = LoadAwsCredentials();
   if (!creds.ok()) return creds.status();
-  auto store = std::make_unique<S3Store>(std::move(config), std::move(*creds));
+  auto store = std::make_unique<S3Store>(**lib, std::move(config), std::move(*creds));
   SEEDD_RETURN_IF_ERROR(store->Check());
   return ArtifactStorePtr(std::move(store));
 }

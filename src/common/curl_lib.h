@@ -1,0 +1,42 @@
+// libcurl, opened on first use (dlopen) instead of linked. Only S3 stores and
+// http(s) origins use it; linked, its 27 libraries (TLS, Kerberos, LDAP, SSH,
+// IDN, ...) were loaded and relocated by every seedd and seedctl at start,
+// about half of what a daemon spent before it served. A host without libcurl
+// runs everything else and gets an error naming the library where one is
+// needed. Thread-safe.
+#pragma once
+
+#include <curl/curl.h>
+
+#include "seedd/status.h"
+
+namespace seedd {
+
+// The functions of libcurl seedd calls. easy_setopt and easy_getinfo take their
+// third argument as libcurl documents it (long, pointer, curl_off_t, or a
+// callback); the compiler checks no type through a pointer, so pass e.g. 1L.
+struct CurlLib {
+  CURLcode (*global_init)(long);
+  CURL* (*easy_init)();
+  void (*easy_cleanup)(CURL*);
+  void (*easy_reset)(CURL*);
+  CURLcode (*easy_setopt)(CURL*, CURLoption, ...);
+  CURLcode (*easy_getinfo)(CURL*, CURLINFO, ...);
+  CURLcode (*easy_perform)(CURL*);
+  const char* (*easy_strerror)(CURLcode);
+  curl_slist* (*slist_append)(curl_slist*, const char*);
+  void (*slist_free_all)(curl_slist*);
+};
+
+// The process's libcurl (libcurl.so.4), opened and initialised
+// (curl_global_init) by the first call; later calls return the same, or the
+// same error: "libcurl.so.4 could not be loaded (...): S3 stores and http(s)
+// origins need libcurl 4 (Debian: apt-get install libcurl4)".
+Result<const CurlLib*> Curl();
+
+// Opens `soname` and reads the functions off it, without curl_global_init and
+// without caching: Curl()'s work, for a test of its errors. The library stays
+// loaded.
+Result<CurlLib> OpenCurl(const char* soname);
+
+}  // namespace seedd
