@@ -118,7 +118,7 @@ model_bytes="$(du -sb --apparent-size "$shm/model" | cut -f1)"
 start_in() {
   local host="$1" name="$2"
   shift 2
-  ip netns exec "$(ns "$host")" "$bin/seedd" --listen "$(ip_of "$host"):7420" \
+  ip netns exec "$(ns "$host")" "${barrier[@]}" "$bin/seedd" --listen "$(ip_of "$host"):7420" \
     --token-file "$work/token" --cache-dir "$shm/$name" --log-level "${LOG_LEVEL:-warn}" "$@" \
     > "$work/$name.out" 2> "$work/$name.err" &
   pids+=($!)
@@ -158,14 +158,19 @@ rx_targets() {
 run() {
   local n="$1" label="$2" first=${#pids[@]}
   local tx0 start end cpu0 busy0
-  tx0="$(tx_bytes)"
-  cpu0="$(cpu_ticks "$origin_pid")"
-  busy0="$(busy_ticks)"
-  start="$(date +%s.%N)"
+  # Launched one after another, started together: the clock starts when the
+  # last is launched and all of them go.
+  barrier_new
   for i in $(seq 1 "$n"); do
     start_in "$i" "$label-$i" --source "$(ip_of 0):7420" --pull bench \
       --relay-upload-rate "$relay_rate" ${RELAY_UPLOAD_PACING:+--relay-upload-pacing "$RELAY_UPLOAD_PACING"}
   done
+  tx0="$(tx_bytes)"
+  cpu0="$(cpu_ticks "$origin_pid")"
+  busy0="$(busy_ticks)"
+  barrier_release "$n" || exit 1
+  start="$barrier_start"
+  echo "fanout: $label: $n launched in $barrier_launch s, started together" >&2
   if [ -n "${TRACE:-}" ]; then  # the origin's bytes sent, every half second
     (while :; do echo "$(date +%s.%N) $(tx_bytes) $(rx_targets "$n")"; sleep 0.5; done) > "$work/$label.trace" &
     local tracer=$!
@@ -296,8 +301,17 @@ origin_up() {
   for _ in $(seq 1 6000); do ready "origin$chunk" && break; nap 0.01; done
   ready "origin$chunk" || { cat "$work/origin$chunk.err" >&2; exit 1; }
 }
+# An origin that exited before it was stopped is named, with its exit status
+# and its log's last lines: the run's figures would not mean what they say.
 origin_down() {
-  kill "$origin_pid"
+  local rc=0
+  if ! kill "$origin_pid" 2> /dev/null; then
+    wait "$origin_pid" || rc=$?
+    echo "fanout: the origin (pid $origin_pid) exited with status $rc$( ((rc > 128)) &&
+      echo " (signal $((rc - 128)))") before it was stopped; its log's last lines:" >&2
+    tail -n 20 "$work/origin$chunk.err" >&2
+    exit 1
+  fi
   wait "$origin_pid" 2> /dev/null || true
   unset 'pids[-1]'
 }

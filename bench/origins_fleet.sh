@@ -120,7 +120,7 @@ busy_since() {
 start_in() {
   local host="$1" name="$2"
   shift 2
-  ip netns exec "$(ns "$host")" "$bin/seedd" --listen "$(ip_of "$host"):7420" \
+  ip netns exec "$(ns "$host")" "${barrier[@]}" "$bin/seedd" --listen "$(ip_of "$host"):7420" \
     --token-file "$work/token" --cache-dir "$shm/$name" --log-level info \
     ${RANGE_MIB:+--origin-range-mib "$RANGE_MIB"} "$@" \
     > "$work/$name.out" 2> "$work/$name.err" &
@@ -139,9 +139,11 @@ wait_ready() {
 
 alone_s=()
 for r in $(seq 1 "$reps"); do
-  t0=$(date +%s.%N)
-  ticks=$(machine_ticks)
+  barrier_new
   start_in 1 "alone-$r" --model "$url"
+  ticks=$(machine_ticks)
+  barrier_release 1 || exit 1
+  t0="$barrier_start"
   wait_ready 1 "alone-$r"
   t1=$(date +%s.%N)
   kill "${host_pid[1]}"
@@ -159,11 +161,14 @@ fleet_run() {
   ip netns exec "$(ns 0)" redis-cli -h "$(ip_of 0)" CONFIG RESETSTAT > /dev/null
   redis_before=$(redis_out)
   before=$(tx0)
-  t0=$(date +%s.%N)
-  ticks=$(machine_ticks)
+  # Launched one after another, started together (seedd_lib.sh's barrier).
+  barrier_new
   for i in $(seq 1 "$fleet"); do
     start_in "$i" "fleet-$i" --model "$url" --registry "redis://$(ip_of 0):6379"
   done
+  ticks=$(machine_ticks)
+  barrier_release "$fleet" || exit 1
+  t0="$barrier_start"
   if [ "$kill_one" = 1 ]; then
     sleep 2
     # A daemon fetching from upstream now (its log says so), else host 1.

@@ -28,6 +28,46 @@ file_has() {
   return 1
 }
 
+# A start barrier: daemons a bench launches one after another (a fork, an
+# `ip netns exec` and a few lookups each, tens of milliseconds apiece on this
+# machine while others run) start together, as a fleet's hosts do, and the
+# clock starts when they do. barrier_new makes one and sets $barrier, the
+# words to put before a command (which then runs, with the same pid, once
+# released); barrier_release N waits until N commands wait at it (at most
+# 60 s), lets them all go at once, sets $barrier_start (EPOCHREALTIME) and
+# $barrier_launch (the seconds from barrier_new until then: what the launches
+# took) and empties $barrier.
+barrier=()
+barrier_new() {
+  barrier_made="$EPOCHREALTIME"
+  barrier_fifo="$(mktemp -u "$work/barrier.XXXXXX")"
+  mkfifo "$barrier_fifo"
+  # Held open read-write, so that the waiters' opens do not block.
+  exec {barrier_fd}<> "$barrier_fifo"
+  # shellcheck disable=SC2016 # expanded by the waiting sh
+  barrier=(sh -c 'exec 3< "$0" && : > "$0.$$" && read -r _ <&3 && exec 3<&- && exec "$@"' "$barrier_fifo")
+}
+barrier_release() {
+  local n="$1" armed i
+  for i in $(seq 1 12000); do
+    armed=("$barrier_fifo".*)
+    [ -e "${armed[0]}" ] && [ ${#armed[@]} -ge "$n" ] && break
+    nap 0.005
+  done
+  [ -e "${armed[0]}" ] && [ ${#armed[@]} -ge "$n" ] ||
+    { echo "barrier: ${#armed[@]} of $n commands reached the start in 60 s" >&2; return 1; }
+  # shellcheck disable=SC2034 # read by the benchmarks
+  barrier_start="$EPOCHREALTIME"
+  # One line each: every waiter's read takes one, whatever their order.
+  for ((i = 0; i < n; i++)); do echo >&"$barrier_fd"; done
+  exec {barrier_fd}>&-
+  # shellcheck disable=SC2034 # read by the benchmarks
+  barrier_launch="$(awk -v a="$barrier_made" -v b="$barrier_start" 'BEGIN { printf "%.3f", b - a }')"
+  rm -f "$barrier_fifo" "$barrier_fifo".*
+  # shellcheck disable=SC2034 # read by the benchmarks
+  barrier=()
+}
+
 # machine_ticks: "BUSY TOTAL", the machine's CPU time in clock ticks over all
 # CPUs, busy being every state but idle and iowait. The kernel's network work
 # for a packet that arrives while a CPU idles (a shaped link's timer, the
