@@ -28,6 +28,10 @@
 # Needs root (ip netns, tc).
 # Usage: bench/fanout.sh BIN_DIR
 set -euo pipefail
+# A command that fails ends the bench (set -e), in a function or a command
+# substitution too: say which one, where, and its status.
+set -E
+trap 'echo "fanout: line $LINENO: \"$BASH_COMMAND\" failed (status $?)" >&2' ERR
 bin="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 targets="${TARGETS:-8}"
