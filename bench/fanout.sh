@@ -300,10 +300,18 @@ results=()
 # relays holding claims on most chunks (a one-target pull took 12.2-12.6 s
 # after a 16-target run against 11.2 s before any).
 origin_up() {
+  # Emptied first: the last origin's ready line is in it, and the new one
+  # truncates it only once its process runs (a check in between saw the old
+  # line, the next an empty file: the bench ended, its log empty too).
+  : > "$work/origin$chunk.out"
   start_in 0 "origin$chunk" --model "bench=$shm/model" --chunk-mib "$chunk"
   origin_pid="${pids[-1]}"
   for _ in $(seq 1 6000); do ready "origin$chunk" && break; nap 0.01; done
-  ready "origin$chunk" || { cat "$work/origin$chunk.err" >&2; exit 1; }
+  ready "origin$chunk" || {
+    echo "fanout: the origin did not say it was serving within 60 s; its log:" >&2
+    cat "$work/origin$chunk.err" >&2
+    exit 1
+  }
 }
 # An origin that exited before it was stopped is named, with its exit status
 # and its log's last lines: the run's figures would not mean what they say.
