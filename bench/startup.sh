@@ -35,7 +35,7 @@ daemons() {
     local left=()
     for i in "${pending[@]}"; do
       if file_has "$work/d$((i + 1)).out" "serving on"; then
-        # Its CPU now, before the others' wait adds to nothing of its own.
+        # Its CPU as it became ready: what it spent starting.
         f="$(cut -d')' -f2- "/proc/${all[$i]}/stat")"
         read -r _ _ _ _ _ _ _ _ _ _ _ ut st _ <<< "$f"
         t=$((t + ut + st))

@@ -8,13 +8,15 @@
 
 #include <curl/curl.h>
 
+#include <type_traits>
+
 #include "seedd/status.h"
 
 namespace seedd {
 
-// The functions of libcurl seedd calls. easy_setopt and easy_getinfo take their
-// third argument as libcurl documents it (long, pointer, curl_off_t, or a
-// callback); the compiler checks no type through a pointer, so pass e.g. 1L.
+// The functions of libcurl seedd calls. Options are set with Setopt, which
+// checks the argument's type as curl.h's own checks did for a linked
+// curl_easy_setopt: through the pointer a variadic call checks none.
 struct CurlLib {
   CURLcode (*global_init)(long);
   CURL* (*easy_init)();
@@ -26,6 +28,15 @@ struct CurlLib {
   const char* (*easy_strerror)(CURLcode);
   curl_slist* (*slist_append)(curl_slist*, const char*);
   void (*slist_free_all)(curl_slist*);
+
+  // easy_setopt with a long (curl_off_t is one here), a pointer or a callback:
+  // an int or a bool would be read as a long, its upper bits undefined.
+  template <typename T>
+  CURLcode Setopt(CURL* c, CURLoption option, T value) const {
+    static_assert(std::is_same_v<T, long> || std::is_same_v<T, curl_off_t> || std::is_pointer_v<T>,
+                  "a curl option takes a long, a curl_off_t, a pointer or a callback");
+    return easy_setopt(c, option, value);
+  }
 };
 
 // The process's libcurl (libcurl.so.4), opened and initialised

@@ -103,17 +103,17 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
   }
   std::unique_ptr<curl_slist, void (*)(curl_slist*)> header_list(headers, lib.slist_free_all);
   CURL* c = curl.get();
-  lib.easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  lib.Setopt(c, CURLOPT_URL, request.url.c_str());
   // The body to send, from memory or a file, and its length up front.
   std::FILE* upload = nullptr;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> upload_closer(nullptr, std::fclose);
   UploadRange range{nullptr, 0};
   if (request.method == "GET") {
-    lib.easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    lib.Setopt(c, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "HEAD") {
-    lib.easy_setopt(c, CURLOPT_NOBODY, 1L);
+    lib.Setopt(c, CURLOPT_NOBODY, 1L);
   } else if (request.method == "DELETE") {
-    lib.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
+    lib.Setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   } else if (request.method == "PUT" || request.method == "POST") {
     if (!request.upload_file.empty()) {
       upload = std::fopen(request.upload_file.c_str(), "rb");
@@ -130,41 +130,41 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
                                        std::to_string(request.upload_offset));
       }
       range = {upload, std::min(request.upload_length, size - request.upload_offset)};
-      lib.easy_setopt(c, CURLOPT_UPLOAD, 1L);
-      lib.easy_setopt(c, CURLOPT_READFUNCTION, OnUpload);
-      lib.easy_setopt(c, CURLOPT_READDATA, &range);
-      lib.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(range.left));
-      if (request.method == "POST") lib.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
+      lib.Setopt(c, CURLOPT_UPLOAD, 1L);
+      lib.Setopt(c, CURLOPT_READFUNCTION, OnUpload);
+      lib.Setopt(c, CURLOPT_READDATA, &range);
+      lib.Setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(range.left));
+      if (request.method == "POST") lib.Setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
     } else if (request.method == "POST") {
-      lib.easy_setopt(c, CURLOPT_POST, 1L);
-      lib.easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
-      lib.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-                      static_cast<curl_off_t>(request.upload_body.size()));
+      lib.Setopt(c, CURLOPT_POST, 1L);
+      lib.Setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
+      lib.Setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                 static_cast<curl_off_t>(request.upload_body.size()));
     } else {
-      lib.easy_setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
-      lib.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-                      static_cast<curl_off_t>(request.upload_body.size()));
-      lib.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+      lib.Setopt(c, CURLOPT_POSTFIELDS, request.upload_body.data());
+      lib.Setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                 static_cast<curl_off_t>(request.upload_body.size()));
+      lib.Setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
     }
   } else {
     return Status::InvalidArgument("HTTP method " + request.method);
   }
-  lib.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  lib.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-  lib.easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-  lib.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  lib.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  lib.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  lib.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout.count()));
-  lib.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  lib.easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                  std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
-  lib.easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
-  lib.easy_setopt(c, CURLOPT_HEADERDATA, &t);
-  lib.easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
-  lib.easy_setopt(c, CURLOPT_WRITEDATA, &t);
-  if (!request.ca_file.empty()) lib.easy_setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
-  if (!request.range.empty()) lib.easy_setopt(c, CURLOPT_RANGE, request.range.c_str());
+  lib.Setopt(c, CURLOPT_HTTPHEADER, headers);
+  lib.Setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  lib.Setopt(c, CURLOPT_MAXREDIRS, 5L);
+  lib.Setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  lib.Setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  lib.Setopt(c, CURLOPT_NOSIGNAL, 1L);
+  lib.Setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout.count()));
+  lib.Setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  lib.Setopt(c, CURLOPT_LOW_SPEED_TIME,
+             std::max(1L, static_cast<long>(request.stall_timeout.count() / 1000)));
+  lib.Setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
+  lib.Setopt(c, CURLOPT_HEADERDATA, &t);
+  lib.Setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
+  lib.Setopt(c, CURLOPT_WRITEDATA, &t);
+  if (!request.ca_file.empty()) lib.Setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (!request.range.empty()) lib.Setopt(c, CURLOPT_RANGE, request.range.c_str());
   const CURLcode rc = lib.easy_perform(c);
   char* effective = nullptr;
   lib.easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);

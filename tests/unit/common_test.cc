@@ -283,7 +283,7 @@ TEST(CurlLib, TheProcesssLibcurlIsOpenedOnceAndMakesHandles) {
   EXPECT_EQ(*first, *second);
   CURL* handle = (*first)->easy_init();
   ASSERT_NE(handle, nullptr);
-  EXPECT_EQ((*first)->easy_setopt(handle, CURLOPT_URL, "http://127.0.0.1:1/"), CURLE_OK);
+  EXPECT_EQ((*first)->Setopt(handle, CURLOPT_URL, "http://127.0.0.1:1/"), CURLE_OK);
   (*first)->easy_cleanup(handle);
   EXPECT_STREQ((*first)->easy_strerror(CURLE_COULDNT_CONNECT), "Couldn't connect to server");
 }

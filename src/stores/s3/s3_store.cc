@@ -266,26 +266,26 @@ class S3Store final : public ArtifactStore {
       }
       headers = lib_.slist_append(headers, "Expect:");  // no 100-continue round trip
       CURL* c = Acquire();
-      lib_.easy_setopt(c, CURLOPT_URL, url.c_str());
-      lib_.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-      lib_.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-      lib_.easy_setopt(c, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
-      lib_.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
+      lib_.Setopt(c, CURLOPT_URL, url.c_str());
+      lib_.Setopt(c, CURLOPT_HTTPHEADER, headers);
+      lib_.Setopt(c, CURLOPT_NOSIGNAL, 1L);
+      lib_.Setopt(c, CURLOPT_TIMEOUT_MS, config_.timeout_ms);
+      lib_.Setopt(c, CURLOPT_CONNECTTIMEOUT_MS, config_.connect_timeout_ms);
       BodySink body_sink{sink};
-      lib_.easy_setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
-      lib_.easy_setopt(c, CURLOPT_WRITEDATA, &body_sink);
+      lib_.Setopt(c, CURLOPT_WRITEFUNCTION, WriteBody);
+      lib_.Setopt(c, CURLOPT_WRITEDATA, &body_sink);
       HeaderState header_state{&body_sink, {}};
-      lib_.easy_setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
-      lib_.easy_setopt(c, CURLOPT_HEADERDATA, &header_state);
+      lib_.Setopt(c, CURLOPT_HEADERFUNCTION, ReadHeader);
+      lib_.Setopt(c, CURLOPT_HEADERDATA, &header_state);
       if (upload) {
-        lib_.easy_setopt(c, CURLOPT_UPLOAD, 1L);
-        lib_.easy_setopt(c, CURLOPT_READFUNCTION, ReadUpload);
-        lib_.easy_setopt(c, CURLOPT_READDATA, &up);
-        lib_.easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+        lib_.Setopt(c, CURLOPT_UPLOAD, 1L);
+        lib_.Setopt(c, CURLOPT_READFUNCTION, ReadUpload);
+        lib_.Setopt(c, CURLOPT_READDATA, &up);
+        lib_.Setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
       } else if (method == "HEAD") {
-        lib_.easy_setopt(c, CURLOPT_NOBODY, 1L);
+        lib_.Setopt(c, CURLOPT_NOBODY, 1L);
       } else if (method != "GET") {
-        lib_.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+        lib_.Setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
       }
       CURLcode rc = lib_.easy_perform(c);
       lib_.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
