@@ -5,6 +5,8 @@
 # from $BUILDAH_FLAGS.
 # Usage: packaging/image/build.sh BIN_DIR STAGE_DIR
 set -euo pipefail
+# A failing command is named, not only the script's status.
+trap 'echo "image: line $LINENO: \"$BASH_COMMAND\" failed with status $?" >&2' ERR
 bin="$(cd "$1" && pwd)"
 stage="$2"
 root="$(cd "$(dirname "$0")/../.." && pwd)"

@@ -8,6 +8,8 @@
 # manager. packaging/Containerfile copies it onto an empty image.
 # Usage: packaging/image/stage.sh BIN_DIR OUT_DIR
 set -euo pipefail
+# A failing command is named, not only the script's status.
+trap 'echo "stage: line $LINENO: \"$BASH_COMMAND\" failed with status $?" >&2' ERR
 bin="$(cd "$1" && pwd)"
 out="$2"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -29,7 +31,9 @@ for prog in seedd seedctl; do
 done
 # libcurl, which seedd opens only when an S3 store or an http(s) origin needs
 # it (dlopen), and its libraries.
-curl="$(ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ {print $NF; exit}')"
+# awk reads the whole list: exiting at the first match would leave ldconfig
+# writing into a closed pipe, and its SIGPIPE fails this script (pipefail).
+curl="$(ldconfig -p | awk '$1 == "libcurl.so.4" && /x86-64/ && !found {print $NF; found = 1}')"
 [ -n "$curl" ] || { echo "stage: libcurl.so.4 is not installed (Debian: libcurl4)" >&2; exit 1; }
 mkdir -p "$rootfs$(dirname "$curl")"
 cp -L "$curl" "$rootfs$curl"
