@@ -188,7 +188,9 @@ run() {
     # Every host's uplink queue (its eth0 tbf backlog, bytes), every 0.2 s.
     (while :; do
       echo "$(date +%s.%N) $(for i in $(seq 0 "$n"); do
-        ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 | grep -o 'backlog [0-9]*b' | tr -dc '0-9'
+        # A host whose namespace is gone (the run just ended) has no queue.
+        ip netns exec "$(ns "$i")" tc -s qdisc show dev eth0 2> /dev/null |
+          grep -o 'backlog [0-9]*b' | tr -dc '0-9' || true
         echo -n ' '
       done)"
       sleep 0.2
@@ -372,7 +374,9 @@ for chunk, rows in by_chunk.items():
     m1 = statistics.median(r[6] for r in rows) / gib
     mn = statistics.median(r[7] for r in rows) / (n * gib)
     print("  %8s  machine's busy CPU per GiB received (the kernel's network work on idle CPUs "
-          "too): 1 target %.2f s, %d targets %.2f s, %.2fx" % ("", m1, n, mn, mn / m1))
+          "too): 1 target %.2f s, %d targets %.2f s, %.2fx%s" % (
+              "", m1, n, mn, mn / m1,
+              " (TRACE's samplers counted in: not a figure)" if os.environ.get("TRACE") else ""))
 print("  medians of %d; all from the origin would take ~%dx; every copy compared with the model"
       % (len(rows), n))
 print("  targets' --relay-upload-rate: %s" % ("none" if relay_rate == "0" else relay_rate))
