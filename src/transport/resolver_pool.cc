@@ -17,7 +17,8 @@ ResolverPool::ResolverPool(size_t min_threads, size_t max_threads,
   assert(min_threads >= 1 && min_threads <= max_threads);
   MutexLock lock(mu_);
   for (size_t i = 0; i < min_threads_; ++i) Spawn();
-  supervisor_ = std::thread([this] { Supervise(); });
+  // An immediate pool grows in Submit: it has no stalls to watch for.
+  if (!immediate()) supervisor_ = std::thread([this] { Supervise(); });
 }
 
 ResolverPool::Clock::time_point ResolverPool::StallTime() const {
@@ -74,11 +75,22 @@ size_t ResolverPool::queued() const {
   return tasks_.size();
 }
 
+size_t ResolverPool::unserved() const {
+  MutexLock lock(mu_);
+  return tasks_.size() > Free() ? tasks_.size() - Free() : 0;
+}
+
 void ResolverPool::Submit(std::function<void()> task) {
   MutexLock lock(mu_);
   if (stop_) return;
   const Clock::time_point now = Clock::now();
   tasks_.push_back({std::move(task), now});
+  if (immediate()) {
+    if (idle_ > 0) cv_.notify_one();
+    // A thread for every task that has none free or starting for it.
+    if (tasks_.size() > Free() && live_ < max_threads_) Spawn();
+    return;
+  }
   if (idle_ >= tasks_.size()) {
     // An idle worker for every queued task (notified ones count until they wake).
     cv_.notify_one();

@@ -8,6 +8,12 @@
 // warm threads keep the hand-off cheap: a busy thread picks up the next task without a wake-up, and
 // short tasks never grow the pool.
 //
+// With `stall_after` zero, a task that finds no thread free starts one at once (up to
+// `max_threads`): for tasks that hold their thread by design, such as a data connection for its
+// whole life. Grown by stalls, such a pool took a thread per `stall_after` for a burst of
+// connections (a fleet starting together opens 80 at its origin at once: 0.4 s for the last), and
+// those waiting meanwhile counted against the server's limit of connections waiting for a thread.
+//
 // Thread safety: Submit may be called from any thread; Shutdown from one thread.
 #pragma once
 
@@ -42,6 +48,9 @@ class ResolverPool {
   size_t threads() const;
   // Tasks queued and not started yet.
   size_t queued() const;
+  // Of those, the ones no thread is free or starting for: they wait for a
+  // running task to end (or, growing by stalls, for the pool to grow).
+  size_t unserved() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -54,6 +63,10 @@ class ResolverPool {
   // When the pool counts as stalled if nothing changes (see the class comment).
   Clock::time_point StallTime() const REQUIRES(mu_);  // REQUIRES: !tasks_.empty()
   bool Stalled(Clock::time_point now) const REQUIRES(mu_);
+  // Threads not inside a task: idle, woken, or starting.
+  size_t Free() const REQUIRES(mu_) { return live_ - busy_since_.size(); }
+  // Threads start at once for tasks that find none free (stall_after zero).
+  bool immediate() const { return stall_after_.count() == 0; }
   void Work();
   void Supervise();
 

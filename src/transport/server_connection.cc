@@ -200,10 +200,10 @@ void Connection::HandToResolve(Json request) {
 
 void Connection::HandOver(const StreamHandler& handler, Json request) {
   const TransportOptions& o = server_->options;
-  if (server_->streams.queued() >= o.max_queued_streams) {
+  if (server_->streams.unserved() >= o.max_queued_streams) {
     server_->limits.StreamEnded(peer_);  // the exchange admitted it
     server_->busy_streams.Warn("Refused a data connection from {}: {} waiting, the limit is {}",
-                               peer_, server_->streams.queued(), o.max_queued_streams);
+                               peer_, server_->streams.unserved(), o.max_queued_streams);
     metrics::ConnectionRefused("data_queue_full");
     const std::string message = "the data plane is busy (" + std::to_string(o.max_queued_streams) +
                                 " connections waiting); retry later";

@@ -274,11 +274,11 @@ void SeedServer::Rep::ReadTlsRequest(const std::shared_ptr<TlsSession>& s) {
       s->streaming = s->step.next == ControlExchange::Next::kStream;
       break;
   }
-  if (streams.queued() >= options.max_queued_streams) {
+  if (streams.unserved() >= options.max_queued_streams) {
     metrics::ConnectionRefused("data_queue_full");
     busy_streams.Warn("Refused a TLS connection from {}: {} waiting, the limit is {}", s->peer,
-                      streams.queued(), options.max_queued_streams);
-    Json busy = ErrorResponse("the data plane is busy: " + std::to_string(streams.queued()) +
+                      streams.unserved(), options.max_queued_streams);
+    Json busy = ErrorResponse("the data plane is busy: " + std::to_string(streams.unserved()) +
                               " connections are waiting");
     busy["retry_ms"] = kBusyRetryMs;
     return AnswerAndLinger(s, busy);

@@ -1,11 +1,13 @@
 // No single peer can take a daemon down: one host (127.0.0.2) floods, another
 // (127.0.0.1) is served.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <thread>
+#include <vector>
 
 #include "common/metrics.h"
 #include "kinds/weights/weight_shards_kind.h"
@@ -232,6 +234,59 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
   }
   cv.notify_all();
   EXPECT_TRUE(WaitUntil([&] { return running == 3; }));  // the queued one was served
+  server->Close();
+}
+
+// A fleet starting together opens its data connections to one server at once
+// (16 daemons: 80 at the origin). Each holds a stream thread for its life; the
+// stream pool grew by a thread per 5 ms of stall, so a burst waited for it,
+// the last for about 0.4 s, and past max_queued_streams waiting they were
+// refused as busy. Now each gets its thread at once, up to max_streams.
+TEST_F(FloodTest, ABurstOfDataConnectionsIsServedAtOnceNotRefusedAsWaiting) {
+  constexpr int kBurst = 24;  // within max_streams_per_address
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> running{0};
+  TransportOptions options;
+  options.max_queued_streams = 2;
+  options.stream_handlers["weight_data"] = [&](Conn&, const Json&) {
+    ++running;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+  };
+  HostPort addr;
+  auto server = Listen(options, &addr);
+  struct Release {  // whatever happens, the handlers end before the server closes
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& release;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        release = true;
+      }
+      cv.notify_all();
+    }
+  } guard{mu, cv, release};
+  std::vector<UniqueFd> fds;
+  for (int i = 0; i < kBurst; ++i) {
+    fds.push_back(testing::ConnectRaw(addr));
+    testing::SendAll(fds.back().get(),
+                     EncodeJsonFrame(Json{{"kind", "weight_data"}, {"token", kToken}}));
+  }
+  // Every one is served; a refused one gets an answer and never runs.
+  EXPECT_TRUE(WaitUntil([&] { return running == kBurst; })) << running << " of " << kBurst;
+  for (UniqueFd& fd : fds) {
+    pollfd p{fd.get(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0)
+        << "a data connection was answered: " << testing::ReadResponse(fd.get()).dump();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
   server->Close();
 }
 

@@ -98,6 +98,38 @@ TEST(ResolverPool, AFullPoolWithTasksWaitingDoesNotSpin) {
   EXPECT_EQ(gate.waiting(), 3);
 }
 
+// With no stall time, each task that finds no thread free gets one before
+// Submit returns: a burst of tasks that hold their threads (data connections)
+// all run at once, none waiting for the pool to grow.
+TEST(ResolverPool, WithNoStallTimeATaskThatFindsNoThreadFreeStartsOneAtOnce) {
+  ResolverPool pool(1, 64, milliseconds(0));
+  Gate gate;
+  for (size_t i = 1; i <= 32; ++i) {
+    pool.Submit([&] { gate.Wait(); });
+    EXPECT_GE(pool.threads(), i);
+    EXPECT_EQ(pool.unserved(), 0u);
+  }
+  EXPECT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 32; }));
+  EXPECT_EQ(pool.threads(), 32u);
+  gate.Open();
+}
+
+// At its maximum, such a pool holds the tasks beyond it until a thread is free,
+// and counts them as unserved (what a server refuses connections by).
+TEST(ResolverPool, WithNoStallTimeTasksBeyondTheMaximumWaitAndCountAsUnserved) {
+  ResolverPool pool(1, 3, milliseconds(0));
+  Gate gate;
+  for (int i = 0; i < 5; ++i) pool.Submit([&] { gate.Wait(); });
+  EXPECT_EQ(pool.threads(), 3u);
+  EXPECT_EQ(pool.unserved(), 2u);
+  EXPECT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 3; }));
+  EXPECT_EQ(pool.queued(), 2u);
+  EXPECT_EQ(pool.unserved(), 2u);
+  gate.Open();
+  pool.Shutdown();
+  EXPECT_EQ(gate.waiting(), 5);
+}
+
 TEST(ResolverPool, ShortTasksDoNotGrowThePool) {
   ResolverPool pool(2, 64, milliseconds(200));
   std::atomic<int> ran{0};
