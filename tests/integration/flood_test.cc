@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,6 +29,38 @@ using testing::SameTree;
 using testing::WaitUntil;
 
 constexpr char kFlooder[] = "127.0.0.2";
+
+// Stream handlers that hold their threads until released. Release them before
+// the server closes (whose stream threads they hold): a Releaser declared
+// after the server does, whatever happens.
+class HeldStreams {
+ public:
+  StreamHandler Handler() {
+    return [this](Conn&, const Json&) {
+      ++running_;
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return released_; });
+    };
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  int running() const { return running_; }
+  struct Releaser {
+    HeldStreams& held;
+    ~Releaser() { held.Release(); }
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  std::atomic<int> running_{0};
+};
 
 class FloodTest : public testing::WeightsFixture {
  protected:
@@ -174,42 +207,23 @@ TEST_F(FloodTest, DataConnectionsThatNeverReadDoNotStopAnotherHostsPull) {
 }
 
 TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
-  // Stream handlers that hold their thread until released.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::atomic<int> running{0};
+  HeldStreams held;
   TransportOptions options;
   options.max_streams = 2;
   options.max_queued_streams = 1;
-  options.stream_handlers["weight_data"] = [&](Conn&, const Json&) {
-    ++running;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return release; });
-  };
+  options.stream_handlers["weight_data"] = held.Handler();
   HostPort addr;
   auto server = Listen(options, &addr);
-  struct Release {  // whatever happens, the handlers end before the server closes
-    std::mutex& mu;
-    std::condition_variable& cv;
-    bool& release;
-    ~Release() {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        release = true;
-      }
-      cv.notify_all();
-    }
-  } guard{mu, cv, release};
+  HeldStreams::Releaser releaser{held};
   auto open = [&] {
     UniqueFd fd = testing::ConnectRaw(addr);
     testing::SendAll(fd.get(), EncodeJsonFrame(Json{{"kind", "weight_data"}, {"token", kToken}}));
     return fd;
   };
   UniqueFd a = open();
-  ASSERT_TRUE(WaitUntil([&] { return running == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return held.running() == 1; }));
   UniqueFd b = open();
-  ASSERT_TRUE(WaitUntil([&] { return running == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return held.running() == 2; }));
   // Handed to the data plane: counted in /metrics as it leaves the loop.
   auto handed = [] {
     const std::string text = metrics::Text();
@@ -228,12 +242,8 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
   EXPECT_EQ(answer["status"], "error");
   EXPECT_NE(answer.value("message", "").find("the data plane is busy"), std::string::npos)
       << answer.dump();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-  }
-  cv.notify_all();
-  EXPECT_TRUE(WaitUntil([&] { return running == 3; }));  // the queued one was served
+  held.Release();
+  EXPECT_TRUE(WaitUntil([&] { return held.running() == 3; }));  // the queued one was served
   server->Close();
 }
 
@@ -244,31 +254,13 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
 // refused as busy. Now each gets its thread at once, up to max_streams.
 TEST_F(FloodTest, ABurstOfDataConnectionsIsServedAtOnceNotRefusedAsWaiting) {
   constexpr int kBurst = 24;  // within max_streams_per_address
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::atomic<int> running{0};
+  HeldStreams held;
   TransportOptions options;
   options.max_queued_streams = 2;
-  options.stream_handlers["weight_data"] = [&](Conn&, const Json&) {
-    ++running;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return release; });
-  };
+  options.stream_handlers["weight_data"] = held.Handler();
   HostPort addr;
   auto server = Listen(options, &addr);
-  struct Release {  // whatever happens, the handlers end before the server closes
-    std::mutex& mu;
-    std::condition_variable& cv;
-    bool& release;
-    ~Release() {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        release = true;
-      }
-      cv.notify_all();
-    }
-  } guard{mu, cv, release};
+  HeldStreams::Releaser releaser{held};
   std::vector<UniqueFd> fds;
   for (int i = 0; i < kBurst; ++i) {
     fds.push_back(testing::ConnectRaw(addr));
@@ -276,17 +268,14 @@ TEST_F(FloodTest, ABurstOfDataConnectionsIsServedAtOnceNotRefusedAsWaiting) {
                      EncodeJsonFrame(Json{{"kind", "weight_data"}, {"token", kToken}}));
   }
   // Every one is served; a refused one gets an answer and never runs.
-  EXPECT_TRUE(WaitUntil([&] { return running == kBurst; })) << running << " of " << kBurst;
+  EXPECT_TRUE(WaitUntil([&] { return held.running() == kBurst; }))
+      << held.running() << " of " << kBurst;
   for (UniqueFd& fd : fds) {
     pollfd p{fd.get(), POLLIN, 0};
     EXPECT_EQ(::poll(&p, 1, 0), 0)
         << "a data connection was answered: " << testing::ReadResponse(fd.get()).dump();
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-  }
-  cv.notify_all();
+  held.Release();
   server->Close();
 }
 
