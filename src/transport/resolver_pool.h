@@ -10,9 +10,9 @@
 //
 // With `stall_after` zero, a task that finds no thread free starts one at once (up to
 // `max_threads`): for tasks that hold their thread by design, such as a data connection for its
-// whole life. Grown by stalls, such a pool took a thread per `stall_after` for a burst of
-// connections (a fleet starting together opens 80 at its origin at once: 0.4 s for the last), and
-// those waiting meanwhile counted against the server's limit of connections waiting for a thread.
+// whole life. Grown by stalls, such a pool starts one thread per `stall_after` for a burst of
+// such tasks (80 connections: the last would wait 0.4 s), and a server counted those waiting
+// meanwhile against its limit of connections waiting for a thread.
 //
 // Thread safety: Submit may be called from any thread; Shutdown from one thread.
 #pragma once

@@ -78,8 +78,9 @@ struct SeedServer::Rep {
         acceptor(io),
         retry_timer(io),
         pool(std::min(o.min_resolver_threads, o.max_resolver_threads), o.max_resolver_threads),
-        // A stream holds its thread for its connection's life: a connection
-        // that finds none free gets one at once.
+        // A stream holds its thread for its connection's life (a TLS answer
+        // until its peer has read it): one that finds none free gets one at
+        // once.
         streams(1, std::max<size_t>(1, o.max_streams), std::chrono::milliseconds(0)),
         limits(LimitsFrom(o)) {}
 

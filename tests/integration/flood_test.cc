@@ -248,10 +248,10 @@ TEST_F(FloodTest, AFullDataPlaneQueueRefusesWithAClearError) {
 }
 
 // A fleet starting together opens its data connections to one server at once
-// (16 daemons: 80 at the origin). Each holds a stream thread for its life; the
-// stream pool grew by a thread per 5 ms of stall, so a burst waited for it,
-// the last for about 0.4 s, and past max_queued_streams waiting they were
-// refused as busy. Now each gets its thread at once, up to max_streams.
+// (about five per daemon at its origin). Each holds a stream thread for its
+// life; the stream pool grew by a thread per 5 ms of stall, so a burst waited
+// for it, and past max_queued_streams waiting the rest were refused as busy.
+// Now each gets its thread at once, up to max_streams.
 TEST_F(FloodTest, ABurstOfDataConnectionsIsServedAtOnceNotRefusedAsWaiting) {
   constexpr int kBurst = 24;  // within max_streams_per_address
   HeldStreams held;
