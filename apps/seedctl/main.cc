@@ -140,6 +140,12 @@ int main(int argc, char** argv) {
       "layers) or s3://BUCKET/PREFIX?endpoint=...&region=..., every file checked against its "
       "upstream digest; no daemon needed");
   pull_from->excludes(pull_source)->excludes(pull_model);
+  // `seedctl pull URL --into DIR`, as `seedctl push URL --from DIR` writes it.
+  std::string pull_url;
+  pull->add_option("url", pull_url, "the same as --from URL (oci://... or s3://...)")
+      ->excludes(pull_from)
+      ->excludes(pull_source)
+      ->excludes(pull_model);
   pull->add_option("--origin-auth", pull_args.origin_auth,
                    "with --from oci:// or --verify upstream=oci://: registry credentials, a file "
                    "as `docker login` writes it")
@@ -438,6 +444,15 @@ int main(int argc, char** argv) {
                                 manifest_digest, manifest_sign_key);
   if (key_fp->parsed()) return seedctl::RunKeyFingerprint(key_files);
   if (pull->parsed()) {
+    if (!pull_url.empty() && !seedd::IsOriginUrl(pull_url)) {
+      std::fprintf(stderr,
+                   "seedctl pull: %s is not a model's upstream (oci://REGISTRY/REPOSITORY:TAG or "
+                   "s3://BUCKET/PREFIX); to pull a model that daemons serve, name them: --source "
+                   "HOST:PORT --model %s\n",
+                   pull_url.c_str(), pull_url.c_str());
+      return 2;
+    }
+    if (!pull_url.empty()) pull_args.from = pull_url;
     if (!pull_args.from.empty()) return seedctl::RunOriginPull(pull_args);
     if (pull_args.sources.empty() || pull_args.model.empty()) {
       std::fprintf(stderr,

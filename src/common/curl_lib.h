@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 
+#include <string>
 #include <type_traits>
 
 #include "seedd/status.h"
@@ -36,6 +37,12 @@ struct CurlLib {
     static_assert(std::is_same_v<T, long> || std::is_same_v<T, curl_off_t> || std::is_pointer_v<T>,
                   "a curl option takes a long, a curl_off_t, a pointer or a callback");
     return easy_setopt(c, option, value);
+  }
+  // A failed transfer in libcurl's words: `detail` (its CURLOPT_ERRORBUFFER:
+  // the address and port it could not reach, the certificate problem) when
+  // written, else the code's text.
+  std::string Failure(CURLcode rc, const char* detail) const {
+    return detail != nullptr && detail[0] != '\0' ? std::string(detail) : easy_strerror(rc);
   }
 };
 

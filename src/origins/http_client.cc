@@ -86,6 +86,24 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return len;
 }
 
+// What went wrong on the way to an answer, in libcurl's words (`detail`, else
+// its code's text), with what to do where a flag or a URL decides it.
+std::string TransportError(CURLcode rc, const char* detail, const CurlLib& lib) {
+  std::string text = lib.Failure(rc, detail);
+  switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return text +
+             " (the server's certificate is not trusted here: give the CA bundle that signed it, "
+             "--origin-ca FILE)";
+    case CURLE_SSL_CONNECT_ERROR:
+      return text +
+             " (no TLS handshake: if the server speaks plain HTTP, add ?plain-http=true to "
+             "an oci:// URL, or give an s3:// endpoint as http://)";
+    default:
+      return text;
+  }
+}
+
 }  // namespace
 
 Result<HttpResponse> HttpSend(const HttpRequest& request) {
@@ -165,7 +183,12 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
   lib.Setopt(c, CURLOPT_WRITEDATA, &t);
   if (!request.ca_file.empty()) lib.Setopt(c, CURLOPT_CAINFO, request.ca_file.c_str());
   if (!request.range.empty()) lib.Setopt(c, CURLOPT_RANGE, request.range.c_str());
+  // libcurl's own account of a failure (the address and port it could not
+  // reach, the certificate problem), which its code's text leaves out.
+  char detail[CURL_ERROR_SIZE] = {};
+  lib.Setopt(c, CURLOPT_ERRORBUFFER, detail);
   const CURLcode rc = lib.easy_perform(c);
+  lib.Setopt(c, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
   char* effective = nullptr;
   lib.easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
   response.url = effective != nullptr ? effective : request.url;
@@ -176,7 +199,8 @@ Result<HttpResponse> HttpSend(const HttpRequest& request) {
                                        ": the answer is larger than " +
                                        std::to_string(request.max_body) + " bytes");
     }
-    const std::string what = request.method + " " + request.url + ": " + lib.easy_strerror(rc);
+    const std::string what =
+        request.method + " " + request.url + ": " + TransportError(rc, detail, lib);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return Status::DeadlineExceeded(what + " (nothing for " +
                                       std::to_string(request.stall_timeout.count() / 1000) + " s)");

@@ -144,6 +144,29 @@ TEST_F(OriginsTest, SeedctlPullFromARegistryUrlFetchesTheModelWithNoDaemon) {
   EXPECT_EQ(both.status, 2) << both.err;
 }
 
+// `seedctl pull URL --into DIR` reads as `seedctl push URL --from DIR` writes:
+// the URL alone is --from. A word that is no URL (a model's name) is refused
+// with the flags that pull a model from daemons, and nothing is created.
+TEST_F(OriginsTest, SeedctlPullTakesTheUpstreamUrlAsItsArgument) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  const std::string url = "oci://" + registry.host() + "/models/test:v1";
+  const fs::path into = dir_.path() / "engine";
+  auto pulled = RunCommand({SEEDCTL_BIN, "pull", url, "--into", into.string()});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(into), model);
+  EXPECT_TRUE(Has(pulled.out, "every file matched its upstream digest")) << pulled.out;
+
+  const fs::path other = dir_.path() / "other";
+  auto name = RunCommand({SEEDCTL_BIN, "pull", "llama", "--into", other.string()});
+  EXPECT_EQ(name.status, 2) << name.err;
+  EXPECT_TRUE(Has(name.err, "--source HOST:PORT --model llama")) << name.err;
+  auto twice = RunCommand({SEEDCTL_BIN, "pull", url, "--from", url, "--into", other.string()});
+  EXPECT_EQ(twice.status, 2) << twice.err;
+  EXPECT_FALSE(fs::exists(other));
+}
+
 // --check-config reads an origin URL's form without reaching the upstream: a
 // malformed one is named, a well-formed one is OK with nothing listening.
 TEST_F(OriginsTest, CheckConfigNamesAMalformedOriginUrlWithoutReachingTheUpstream) {
@@ -352,6 +375,30 @@ TEST_F(OriginsTest, AnUnreachableRegistryIsUnavailableNamingTheUrl) {
   EXPECT_TRUE(Has(copy.status().message(),
                   "http://127.0.0.1:" + std::to_string(port) + "/v2/models/test/manifests/v1"))
       << copy.status().ToString();
+  // libcurl's account, not only its code's text ("Couldn't connect to server").
+  EXPECT_TRUE(Has(copy.status().message(), "port " + std::to_string(port)))
+      << copy.status().ToString();
+}
+
+// An https URL (plain-http=false) to a registry that speaks plain HTTP fails in
+// the handshake, and the error says how to ask for plain HTTP.
+TEST_F(OriginsTest, HttpsToAPlainHttpRegistryFailsNamingThePlainHttpParameter) {
+  OciRegistryServer registry;
+  Push(registry, "models/test:v1", AModel());
+  const std::string url = "oci://" + registry.host() + "/models/test:v1?plain-http=false";
+  Result<OriginCopy> copy = CopyFromOrigin(url, dir_.path() / "origins", OriginAccess{});
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kUnavailable) << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "https://" + registry.host() + "/v2/"))
+      << copy.status().ToString();
+  EXPECT_TRUE(Has(copy.status().message(), "?plain-http=true")) << copy.status().ToString();
+  size_t files = 0;  // nothing fetched, nothing kept
+  if (fs::exists(dir_.path() / "origins")) {
+    for (const auto& e : fs::recursive_directory_iterator(dir_.path() / "origins")) {
+      files += e.is_regular_file();
+    }
+  }
+  EXPECT_EQ(files, 0u);
 }
 
 TEST_F(OriginsTest, ARegistryThatAcceptsAndNeverAnswersIsCutOffByTheStallTimeout) {
@@ -450,6 +497,10 @@ TEST_F(OriginsTest, ARegistryWithBasicAuthOverTlsNeedsTheCredentialsFileAndTheTr
   access.ca_file.clear();
   Result<OriginCopy> untrusted = CopyFromOrigin(url, dir_.path() / "d", access);
   EXPECT_EQ(untrusted.status().code(), StatusCode::kUnavailable) << untrusted.status().ToString();
+  // The error says what is wrong and which flag fixes it.
+  EXPECT_TRUE(Has(untrusted.status().message(), "certificate")) << untrusted.status().ToString();
+  EXPECT_TRUE(Has(untrusted.status().message(), "--origin-ca FILE"))
+      << untrusted.status().ToString();
 }
 
 // A part record in the registry is peer input: one that is not a manifest of

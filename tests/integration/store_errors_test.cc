@@ -63,6 +63,15 @@ TEST_F(StoreErrors, AMissingBucketIsAStartupError) {
   EXPECT_NE(err.find("bucket 'no-such-bucket' does not exist"), std::string::npos) << err;
 }
 
+// libcurl's account of the failure, with the address and port it could not
+// reach, not only its code's text ("Couldn't connect to server").
+TEST_F(StoreErrors, AnUnreachableS3EndpointIsAStartupErrorNamingItsPort) {
+  const uint16_t port = testing::FreePort();
+  std::string err = OpenError("s3://bucket?endpoint=http://127.0.0.1:" + std::to_string(port) +
+                              "&region=us-east-1");
+  EXPECT_NE(err.find("127.0.0.1 port " + std::to_string(port)), std::string::npos) << err;
+}
+
 TEST_F(StoreErrors, AnUnknownAccessKeyIsAnAuthorizationError) {
   testing::S3Server s3;
   setenv("AWS_ACCESS_KEY_ID", "NOT-A-KEY", 1);

@@ -287,7 +287,10 @@ class S3Store final : public ArtifactStore {
       } else if (method != "GET") {
         lib_.Setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
       }
+      char detail[CURL_ERROR_SIZE] = {};
+      lib_.Setopt(c, CURLOPT_ERRORBUFFER, detail);
       CURLcode rc = lib_.easy_perform(c);
+      lib_.Setopt(c, CURLOPT_ERRORBUFFER, static_cast<char*>(nullptr));
       lib_.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
       response.etag = header_state.etag;
       Release(c);
@@ -301,7 +304,7 @@ class S3Store final : public ArtifactStore {
       }
       if (rc != CURLE_OK) {
         last = Status::Unavailable(Describe() + ": " + method + " " + path + ": " +
-                                   lib_.easy_strerror(rc));
+                                   lib_.Failure(rc, detail));
         continue;
       }
       if (response.status >= 500) {
