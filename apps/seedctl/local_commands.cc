@@ -1,6 +1,5 @@
 // seedctl's local subcommands: manifest, store, gc, push.
 #include <fcntl.h>
-#include <linux/fs.h>
 #include <stdio.h>
 
 #include <cstdio>
@@ -230,97 +229,6 @@ int RunPush(const std::string& url, const std::string& from, const seedd::Origin
       seedd::HumanBytes(pushed->total_bytes).c_str(), seedd::HumanBytes(pushed->bytes_sent).c_str(),
       pushed->manifest.c_str(), seedd::HumanSeconds(pushed->seconds).c_str(),
       pushed->url.substr(0, pushed->url.rfind(':')).c_str(), pushed->manifest.c_str());
-  return kExitOk;
-}
-
-int RunOriginPull(const PullArgs& args) {
-  namespace fs = std::filesystem;
-  if (!seedd::IsOriginUrl(args.from)) {
-    return Fail("--from " + args.from +
-                ": not a model's upstream (oci://REGISTRY/REPOSITORY:TAG or s3://BUCKET/PREFIX)");
-  }
-  if (seedd::Status form = seedd::CheckOriginUrl(args.from); !form.ok()) {
-    return Fail("--from: " + form.message());
-  }
-  if (args.into.empty()) return Fail("--into is empty: name the directory to pull into");
-  std::error_code ec;
-  const fs::path into = fs::absolute(args.into, ec).lexically_normal();
-  if (ec || into.filename().empty()) return Fail("--into " + args.into + ": not a directory name");
-  // Where the files may go, decided before any byte moves.
-  enum class Place { kCreate, kFillEmpty, kReplace } place = Place::kCreate;
-  if (fs::exists(fs::symlink_status(into, ec))) {
-    if (!fs::is_directory(fs::symlink_status(into, ec))) {
-      return Fail(into.string() + " exists and is not a directory", kExitError);
-    }
-    if (fs::is_empty(into, ec)) {
-      place = Place::kFillEmpty;
-    } else if (args.replace) {
-      place = Place::kReplace;
-    } else {
-      return Fail(into.string() + " holds files; pass --replace to swap them for the model",
-                  kExitError);
-    }
-  }
-  seedd::OriginAccess access;
-  access.auth_file = args.origin_auth;
-  access.ca_file = args.origin_ca;
-  access.range_bytes = static_cast<uint64_t>(args.origin_range_mib * (1 << 20));
-  // The upstream copy is made beside `into` (same file system: moved, not copied).
-  const fs::path root = into.parent_path() / ("." + into.filename().string() + ".seedd-origin");
-  int64_t last = -1;
-  const bool quiet = args.progress == "none" || args.progress == "json";
-  seedd::Result<seedd::OriginCopy> copy =
-      seedd::CopyFromOrigin(args.from, root, access, {}, [&](uint64_t done, uint64_t total) {
-        const int64_t percent = total == 0 ? 100 : static_cast<int64_t>(done * 100 / total);
-        if (quiet || percent / 10 == last / 10) return;
-        last = percent;
-        std::fprintf(stderr, "seedctl: fetching %s: %s of %s\n", args.from.c_str(),
-                     seedd::HumanBytes(done).c_str(), seedd::HumanBytes(total).c_str());
-      });
-  if (!copy.ok()) {
-    fs::remove_all(root, ec);
-    return Fail(copy.status().message(),
-                copy.status().code() == seedd::StatusCode::kNotFound ? kExitMiss : kExitError);
-  }
-  std::string moved_error;
-  switch (place) {
-    case Place::kCreate:
-      fs::rename(copy->dir, into, ec);
-      if (ec) moved_error = ec.message();
-      break;
-    case Place::kFillEmpty:
-      for (const auto& e : fs::directory_iterator(copy->dir, ec)) {
-        fs::rename(e.path(), into / e.path().filename(), ec);
-        if (ec) {
-          moved_error = e.path().filename().string() + ": " + ec.message();
-          break;
-        }
-      }
-      break;
-    case Place::kReplace:
-      // Swapped atomically: a reader sees the old files or the new, never a mix.
-      if (::renameat2(AT_FDCWD, copy->dir.c_str(), AT_FDCWD, into.c_str(), RENAME_EXCHANGE) != 0) {
-        moved_error = std::error_code(errno, std::generic_category()).message();
-      }
-      break;
-  }
-  fs::remove_all(root, ec);  // the record, and the old files after a swap
-  if (!moved_error.empty()) {
-    return Fail("fetched " + args.from + " but could not move it into " + into.string() + ": " +
-                    moved_error,
-                kExitError);
-  }
-  std::printf(
-      "pulled %s (%s, %llu files, %s) into %s in %s: %s from upstream, %s reused locally; %s\n",
-      args.from.c_str(), copy->version.c_str(), static_cast<unsigned long long>(copy->files),
-      seedd::HumanBytes(copy->total_bytes).c_str(), into.c_str(),
-      seedd::HumanSeconds(copy->seconds).c_str(), seedd::HumanBytes(copy->bytes_fetched).c_str(),
-      seedd::HumanBytes(copy->bytes_reused).c_str(),
-      copy->files_unverified == 0
-          ? "every file matched its upstream digest"
-          : (std::to_string(copy->files_unverified) +
-             " file(s) had no upstream digest (multipart objects uploaded without a checksum)")
-                .c_str());
   return kExitOk;
 }
 

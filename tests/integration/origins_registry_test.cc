@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/crypto.h"
+#include "seedd/json_text.h"
 #include "seedd/origins.h"
 #include "support/daemon_process.h"
 #include "support/origins_fixture.h"
@@ -165,6 +166,49 @@ TEST_F(OriginsTest, SeedctlPullTakesTheUpstreamUrlAsItsArgument) {
   auto twice = RunCommand({SEEDCTL_BIN, "pull", url, "--from", url, "--into", other.string()});
   EXPECT_EQ(twice.status, 2) << twice.err;
   EXPECT_FALSE(fs::exists(other));
+}
+
+// --progress json from an upstream is what it is from daemons: JSON lines on
+// stdout (progress, then done or error), no summary for a person among them.
+TEST_F(OriginsTest, SeedctlPullFromAnUpstreamWithJsonProgressPrintsOnlyJsonEvents) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  const std::string url = "oci://" + registry.host() + "/models/test:v1";
+  const auto events = [](const std::string& out) {
+    std::vector<Json> lines;
+    size_t at = 0;
+    while (at < out.size()) {
+      const size_t end = out.find('\n', at);
+      Result<Json> j = ParseJson(out.substr(at, end - at));
+      EXPECT_TRUE(j.ok()) << "not a JSON line: " << out.substr(at, end - at);
+      if (j.ok()) lines.push_back(*j);
+      at = end == std::string::npos ? out.size() : end + 1;
+    }
+    return lines;
+  };
+  auto pulled = RunCommand(
+      {SEEDCTL_BIN, "pull", url, "--into", (dir_.path() / "a").string(), "--progress", "json"});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(dir_.path() / "a"), model);
+  std::vector<Json> lines = events(pulled.out);
+  ASSERT_FALSE(lines.empty());
+  const Json& done = lines.back();
+  EXPECT_EQ(done.value("event", ""), "done") << DumpJson(done);
+  EXPECT_EQ(done.value("files", size_t{0}), model.size()) << DumpJson(done);
+  EXPECT_EQ(done.value("version", std::string()).rfind("sha256:", 0), 0u) << DumpJson(done);
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].value("event", ""), "progress") << DumpJson(lines[i]);
+  }
+
+  auto missing = RunCommand({SEEDCTL_BIN, "pull", url + "-missing", "--into",
+                             (dir_.path() / "b").string(), "--progress", "json"});
+  EXPECT_EQ(missing.status, 3) << missing.err;
+  lines = events(missing.out);
+  ASSERT_EQ(lines.size(), 1u) << missing.out;
+  EXPECT_EQ(lines[0].value("event", ""), "error");
+  EXPECT_EQ(lines[0].value("code", ""), "NotFound");
+  EXPECT_TRUE(Has(lines[0].value("message", ""), "v1-missing")) << DumpJson(lines[0]);
 }
 
 // --check-config reads an origin URL's form without reaching the upstream: a
