@@ -1,11 +1,8 @@
 // seedctl pull: a model's files from seedd daemons (or from its upstream, --from) into a
 // directory, retrying sources that are down (or go away) until --timeout, stopped cleanly by
 // Ctrl-C.
-#include <fcntl.h>
-#include <linux/fs.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,7 +339,6 @@ int RunPull(const PullArgs& args) {
 }
 
 int RunOriginPull(const PullArgs& args) {
-  namespace fs = std::filesystem;
   if (!seedd::IsOriginUrl(args.from)) {
     return Fail("--from " + args.from +
                 ": not a model's upstream (oci://REGISTRY/REPOSITORY:TAG or s3://BUCKET/PREFIX)");
@@ -352,89 +348,49 @@ int RunOriginPull(const PullArgs& args) {
   }
   if (args.into.empty()) return Fail("--into is empty: name the directory to pull into");
   std::error_code ec;
-  const fs::path into = fs::absolute(args.into, ec).lexically_normal();
-  if (ec || into.filename().empty()) return Fail("--into " + args.into + ": not a directory name");
-  // Where the files may go, decided before any byte moves.
-  enum class Place { kCreate, kFillEmpty, kReplace } place = Place::kCreate;
-  if (fs::exists(fs::symlink_status(into, ec))) {
-    if (!fs::is_directory(fs::symlink_status(into, ec))) {
-      return Fail(into.string() + " exists and is not a directory", kExitError);
-    }
-    if (fs::is_empty(into, ec)) {
-      place = Place::kFillEmpty;
-    } else if (args.replace) {
-      place = Place::kReplace;
-    } else {
-      return Fail(into.string() + " holds files; pass --replace to swap them for the model",
-                  kExitError);
-    }
+  if (std::filesystem::absolute(args.into, ec).lexically_normal().filename().empty() || ec) {
+    return Fail("--into " + args.into + ": not a directory name");
   }
-  seedd::OriginAccess access;
-  access.auth_file = args.origin_auth;
-  access.ca_file = args.origin_ca;
-  access.range_bytes = static_cast<uint64_t>(args.origin_range_mib * (1 << 20));
-  // The upstream copy is made beside `into` (same file system: moved, not copied).
-  const fs::path root = into.parent_path() / ("." + into.filename().string() + ".seedd-origin");
+  seedd::OriginPullOptions options;
+  options.access.auth_file = args.origin_auth;
+  options.access.ca_file = args.origin_ca;
+  options.access.range_bytes = static_cast<uint64_t>(args.origin_range_mib * (1 << 20));
+  options.replace = args.replace;
   // Shown as a pull from daemons is (a bar, lines or JSON events), the
-  // upstream as its one source.
+  // upstream as its one source; Ctrl-C stops it with nothing moved in.
   StopOnSignal stop;
+  options.cancel = stop.cancel();
   Progress progress(ModeOf(args.progress));
-  seedd::Result<seedd::OriginCopy> copy =
-      seedd::CopyFromOrigin(args.from, root, access, {}, [&](uint64_t done, uint64_t total) {
-        seedd::PullProgress p;
-        p.verified_bytes = done;
-        p.total_bytes = total;
-        p.sources = 1;
-        progress.Show(p);
-      });
-  progress.End();
-  const auto failed = [&](const std::string& message, int code) {
-    if (progress.json()) {
-      Progress::Json(
-          {{"event", "error"},
-           {"code", std::string(seedd::StatusCodeName(copy.ok() ? seedd::StatusCode::kInternal
-                                                                : copy.status().code()))},
-           {"message", message}});
-    }
-    return Fail(message, code);
+  options.progress = [&](uint64_t done, uint64_t total) {
+    seedd::PullProgress p;
+    p.verified_bytes = done;
+    p.total_bytes = total;
+    p.sources = 1;
+    progress.Show(p);
   };
+  seedd::Result<seedd::OriginCopy> copy = seedd::PullFromOrigin(args.from, args.into, options);
+  progress.End();
   if (!copy.ok()) {
-    fs::remove_all(root, ec);
-    return failed(copy.status().message(),
-                  copy.status().code() == seedd::StatusCode::kNotFound ? kExitMiss : kExitError);
-  }
-  std::string moved_error;
-  switch (place) {
-    case Place::kCreate:
-      fs::rename(copy->dir, into, ec);
-      if (ec) moved_error = ec.message();
-      break;
-    case Place::kFillEmpty:
-      for (const auto& e : fs::directory_iterator(copy->dir, ec)) {
-        fs::rename(e.path(), into / e.path().filename(), ec);
-        if (ec) {
-          moved_error = e.path().filename().string() + ": " + ec.message();
-          break;
-        }
-      }
-      break;
-    case Place::kReplace:
-      // Swapped atomically: a reader sees the old files or the new, never a mix.
-      if (::renameat2(AT_FDCWD, copy->dir.c_str(), AT_FDCWD, into.c_str(), RENAME_EXCHANGE) != 0) {
-        moved_error = std::error_code(errno, std::generic_category()).message();
-      }
-      break;
-  }
-  fs::remove_all(root, ec);  // the record, and the old files after a swap
-  if (!moved_error.empty()) {
-    return failed("fetched " + args.from + " but could not move it into " + into.string() + ": " +
-                      moved_error,
-                  kExitError);
+    const seedd::Status& st = copy.status();
+    if (progress.json()) {
+      Progress::Json({{"event", "error"},
+                      {"code", std::string(seedd::StatusCodeName(st.code()))},
+                      {"message", st.message()}});
+    }
+    switch (st.code()) {
+      case seedd::StatusCode::kCancelled:
+        return Fail("stopped: " + st.message() + "; nothing was moved into " + args.into,
+                    kExitInterrupted);
+      case seedd::StatusCode::kNotFound:
+        return Fail(st.message(), kExitMiss);
+      default:
+        return Fail(st.message(), kExitError);
+    }
   }
   if (progress.json()) {
     Progress::Json({{"event", "done"},
                     {"from", args.from},
-                    {"into", into.string()},
+                    {"into", copy->dir.string()},
                     {"version", copy->version},
                     {"total_bytes", copy->total_bytes},
                     {"files", copy->files},
@@ -447,7 +403,7 @@ int RunOriginPull(const PullArgs& args) {
   std::printf(
       "pulled %s (%s, %llu files, %s) into %s in %s: %s from upstream, %s reused locally; %s\n",
       args.from.c_str(), copy->version.c_str(), static_cast<unsigned long long>(copy->files),
-      seedd::HumanBytes(copy->total_bytes).c_str(), into.c_str(),
+      seedd::HumanBytes(copy->total_bytes).c_str(), copy->dir.c_str(),
       seedd::HumanSeconds(copy->seconds).c_str(), seedd::HumanBytes(copy->bytes_fetched).c_str(),
       seedd::HumanBytes(copy->bytes_reused).c_str(),
       copy->files_unverified == 0

@@ -11,10 +11,12 @@
 // Thread safety: functions of their arguments.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,10 +72,34 @@ struct OriginCopy {
 // lend files with the same digest). A version held already is not fetched again.
 // Errors name the URL and what the upstream answered; a file whose bytes do not
 // match its digest is DataLoss naming it, and nothing is kept under a final name.
+// `cancel` set: the fetch ends Cancelled at the next piece that lands.
 Result<OriginCopy> CopyFromOrigin(
     std::string_view url, const std::filesystem::path& root, const OriginAccess& access,
     const std::vector<std::filesystem::path>& reuse_from = {},
-    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
+    const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr,
+    const std::shared_ptr<std::atomic<bool>>& cancel = nullptr);
+
+struct OriginPullOptions {
+  OriginAccess access;
+  // `into` may hold other files: they are swapped for the model's atomically.
+  bool replace = false;
+  // Bytes fetched or copied so far, of the total; from the fetching threads.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+  // Set: the pull ends Cancelled at the next piece that lands, nothing moved
+  // into `into` (what `seedctl pull` and the Python package's pull stop with).
+  std::shared_ptr<std::atomic<bool>> cancel;
+};
+
+// The model `url` names, fetched into the directory `into` itself, as an
+// engine reads it: every file checked against its upstream digest in a staging
+// directory beside `into` (.NAME.seedd-origin, the same file system), then
+// moved in: `into` is created, or filled if it is an empty directory (a
+// volume's mount point), or, with `replace`, swapped for the model's files in
+// one rename (a reader sees the old files or the new). A directory holding
+// other files without `replace` is FailedPrecondition before any byte moves;
+// on any failure nothing is moved and the staging directory is removed.
+Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::path& into,
+                                  const OriginPullOptions& options);
 
 struct OriginPush {
   std::string url;  // oci://REGISTRY/REPOSITORY:TAG

@@ -72,7 +72,12 @@ int seedd_exchange(const char* options, const char* request, char** response, ch
  * PullOptions::upstream),
  * "origin_auth", "origin_ca", "connections", "max_neighbours", "tls_ca", "tls_cert",
  * "tls_key", "reuse_from": [DIR...], "trust_keys": [PATH...], "order" ("index": files
- * complete in the manifest's order, PullOptions::order)}. */
+ * complete in the manifest's order, PullOptions::order)}. Or the model from
+ * where it lives, with no daemon: {"from": an oci:// or s3:// URL, "into",
+ * "replace", "origin_auth", "origin_ca"} (PullFromOrigin); its progress has
+ * the upstream as its one source and its result is {"from", "into",
+ * "version", "files", "total_bytes", "bytes_fetched", "bytes_reused",
+ * "files_unverified", "seconds"}. */
 typedef struct seedd_pull seedd_pull;
 int seedd_pull_start(const char* options, seedd_pull** out, char** error);
 /* 1 once the pull has ended, else 0 after at most timeout_ms. */

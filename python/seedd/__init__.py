@@ -15,7 +15,8 @@ serves one at a time), and calls a seedable's ``resolve`` holding the GIL only
 for that call; a request waits on the network without the GIL.
 
 Beyond the reference: :func:`pull` fetches a model's weights from seedd
-daemons (verified, resumable, from several sources), and :class:`Manifest`
+daemons (verified, resumable, from several sources), :func:`pull_from` from
+where the model lives (an OCI registry, S3) with no daemon, and :class:`Manifest`
 builds and reads the manifests that describe them. Their failures raise
 :class:`Error`, carrying the daemon's own words.
 """
@@ -39,19 +40,21 @@ from ._api import (  # noqa: E402
     __all__,
     Error,
     Manifest,
+    OriginPullStats,
     PullStats,
     SeedConfig,
     Seedable,
     SeedTransport,
     TlsFiles,
     pull,
+    pull_from,
     set_log_level,
 )
 from ._tensors import TensorStream, load_safetensors  # noqa: E402
 from ._native import VERSION as __version__  # noqa: E402
 
 # Named as users import them (seedd.Error in a traceback, not seedd._api.Error).
-for _public in (Error, Manifest, PullStats, SeedConfig, Seedable, SeedTransport, TlsFiles, pull,
-                set_log_level):
+for _public in (Error, Manifest, OriginPullStats, PullStats, SeedConfig, Seedable, SeedTransport,
+                TlsFiles, pull, pull_from, set_log_level):
     _public.__module__ = __name__
 del _public

@@ -16,6 +16,7 @@ from . import _native
 __all__ = [
     "Error",
     "Manifest",
+    "OriginPullStats",
     "PullStats",
     "SeedConfig",
     "SeedTransport",
@@ -24,6 +25,7 @@ __all__ = [
     "TlsFiles",
     "load_safetensors",
     "pull",
+    "pull_from",
     "set_log_level",
 ]
 
@@ -435,14 +437,75 @@ def pull(
         trust_keys=trust_keys, reuse_from=reuse_from, verify_upstream=verify_upstream,
         origin_auth=origin_auth, origin_ca=origin_ca, order=order
     )
+    return PullStats(**_run_pull(options, progress))
+
+
+def _run_pull(options: dict[str, Any], progress: Callable[[dict[str, int]], None] | None) -> Any:
+    """The native pull's result; its failures as ValueError (a bad argument of
+    the call, as before any network) or Error."""
     try:
-        stats = _native.pull(options, progress)
+        return _native.pull(options, progress)
     except _native.NativeError as e:
-        # A bad argument of this call is a ValueError, as before any network.
         if e.argument:
             raise ValueError(e.detail) from None
         raise Error(e.message, e.code) from None
-    return PullStats(**stats)
+
+
+@dataclass
+class OriginPullStats:
+    """What :func:`pull_from` did."""
+
+    source: str  # the URL pulled from
+    into: str
+    version: str  # what the upstream names this version: an OCI manifest's sha256:...
+    files: int
+    total_bytes: int
+    bytes_fetched: int  # from upstream
+    bytes_reused: int  # copied from files with the same digest held here
+    files_unverified: int  # with no upstream digest (S3 multipart without a checksum)
+    seconds: float
+
+
+def pull_from(
+    url: str,
+    into: str | os.PathLike[str],
+    *,
+    replace: bool = False,
+    origin_auth: str | os.PathLike[str] | None = None,
+    origin_ca: str | os.PathLike[str] | None = None,
+    progress: Callable[[dict[str, int]], None] | None = None,
+) -> OriginPullStats:
+    """Fetch the model that ``url`` names from where it lives, with no daemon,
+    into the directory ``into``: ``oci://REGISTRY/REPOSITORY:TAG`` (or
+    ``...@sha256:DIGEST``, pinned) for a ModelPack or an artifact of titled
+    layers, or ``s3://BUCKET/PREFIX?endpoint=...&region=...`` (AWS credentials
+    from the environment, as for the S3 store). What ``seedctl pull URL --into
+    DIR`` does.
+
+    Every file is checked against its upstream digest (an OCI layer's SHA-256,
+    an S3 checksum or MD5 ETag) in a staging directory beside ``into``, then
+    moved in: ``into`` is created, or filled if it is an empty directory, or
+    with ``replace`` its files are swapped for the model's in one rename; a
+    directory holding other files without ``replace`` raises
+    ``FailedPrecondition`` before any byte moves. ``origin_auth``: registry
+    credentials as ``docker login`` writes them; ``origin_ca``: a CA bundle for
+    an https registry or endpoint. ``progress`` is called with
+    ``{"verified_bytes", "total_bytes", "sources"}`` on the calling thread.
+    Raises :class:`Error` (``code``: "NotFound" for a missing tag or prefix,
+    "Unavailable" for an unreachable upstream, "DataLoss" for a file that does
+    not match its digest, ...), nothing moved into ``into``;
+    KeyboardInterrupt stops the pull and is raised.
+    """
+    if not isinstance(url, str) or not url.startswith(("oci://", "s3://")):
+        raise ValueError(f"pull_from needs an oci:// or s3:// URL, not {url!r}")
+    options: dict[str, Any] = {"from": url, "into": os.fspath(into), "replace": bool(replace)}
+    if origin_auth is not None:
+        options["origin_auth"] = os.fspath(origin_auth)
+    if origin_ca is not None:
+        options["origin_ca"] = os.fspath(origin_ca)
+    stats = _run_pull(options, progress)
+    stats["source"] = stats.pop("from")
+    return OriginPullStats(**stats)
 
 
 class Manifest:

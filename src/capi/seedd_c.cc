@@ -24,6 +24,7 @@
 #include "seedd/client.h"
 #include "seedd/json_text.h"
 #include "seedd/logging.h"
+#include "seedd/origins.h"
 #include "seedd/seed_transport.h"
 #include "seedd/seedable.h"
 #include "seedd/signing.h"
@@ -274,9 +275,61 @@ struct seedd_pull {
   std::condition_variable cv;
   std::optional<seedd::PullProgress> latest GUARDED_BY(mu);
   bool done GUARDED_BY(mu) = false;
-  seedd::Result<seedd::PullResult> result GUARDED_BY(mu) = seedd::Status::Internal("not run");
+  // The result's JSON (StatsOf a pull from daemons, OriginStatsOf one from an upstream).
+  seedd::Result<seedd::Json> result GUARDED_BY(mu) = seedd::Status::Internal("not run");
   std::thread worker;
 };
+
+namespace {
+
+seedd::Json OriginStatsOf(const std::string& from, const seedd::OriginCopy& c) {
+  return {{"from", from},
+          {"into", c.dir.string()},
+          {"version", c.version},
+          {"files", c.files},
+          {"total_bytes", c.total_bytes},
+          {"bytes_fetched", c.bytes_fetched},
+          {"bytes_reused", c.bytes_reused},
+          {"files_unverified", c.files_unverified},
+          {"seconds", c.seconds}};
+}
+
+// seedd_pull_start with "from": the model fetched from its upstream into `into`.
+int StartOriginPull(const std::string& from, const std::string& into, const seedd::PullOptions& o,
+                    seedd_pull** out, char** error) {
+  if (seedd::Status form = seedd::CheckOriginUrl(from); !form.ok()) {
+    return FailArgument(form, error);
+  }
+  if (into.empty()) return Invalid("into is empty: name the directory to pull into", error);
+  auto* pull = new seedd_pull();
+  seedd::OriginPullOptions po;
+  po.access = o.upstream_access;
+  po.replace = o.replace;
+  po.cancel = pull->cancel;
+  po.progress = [pull](uint64_t done, uint64_t total) {
+    seedd::MutexLock lock(pull->mu);
+    seedd::PullProgress p;
+    p.verified_bytes = done;
+    p.total_bytes = total;
+    p.sources = 1;
+    pull->latest = std::move(p);
+  };
+  pull->worker = std::thread([pull, from, into, po = std::move(po)] {
+    seedd::Result<seedd::OriginCopy> r = seedd::PullFromOrigin(from, into, po);
+    seedd::MutexLock lock(pull->mu);
+    if (r.ok()) {
+      pull->result = OriginStatsOf(from, *r);
+    } else {
+      pull->result = r.status();
+    }
+    pull->done = true;
+    pull->cv.notify_all();
+  });
+  *out = pull;
+  return 0;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -416,7 +469,14 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   for (const std::string& dir : f.Texts("reuse_from")) o.reuse_from.emplace_back(dir);
   const std::string ca = f.Text("tls_ca"), cert = f.Text("tls_cert"), key = f.Text("tls_key");
   const std::vector<std::string> trust = f.Texts("trust_keys");
+  const std::string from = f.Text("from");
   if (!f.status.ok()) return FailArgument(f.status, error);
+  if (!from.empty()) {
+    if (!model.empty() || !o.sources.empty()) {
+      return Invalid("from names where the model lives: give no model or sources with it", error);
+    }
+    return StartOriginPull(from, into, o, out, error);
+  }
   if (!trust.empty()) {
     seedd::Result<std::shared_ptr<const seedd::TrustedKeys>> keys =
         seedd::TrustedKeys::Load({trust.begin(), trust.end()});
@@ -443,7 +503,11 @@ int seedd_pull_start(const char* options, seedd_pull** out, char** error) {
   pull->worker = std::thread([pull, model, into, o = std::move(o)] {
     seedd::Result<seedd::PullResult> r = seedd::PullModel(model, into, o);
     seedd::MutexLock lock(pull->mu);
-    pull->result = std::move(r);
+    if (r.ok()) {
+      pull->result = StatsOf(*r);
+    } else {
+      pull->result = r.status();
+    }
     pull->done = true;
     pull->cv.notify_all();
   });
@@ -489,7 +553,7 @@ int seedd_pull_result(seedd_pull* pull, char** result, char** error) {
   if (!pull->done)
     return Fail(seedd::Status::FailedPrecondition("the pull is still running"), error);
   if (!pull->result.ok()) return Fail(pull->result.status(), error);
-  if (result != nullptr) *result = Copy(seedd::DumpJson(StatsOf(*pull->result)));
+  if (result != nullptr) *result = Copy(seedd::DumpJson(*pull->result));
   return 0;
 }
 

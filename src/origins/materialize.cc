@@ -247,7 +247,7 @@ Status CopyLocal(const LocalFile& from, int fd, const OriginFile& file,
 Result<std::string> FetchRanges(Origin& origin, const OriginFile& file, int fd,
                                 uint64_t range_bytes, int streams,
                                 const std::function<void(uint64_t)>& count,
-                                std::atomic<uint64_t>* ranged) {
+                                std::atomic<uint64_t>* ranged, const std::atomic<bool>* cancel) {
   const uint64_t ranges = (file.size + range_bytes - 1) / range_bytes;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> stop{false};
@@ -264,6 +264,7 @@ Result<std::string> FetchRanges(Origin& origin, const OriginFile& file, int fd,
       Result<std::string> digest =
           origin.FetchRange(file, offset, length, [&](std::string_view piece) -> Status {
             if (stop.load()) return Status::Cancelled("another range failed");
+            if (cancel != nullptr && cancel->load()) return Status::Cancelled("stopped");
             if (at + piece.size() > offset + length) {
               return Status::DataLoss(file.path + ": more than the " + std::to_string(length) +
                                       " bytes of a range");
@@ -460,7 +461,7 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
             fetched += n;
             count(n);
           },
-          &ranged);
+          &ranged, options.cancel.get());
       if (expected.ok()) {
         if (expected->empty()) ++unverified;
         // Checked whole, from the page cache, once every range is in place.
@@ -477,6 +478,7 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
     Landing landing(fd->get(), f, IsMd5(f.digest));
     Result<std::string> expected = origin.Fetch(f, [&](std::string_view piece) -> Status {
       if (failed.load()) return Status::Cancelled("another file failed");
+      if (options.cancel && options.cancel->load()) return Status::Cancelled("stopped");
       SEEDD_RETURN_IF_ERROR(landing.Write(piece));
       fetched += piece.size();
       count(piece.size());
@@ -490,6 +492,12 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
     for (;;) {
       const size_t k = next.fetch_add(1);
       if (k >= order.size() || failed.load()) return;
+      if (options.cancel && options.cancel->load()) {
+        MutexLock lock(mu);
+        if (failure.ok()) failure = Status::Cancelled("stopped");
+        failed = true;
+        return;
+      }
       Status st = land(order[k]);
       if (st.ok() && options.landed) {
         options.landed(order[k], staging / model.files[order[k]].path, sha256s[order[k]]);

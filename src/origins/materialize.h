@@ -15,9 +15,11 @@
 // models once, at start).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,9 @@ struct MaterializeOptions {
   // OriginAccess); 0: one GET per file.
   uint64_t range_bytes = 64 << 20;
   int range_streams = 4;
+  // Set: the fetch ends Cancelled at the next piece that lands (an upstream
+  // that sends nothing is given up on after its stall timeout).
+  std::shared_ptr<std::atomic<bool>> cancel;
 };
 
 struct MaterializeStats {

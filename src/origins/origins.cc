@@ -2,7 +2,13 @@
 // fetched from one into a directory.
 #include "seedd/origins.h"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+
+#include <cerrno>
 #include <chrono>
+#include <system_error>
 
 #include "origins/materialize.h"
 #include "origins/oci.h"
@@ -41,7 +47,8 @@ Result<OriginPtr> OpenOrigin(std::string_view url, const OriginAccess& access) {
 Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::path& root,
                                   const OriginAccess& access,
                                   const std::vector<std::filesystem::path>& reuse_from,
-                                  const std::function<void(uint64_t, uint64_t)>& progress) {
+                                  const std::function<void(uint64_t, uint64_t)>& progress,
+                                  const std::shared_ptr<std::atomic<bool>>& cancel) {
   const auto start = std::chrono::steady_clock::now();
   Result<OriginPtr> origin = OpenOrigin(url, access);
   if (!origin.ok()) return origin.status();
@@ -52,6 +59,7 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   options.progress = progress;
   options.range_bytes = access.range_bytes;
   options.range_streams = access.range_streams;
+  options.cancel = cancel;
   MaterializeStats stats;
   Result<std::filesystem::path> dir = MaterializeModel(**origin, *model, root, options, &stats);
   if (!dir.ok()) return dir.status();
@@ -66,6 +74,70 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   copy.files_unverified = stats.files_unverified;
   copy.ranged_gets = stats.ranged_gets;
   copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return copy;
+}
+
+Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::path& into_arg,
+                                  const OriginPullOptions& options) {
+  namespace fs = std::filesystem;
+  SEEDD_RETURN_IF_ERROR(CheckOriginUrl(url));
+  std::error_code ec;
+  const fs::path into = fs::absolute(into_arg, ec).lexically_normal();
+  if (ec || into_arg.empty() || into.filename().empty()) {
+    return Status::InvalidArgument(into_arg.string() + ": not a directory name");
+  }
+  // Where the files may go, decided before any byte moves.
+  enum class Place { kCreate, kFillEmpty, kReplace } place = Place::kCreate;
+  if (fs::exists(fs::symlink_status(into, ec))) {
+    if (!fs::is_directory(fs::symlink_status(into, ec))) {
+      return Status::FailedPrecondition(into.string() + " exists and is not a directory");
+    }
+    if (fs::is_empty(into, ec)) {
+      place = Place::kFillEmpty;
+    } else if (options.replace) {
+      place = Place::kReplace;
+    } else {
+      return Status::FailedPrecondition(into.string() +
+                                        " holds files; replace them (seedctl pull --replace, "
+                                        "replace=True in Python) to swap them for the model");
+    }
+  }
+  // The upstream copy is made beside `into` (same file system: moved, not copied).
+  const fs::path root = into.parent_path() / ("." + into.filename().string() + ".seedd-origin");
+  Result<OriginCopy> copy =
+      CopyFromOrigin(url, root, options.access, {}, options.progress, options.cancel);
+  if (!copy.ok()) {
+    fs::remove_all(root, ec);
+    return copy.status();
+  }
+  std::string moved_error;
+  switch (place) {
+    case Place::kCreate:
+      fs::rename(copy->dir, into, ec);
+      if (ec) moved_error = ec.message();
+      break;
+    case Place::kFillEmpty:
+      for (const auto& e : fs::directory_iterator(copy->dir, ec)) {
+        fs::rename(e.path(), into / e.path().filename(), ec);
+        if (ec) {
+          moved_error = e.path().filename().string() + ": " + ec.message();
+          break;
+        }
+      }
+      break;
+    case Place::kReplace:
+      // Swapped atomically: a reader sees the old files or the new, never a mix.
+      if (::renameat2(AT_FDCWD, copy->dir.c_str(), AT_FDCWD, into.c_str(), RENAME_EXCHANGE) != 0) {
+        moved_error = std::error_code(errno, std::generic_category()).message();
+      }
+      break;
+  }
+  fs::remove_all(root, ec);  // the record, and the old files after a swap
+  if (!moved_error.empty()) {
+    return Status::Internal("fetched " + std::string(url) + " but could not move it into " +
+                            into.string() + ": " + moved_error);
+  }
+  copy->dir = into;
   return copy;
 }
 

@@ -128,7 +128,7 @@ TEST_F(OriginsTest, SeedctlPullFromARegistryUrlFetchesTheModelWithNoDaemon) {
   const std::string url2 = "oci://" + registry.host() + "/models/test:v2";
   auto refused = RunCommand({SEEDCTL_BIN, "pull", "--from", url2, "--into", into.string()});
   EXPECT_EQ(refused.status, 4);
-  EXPECT_TRUE(Has(refused.err, "pass --replace")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "seedctl pull --replace")) << refused.err;
   EXPECT_EQ(Files(into), model);
   auto replaced =
       RunCommand({SEEDCTL_BIN, "pull", "--from", url2, "--into", into.string(), "--replace"});
@@ -166,6 +166,30 @@ TEST_F(OriginsTest, SeedctlPullTakesTheUpstreamUrlAsItsArgument) {
   auto twice = RunCommand({SEEDCTL_BIN, "pull", url, "--from", url, "--into", other.string()});
   EXPECT_EQ(twice.status, 2) << twice.err;
   EXPECT_FALSE(fs::exists(other));
+}
+
+// A pull from an upstream whose cancel flag is set (Ctrl-C in seedctl, the
+// Python package's KeyboardInterrupt) ends Cancelled: nothing moved into the
+// destination and no staging left beside it.
+TEST_F(OriginsTest, APullFromAnUpstreamThatIsCancelledMovesNothingIn) {
+  OciRegistryServer registry;
+  Push(registry, "models/test:v1", AModel());
+  const std::string url = "oci://" + registry.host() + "/models/test:v1";
+  OriginPullOptions options;
+  options.cancel = std::make_shared<std::atomic<bool>>(true);
+  const fs::path into = dir_.path() / "engine" / "model";
+  fs::create_directories(into.parent_path());
+  Result<OriginCopy> copy = PullFromOrigin(url, into, options);
+  ASSERT_FALSE(copy.ok());
+  EXPECT_EQ(copy.status().code(), StatusCode::kCancelled) << copy.status().ToString();
+  EXPECT_FALSE(fs::exists(into));
+  EXPECT_TRUE(fs::is_empty(into.parent_path()));
+
+  options.cancel->store(false);  // the same call, not stopped, lands the model
+  copy = PullFromOrigin(url, into, options);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(into), AModel());
+  EXPECT_EQ(copy->dir, into);
 }
 
 // --progress json from an upstream is what it is from daemons: JSON lines on
