@@ -122,8 +122,10 @@ int main(int argc, char** argv) {
   seedctl::PullArgs pull_args;
   CLI::App* pull = app.add_subcommand(
       "pull",
-      "fetch a model's files from seedd daemons into a directory: verified per chunk, "
-      "resumable (rerun after an interruption), from several sources at once");
+      "fetch a model's files into a directory: from seedd daemons (--source, --model; "
+      "verified per chunk, resumable after an interruption, from several sources at once) or "
+      "from where it lives (seedctl pull oci://...|s3://... --into DIR; every file checked "
+      "against its upstream digest)");
   CLI::Option* pull_source =
       pull->add_option("--source", pull_args.sources,
                        "HOST:PORT of a daemon serving the model (repeatable)")
