@@ -89,7 +89,8 @@ if run /usr/bin/seedctl pull --from oci://127.0.0.1:1/models/none:v1 --into /tmp
   echo "image test: a pull from a registry that is not there succeeded" >&2
   exit 1
 fi
-grep -q "http://127.0.0.1:1/v2/models/none/manifests/v1: Couldn't connect" "$work/upstream.err" ||
+{ grep -q "http://127.0.0.1:1/v2/models/none/manifests/v1: " "$work/upstream.err" &&
+  grep -q "Couldn't connect" "$work/upstream.err"; } ||
   { echo "image test: the pull from an upstream failed otherwise:" >&2; cat "$work/upstream.err" >&2; exit 1; }
 # The daemon stops with the test: no process is left running inside the image.
 kill "$daemon_pid"
