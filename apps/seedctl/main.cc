@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   pull->add_option("--reuse-from", pull_args.reuse_from,
                    "a directory laid out as the model (an earlier version of it): chunks it holds "
                    "at the same path and offset, checked against the new manifest, are copied "
-                   "from there instead of fetched (repeatable)");
+                   "from there instead of fetched (repeatable); from an upstream, whole files at "
+                   "the same path that match its digests (and with --replace, --into's own)");
   pull->add_option("--order", pull_args.order,
                    "index: files complete one after another in the model's order (paths "
                    "sorted: a sharded checkpoint's shards as its index numbers them) when "

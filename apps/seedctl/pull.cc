@@ -356,6 +356,12 @@ int RunOriginPull(const PullArgs& args) {
   options.access.ca_file = args.origin_ca;
   options.access.range_bytes = static_cast<uint64_t>(args.origin_range_mib * (1 << 20));
   options.replace = args.replace;
+  for (const std::string& dir : args.reuse_from) {
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return Fail("--reuse-from " + dir + ": not a directory");
+    }
+    options.reuse_from.emplace_back(dir);
+  }
   // Shown as a pull from daemons is (a bar, lines or JSON events), the
   // upstream as its one source; Ctrl-C stops it with nothing moved in.
   StopOnSignal stop;

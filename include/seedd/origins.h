@@ -83,6 +83,10 @@ struct OriginPullOptions {
   OriginAccess access;
   // `into` may hold other files: they are swapped for the model's atomically.
   bool replace = false;
+  // Directories laid out as the model (an earlier version of it): a file at the
+  // same path and of the same size is copied instead of fetched when its bytes
+  // match the upstream's digest. With `replace`, `into` itself is one.
+  std::vector<std::filesystem::path> reuse_from;
   // Bytes fetched or copied so far, of the total; from the fetching threads.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Set: the pull ends Cancelled at the next piece that lands, nothing moved
@@ -95,7 +99,10 @@ struct OriginPullOptions {
 // directory beside `into` (.NAME.seedd-origin, the same file system), then
 // moved in: `into` is created, or filled if it is an empty directory (a
 // volume's mount point), or, with `replace`, swapped for the model's files in
-// one rename (a reader sees the old files or the new). A directory holding
+// one rename (a reader sees the old files or the new). Files held already at
+// the same path with the upstream's digest (in `into` when replacing it, or in
+// `reuse_from`) are copied, not fetched: a revision moves what changed
+// (OriginCopy::bytes_reused says how much did not). A directory holding
 // other files without `replace` is FailedPrecondition before any byte moves;
 // on any failure nothing is moved and the staging directory is removed.
 Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::path& into,

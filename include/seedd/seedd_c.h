@@ -74,7 +74,7 @@ int seedd_exchange(const char* options, const char* request, char** response, ch
  * "tls_key", "reuse_from": [DIR...], "trust_keys": [PATH...], "order" ("index": files
  * complete in the manifest's order, PullOptions::order)}. Or the model from
  * where it lives, with no daemon: {"from": an oci:// or s3:// URL, "into",
- * "replace", "origin_auth", "origin_ca"} (PullFromOrigin); its progress has
+ * "replace", "reuse_from", "origin_auth", "origin_ca"} (PullFromOrigin); its progress has
  * the upstream as its one source and its result is {"from", "into",
  * "version", "files", "total_bytes", "bytes_fetched", "bytes_reused",
  * "files_unverified", "seconds"}. */

@@ -471,6 +471,7 @@ def pull_from(
     into: str | os.PathLike[str],
     *,
     replace: bool = False,
+    reuse_from: Iterable[str | os.PathLike[str]] = (),
     origin_auth: str | os.PathLike[str] | None = None,
     origin_ca: str | os.PathLike[str] | None = None,
     progress: Callable[[dict[str, int]], None] | None = None,
@@ -487,7 +488,11 @@ def pull_from(
     moved in: ``into`` is created, or filled if it is an empty directory, or
     with ``replace`` its files are swapped for the model's in one rename; a
     directory holding other files without ``replace`` raises
-    ``FailedPrecondition`` before any byte moves. ``origin_auth``: registry
+    ``FailedPrecondition`` before any byte moves. Files held already at the
+    same path with the upstream's digest (in ``into`` when ``replace`` swaps
+    it, or in the ``reuse_from`` directories, laid out as the model) are
+    copied instead of fetched: a new revision moves what changed
+    (``bytes_reused`` says how much did not). ``origin_auth``: registry
     credentials as ``docker login`` writes them; ``origin_ca``: a CA bundle for
     an https registry or endpoint. ``progress`` is called with
     ``{"verified_bytes", "total_bytes", "sources"}`` on the calling thread.
@@ -498,7 +503,13 @@ def pull_from(
     """
     if not isinstance(url, str) or not url.startswith(("oci://", "s3://")):
         raise ValueError(f"pull_from needs an oci:// or s3:// URL, not {url!r}")
-    options: dict[str, Any] = {"from": url, "into": os.fspath(into), "replace": bool(replace)}
+    dirs = [reuse_from] if isinstance(reuse_from, (str, os.PathLike)) else reuse_from
+    options: dict[str, Any] = {
+        "from": url,
+        "into": os.fspath(into),
+        "replace": bool(replace),
+        "reuse_from": [os.fspath(d) for d in dirs],
+    }
     if origin_auth is not None:
         options["origin_auth"] = os.fspath(origin_auth)
     if origin_ca is not None:

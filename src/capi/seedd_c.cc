@@ -305,6 +305,7 @@ int StartOriginPull(const std::string& from, const std::string& into, const seed
   seedd::OriginPullOptions po;
   po.access = o.upstream_access;
   po.replace = o.replace;
+  po.reuse_from = o.reuse_from;
   po.cancel = pull->cancel;
   po.progress = [pull](uint64_t done, uint64_t total) {
     seedd::MutexLock lock(pull->mu);

@@ -438,6 +438,30 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
         return ErrnoStatus("truncate " + f.path, errno);
       }
     }
+    // The same path in a directory laid out as the model, checked as it is
+    // copied against the upstream's digest (a file with none is fetched).
+    for (const std::filesystem::path& dir :
+         f.digest.empty() ? std::vector<std::filesystem::path>{} : options.reuse_dirs) {
+      struct stat st {};
+      const std::filesystem::path candidate = dir / f.path;
+      if (::lstat(candidate.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+          static_cast<uint64_t>(st.st_size) != f.size) {
+        continue;
+      }
+      uint64_t copied = 0;  // counted once the copy checks out
+      if (CopyLocal(
+              LocalFile{candidate, f.size, ""}, fd->get(), f, [&](uint64_t n) { copied += n; },
+              &sha256s[i])
+              .ok()) {
+        count(copied);
+        reused += f.size;
+        ++files_reused;
+        return Status::Ok();
+      }
+      if (::ftruncate(fd->get(), 0) != 0 || ::lseek(fd->get(), 0, SEEK_SET) != 0) {
+        return ErrnoStatus("truncate " + f.path, errno);
+      }
+    }
     Result<std::optional<Origin::LocalBytes>> held = origin.FetchLocal(f);
     if (!held.ok()) return held.status();
     if (held->has_value()) {

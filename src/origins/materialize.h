@@ -32,6 +32,11 @@ struct MaterializeOptions {
   // Recorded copies searched for files with the same digest (other versions,
   // other models): each a directory holding <hex>.seedd-origin.json records.
   std::vector<std::filesystem::path> reuse_from;
+  // Directories laid out as the model (an earlier version of it, such as the
+  // directory a pull replaces): a file at the same path and of the same size is
+  // copied instead of fetched when its bytes match the upstream's digest (read
+  // and checked as they are copied; one that does not match is fetched).
+  std::vector<std::filesystem::path> reuse_dirs;
   // Bytes fetched or copied so far, of the total; from the fetching threads.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called from the fetching threads once file `index` of the model (or its

@@ -44,22 +44,19 @@ Result<OriginPtr> OpenOrigin(std::string_view url, const OriginAccess& access) {
   return Status::InvalidArgument(std::string(url) + ": not an origin URL (oci://, s3://)");
 }
 
-Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::path& root,
-                                  const OriginAccess& access,
-                                  const std::vector<std::filesystem::path>& reuse_from,
-                                  const std::function<void(uint64_t, uint64_t)>& progress,
-                                  const std::shared_ptr<std::atomic<bool>>& cancel) {
+namespace {
+
+// A model from its upstream into a directory below `root` (CopyFromOrigin's
+// work), with `options` for the fetch; the access's range settings apply.
+Result<OriginCopy> Copy(std::string_view url, const std::filesystem::path& root,
+                        const OriginAccess& access, MaterializeOptions options) {
   const auto start = std::chrono::steady_clock::now();
   Result<OriginPtr> origin = OpenOrigin(url, access);
   if (!origin.ok()) return origin.status();
   Result<OriginModel> model = (*origin)->Resolve();
   if (!model.ok()) return model.status();
-  MaterializeOptions options;
-  options.reuse_from = reuse_from;
-  options.progress = progress;
   options.range_bytes = access.range_bytes;
   options.range_streams = access.range_streams;
-  options.cancel = cancel;
   MaterializeStats stats;
   Result<std::filesystem::path> dir = MaterializeModel(**origin, *model, root, options, &stats);
   if (!dir.ok()) return dir.status();
@@ -75,6 +72,20 @@ Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::p
   copy.ranged_gets = stats.ranged_gets;
   copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return copy;
+}
+
+}  // namespace
+
+Result<OriginCopy> CopyFromOrigin(std::string_view url, const std::filesystem::path& root,
+                                  const OriginAccess& access,
+                                  const std::vector<std::filesystem::path>& reuse_from,
+                                  const std::function<void(uint64_t, uint64_t)>& progress,
+                                  const std::shared_ptr<std::atomic<bool>>& cancel) {
+  MaterializeOptions options;
+  options.reuse_from = reuse_from;
+  options.progress = progress;
+  options.cancel = cancel;
+  return Copy(url, root, access, std::move(options));
 }
 
 Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::path& into_arg,
@@ -104,8 +115,12 @@ Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::p
   }
   // The upstream copy is made beside `into` (same file system: moved, not copied).
   const fs::path root = into.parent_path() / ("." + into.filename().string() + ".seedd-origin");
-  Result<OriginCopy> copy =
-      CopyFromOrigin(url, root, options.access, {}, options.progress, options.cancel);
+  MaterializeOptions fetch;
+  fetch.reuse_dirs = options.reuse_from;
+  if (place == Place::kReplace) fetch.reuse_dirs.push_back(into);  // the version it replaces
+  fetch.progress = options.progress;
+  fetch.cancel = options.cancel;
+  Result<OriginCopy> copy = Copy(url, root, options.access, std::move(fetch));
   if (!copy.ok()) {
     fs::remove_all(root, ec);
     return copy.status();

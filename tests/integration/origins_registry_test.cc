@@ -5,6 +5,7 @@
 #include <sys/mount.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/crypto.h"
 #include "seedd/json_text.h"
 #include "seedd/origins.h"
+#include "seedd/units.h"
 #include "support/daemon_process.h"
 #include "support/origins_fixture.h"
 #include "support/servers.h"
@@ -166,6 +168,44 @@ TEST_F(OriginsTest, SeedctlPullTakesTheUpstreamUrlAsItsArgument) {
   auto twice = RunCommand({SEEDCTL_BIN, "pull", url, "--from", url, "--into", other.string()});
   EXPECT_EQ(twice.status, 2) << twice.err;
   EXPECT_FALSE(fs::exists(other));
+}
+
+// A new revision pulled from its upstream over the directory holding the old
+// one (--replace) copies the files that did not change (same path, and bytes
+// that match the upstream's digest) and fetches the rest; a file whose bytes
+// were changed by hand is fetched, not copied.
+TEST_F(OriginsTest, ARevisionPulledOverItsPredecessorFetchesOnlyTheFilesThatChanged) {
+  OciRegistryServer registry;
+  const auto model = AModel();
+  Push(registry, "models/test:v1", model);
+  auto model2 = model;
+  model2["model-00002-of-00002.bin"] = RandomBytes(1 << 20, 9);  // a fine-tuned shard
+  Push(registry, "models/test:v2", model2);
+  const std::string base = "oci://" + registry.host() + "/models/test:";
+  const fs::path into = dir_.path() / "engine";
+  ASSERT_TRUE(PullFromOrigin(base + "v1", into, {}).ok());
+  // Changed by hand, same size: not to be trusted.
+  std::ofstream(into / "config.json", std::ios::trunc) << R"({"architectures": ["Tust"]})";
+
+  OriginPullOptions options;
+  options.replace = true;
+  Result<OriginCopy> copy = PullFromOrigin(base + "v2", into, options);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(Files(into), model2);
+  const uint64_t changed = model2["model-00002-of-00002.bin"].size() + model2["config.json"].size();
+  EXPECT_EQ(copy->bytes_fetched, changed);
+  EXPECT_EQ(copy->bytes_reused, copy->total_bytes - changed);
+
+  // The same through seedctl, into a new directory with the old one named.
+  const fs::path other = dir_.path() / "other";
+  auto pulled = RunCommand(
+      {SEEDCTL_BIN, "pull", base + "v1", "--into", other.string(), "--reuse-from", into.string()});
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  EXPECT_EQ(Files(other), model);
+  EXPECT_TRUE(Has(pulled.out, HumanBytes(model.at("model-00002-of-00002.bin").size() +
+                                         model.at("config.json").size()) +
+                                  " from upstream"))
+      << pulled.out;
 }
 
 // A pull from an upstream whose cancel flag is set (Ctrl-C in seedctl, the

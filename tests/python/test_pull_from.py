@@ -122,3 +122,18 @@ def test_pull_from_refuses_what_is_not_an_upstream_url(tmp_path):
     with pytest.raises(ValueError, match="no repository"):
         seedd.pull_from("oci://127.0.0.1:1", tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_pull_from_a_new_revision_over_the_old_fetches_only_what_changed(registry, tmp_path):
+    url, model = push(registry, tmp_path, "v1")
+    into = tmp_path / "engine"
+    seedd.pull_from(url, into)
+    # v2: the weights fine-tuned, the config the same.
+    (tmp_path / "src" / "model.safetensors.bin").write_bytes(os.urandom(2 * 1024 * 1024 + 5))
+    url2 = f"oci://{registry}/models/test:v2"
+    subprocess.run([os.path.join(BIN_DIR, "seedctl"), "push", url2, "--from",
+                    str(tmp_path / "src")], check=True, capture_output=True)
+    stats = seedd.pull_from(url2, into, replace=True)
+    assert files_under(into) == files_under(tmp_path / "src")
+    assert stats.bytes_fetched == 2 * 1024 * 1024 + 5
+    assert stats.bytes_reused == len(model["sub/config.json"])
