@@ -394,16 +394,9 @@ int RunOriginPull(const PullArgs& args) {
     }
   }
   if (progress.json()) {
-    Progress::Json({{"event", "done"},
-                    {"from", args.from},
-                    {"into", copy->dir.string()},
-                    {"version", copy->version},
-                    {"total_bytes", copy->total_bytes},
-                    {"files", copy->files},
-                    {"seconds", copy->seconds},
-                    {"bytes_fetched", copy->bytes_fetched},
-                    {"bytes_reused", copy->bytes_reused},
-                    {"files_unverified", copy->files_unverified}});
+    seedd::Json done = seedd::OriginPullJson(args.from, *copy);
+    done["event"] = "done";
+    Progress::Json(done);
     return kExitOk;
   }
   std::printf(

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "seedd/json.h"
 #include "seedd/status.h"
 
 namespace seedd {
@@ -107,6 +108,11 @@ struct OriginPullOptions {
 // on any failure nothing is moved and the staging directory is removed.
 Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::path& into,
                                   const OriginPullOptions& options);
+
+// What a pull from `url` did, as `seedctl pull --progress json`'s done event and
+// the C API's result say it: {"from", "into", "version", "files", "total_bytes",
+// "bytes_fetched", "bytes_reused", "files_unverified", "seconds"}.
+Json OriginPullJson(std::string_view url, const OriginCopy& copy);
 
 struct OriginPush {
   std::string url;  // oci://REGISTRY/REPOSITORY:TAG

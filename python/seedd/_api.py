@@ -501,11 +501,9 @@ def pull_from(
     not match its digest, ...), nothing moved into ``into``;
     KeyboardInterrupt stops the pull and is raised.
     """
-    if not isinstance(url, str) or not url.startswith(("oci://", "s3://")):
-        raise ValueError(f"pull_from needs an oci:// or s3:// URL, not {url!r}")
     dirs = [reuse_from] if isinstance(reuse_from, (str, os.PathLike)) else reuse_from
     options: dict[str, Any] = {
-        "from": url,
+        "from": str(url),
         "into": os.fspath(into),
         "replace": bool(replace),
         "reuse_from": [os.fspath(d) for d in dirs],

@@ -275,24 +275,12 @@ struct seedd_pull {
   std::condition_variable cv;
   std::optional<seedd::PullProgress> latest GUARDED_BY(mu);
   bool done GUARDED_BY(mu) = false;
-  // The result's JSON (StatsOf a pull from daemons, OriginStatsOf one from an upstream).
+  // The result's JSON (StatsOf a pull from daemons, OriginPullJson one from an upstream).
   seedd::Result<seedd::Json> result GUARDED_BY(mu) = seedd::Status::Internal("not run");
   std::thread worker;
 };
 
 namespace {
-
-seedd::Json OriginStatsOf(const std::string& from, const seedd::OriginCopy& c) {
-  return {{"from", from},
-          {"into", c.dir.string()},
-          {"version", c.version},
-          {"files", c.files},
-          {"total_bytes", c.total_bytes},
-          {"bytes_fetched", c.bytes_fetched},
-          {"bytes_reused", c.bytes_reused},
-          {"files_unverified", c.files_unverified},
-          {"seconds", c.seconds}};
-}
 
 // seedd_pull_start with "from": the model fetched from its upstream into `into`.
 int StartOriginPull(const std::string& from, const std::string& into, const seedd::PullOptions& o,
@@ -319,7 +307,7 @@ int StartOriginPull(const std::string& from, const std::string& into, const seed
     seedd::Result<seedd::OriginCopy> r = seedd::PullFromOrigin(from, into, po);
     seedd::MutexLock lock(pull->mu);
     if (r.ok()) {
-      pull->result = OriginStatsOf(from, *r);
+      pull->result = seedd::OriginPullJson(from, *r);
     } else {
       pull->result = r.status();
     }

@@ -426,32 +426,27 @@ Result<std::filesystem::path> MaterializeModel(Origin& origin, const OriginModel
     Result<UniqueFd> fd =
         CreateBeneath(staging_fd->get(), f.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (!fd.ok()) return fd.status().WithContext(f.path);
-    auto have = f.digest.empty() ? local.end() : local.find(f.digest);
-    if (have != local.end() && have->second.size == f.size) {
-      if (CopyLocal(have->second, fd->get(), f, count, &sha256s[i]).ok()) {
-        reused += f.size;
-        ++files_reused;
-        return Status::Ok();
-      }
-      // A local copy that changed since its record: fetched instead.
-      if (::ftruncate(fd->get(), 0) != 0 || ::lseek(fd->get(), 0, SEEK_SET) != 0) {
-        return ErrnoStatus("truncate " + f.path, errno);
+    // Bytes held here that may be this file, each checked as it is copied
+    // against the upstream's digest (a file with none is fetched): a recorded
+    // copy with that digest, then the same path in a directory laid out as the
+    // model. One that does not match (changed since) is passed over.
+    std::vector<LocalFile> held_here;
+    if (!f.digest.empty()) {
+      auto have = local.find(f.digest);
+      if (have != local.end() && have->second.size == f.size) held_here.push_back(have->second);
+      for (const std::filesystem::path& dir : options.reuse_dirs) {
+        struct stat st {};
+        const std::filesystem::path candidate = dir / f.path;
+        if (::lstat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+            static_cast<uint64_t>(st.st_size) == f.size) {
+          held_here.push_back(LocalFile{candidate, f.size, ""});
+        }
       }
     }
-    // The same path in a directory laid out as the model, checked as it is
-    // copied against the upstream's digest (a file with none is fetched).
-    for (const std::filesystem::path& dir :
-         f.digest.empty() ? std::vector<std::filesystem::path>{} : options.reuse_dirs) {
-      struct stat st {};
-      const std::filesystem::path candidate = dir / f.path;
-      if (::lstat(candidate.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-          static_cast<uint64_t>(st.st_size) != f.size) {
-        continue;
-      }
+    for (const LocalFile& from : held_here) {
       uint64_t copied = 0;  // counted once the copy checks out
       if (CopyLocal(
-              LocalFile{candidate, f.size, ""}, fd->get(), f, [&](uint64_t n) { copied += n; },
-              &sha256s[i])
+              from, fd->get(), f, [&](uint64_t n) { copied += n; }, &sha256s[i])
               .ok()) {
         count(copied);
         reused += f.size;

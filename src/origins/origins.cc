@@ -156,6 +156,18 @@ Result<OriginCopy> PullFromOrigin(std::string_view url, const std::filesystem::p
   return copy;
 }
 
+Json OriginPullJson(std::string_view url, const OriginCopy& copy) {
+  return {{"from", std::string(url)},
+          {"into", copy.dir.string()},
+          {"version", copy.version},
+          {"files", copy.files},
+          {"total_bytes", copy.total_bytes},
+          {"bytes_fetched", copy.bytes_fetched},
+          {"bytes_reused", copy.bytes_reused},
+          {"files_unverified", copy.files_unverified},
+          {"seconds", copy.seconds}};
+}
+
 Result<OriginPush> PushToRegistry(std::string_view url, const std::filesystem::path& dir,
                                   const OriginAccess& access,
                                   const std::function<void(uint64_t, uint64_t)>& progress) {

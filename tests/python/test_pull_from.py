@@ -117,7 +117,7 @@ def test_pull_from_into_a_directory_holding_files_needs_replace(registry, tmp_pa
 
 
 def test_pull_from_refuses_what_is_not_an_upstream_url(tmp_path):
-    with pytest.raises(ValueError, match="oci:// or s3://"):
+    with pytest.raises(ValueError, match="not an origin URL"):
         seedd.pull_from("llama", tmp_path / "x")
     with pytest.raises(ValueError, match="no repository"):
         seedd.pull_from("oci://127.0.0.1:1", tmp_path / "x")
