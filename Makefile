@@ -54,15 +54,18 @@ install: build
 
 # Every test: unit, integration, end to end, interop; each fuzz target for
 # $(FUZZ_SECONDS) s; the unit, transport and store tests again under ASan+UBSan.
+# The fuzz build (clang, ASan+UBSan, -Wthread-safety) holds both the fuzz
+# targets and the sanitizer tests, so the library is compiled twice, not three
+# times.
 test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 	$(MAKE) fuzz-smoke
 	$(MAKE) asan-test
 
-asan-test: test-deps
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSEEDD_SANITIZE=ON -DSEEDD_BENCH=OFF
-	cmake --build build-asan -j $(JOBS) --target seedd_unit_tests seedd_transport_tests seedd_store_tests
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+# The unit, transport and store tests under AddressSanitizer and
+# UndefinedBehaviorSanitizer (clang), in the fuzz build.
+asan-test: fuzz-build
+	cd build-fuzz && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --timeout 900
 
 # ThreadSanitizer over the concurrent code (not part of `make test`: GCC's TSan
@@ -108,4 +111,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz build-tsan
+	rm -rf $(BUILD) build-fuzz build-tsan

@@ -114,16 +114,16 @@ TEST(OciManifest, NamesEachLayersFileFromModelPackOrTitleAnnotations) {
 TEST(OciManifest, RefusesLayersWithoutSafePathsOrSha256DigestsAndArchives) {
   const std::pair<Json, std::string> bad[] = {
       {Manifest(Json::array()), "no layers"},
-      {Manifest({Layer("../escape")}), "path '../escape'"},
-      {Manifest({Layer("/etc/passwd")}), "path '/etc/passwd'"},
-      {Manifest({Layer("a", kDigest, "other.annotation")}), "names no file path"},
-      {Manifest({Layer("a"), Layer("a")}), "named twice"},
-      {Manifest({Layer("sub/.seedd-journal")}), "keeps for itself"},
-      {Manifest({Layer("a", "md5:" + std::string(32, 'a'))}), "is not sha256"},
-      {Manifest({Layer("a", kDigest, "org.cncf.model.filepath",
-                       "application/vnd.cncf.model.weight.v1.tar")}),
+      {Manifest(Json::array({Layer("../escape")})), "path '../escape'"},
+      {Manifest(Json::array({Layer("/etc/passwd")})), "path '/etc/passwd'"},
+      {Manifest(Json::array({Layer("a", kDigest, "other.annotation")})), "names no file path"},
+      {Manifest(Json::array({Layer("a"), Layer("a")})), "named twice"},
+      {Manifest(Json::array({Layer("sub/.seedd-journal")})), "keeps for itself"},
+      {Manifest(Json::array({Layer("a", "md5:" + std::string(32, 'a'))})), "is not sha256"},
+      {Manifest(Json::array({Layer("a", kDigest, "org.cncf.model.filepath",
+                                   "application/vnd.cncf.model.weight.v1.tar")})),
        "modctl build --raw"},
-      {Json{{"layers", {{{"digest", kDigest}}}}}, "no digest or size"},
+      {Json{{"layers", Json::array({Json{{"digest", kDigest}}})}}, "no digest or size"},
   };
   for (const auto& [manifest, why] : bad) {
     auto files = OciManifestFiles(manifest);

@@ -14,7 +14,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Blocks the tasks that call Wait() until Open().
+// Blocks the tasks that call Wait() until Open(). Declared before the pool:
+// the pool's threads may still be leaving Wait() until the pool is destroyed.
 class Gate {
  public:
   void Wait() {
@@ -52,8 +53,8 @@ TEST(ResolverPool, RunsEveryTaskAndDrainsTheQueueOnShutdown) {
 }
 
 TEST(ResolverPool, GrowsWhileEveryThreadIsHeldBySlowTasks) {
-  ResolverPool pool(2, 16, milliseconds(2));
   Gate gate;
+  ResolverPool pool(2, 16, milliseconds(2));
   for (int i = 0; i < 6; ++i) pool.Submit([&] { gate.Wait(); });
   // Six slow tasks all run at once although only two threads were warm.
   EXPECT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 6; }));
@@ -65,8 +66,8 @@ TEST(ResolverPool, GrowsWhileEveryThreadIsHeldBySlowTasks) {
 }
 
 TEST(ResolverPool, NeverExceedsItsMaximum) {
-  ResolverPool pool(1, 3, milliseconds(1));
   Gate gate;
+  ResolverPool pool(1, 3, milliseconds(1));
   for (int i = 0; i < 10; ++i) pool.Submit([&] { gate.Wait(); });
   EXPECT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 3; }));
   EXPECT_EQ(pool.threads(), 3u);
@@ -79,8 +80,8 @@ TEST(ResolverPool, NeverExceedsItsMaximum) {
 // supervisor spun a core for as long as the pool stayed full (a stream pool
 // held by slow peers).
 TEST(ResolverPool, AFullPoolWithTasksWaitingDoesNotSpin) {
-  ResolverPool pool(1, 2, milliseconds(5));
   Gate gate;
+  ResolverPool pool(1, 2, milliseconds(5));
   for (int i = 0; i < 3; ++i) pool.Submit([&] { gate.Wait(); });
   ASSERT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 2; }));
   ASSERT_EQ(pool.queued(), 1u);
@@ -102,8 +103,8 @@ TEST(ResolverPool, AFullPoolWithTasksWaitingDoesNotSpin) {
 // Submit returns: a burst of tasks that hold their threads (data connections)
 // all run at once, none waiting for the pool to grow.
 TEST(ResolverPool, WithNoStallTimeATaskThatFindsNoThreadFreeStartsOneAtOnce) {
-  ResolverPool pool(1, 64, milliseconds(0));
   Gate gate;
+  ResolverPool pool(1, 64, milliseconds(0));
   for (size_t i = 1; i <= 32; ++i) {
     pool.Submit([&] { gate.Wait(); });
     EXPECT_GE(pool.threads(), i);
@@ -117,8 +118,8 @@ TEST(ResolverPool, WithNoStallTimeATaskThatFindsNoThreadFreeStartsOneAtOnce) {
 // At its maximum, such a pool holds the tasks beyond it until a thread is free,
 // and counts them as unserved (what a server refuses connections by).
 TEST(ResolverPool, WithNoStallTimeTasksBeyondTheMaximumWaitAndCountAsUnserved) {
-  ResolverPool pool(1, 3, milliseconds(0));
   Gate gate;
+  ResolverPool pool(1, 3, milliseconds(0));
   for (int i = 0; i < 5; ++i) pool.Submit([&] { gate.Wait(); });
   EXPECT_EQ(pool.threads(), 3u);
   EXPECT_EQ(pool.unserved(), 2u);
@@ -139,8 +140,8 @@ TEST(ResolverPool, ShortTasksDoNotGrowThePool) {
 }
 
 TEST(ResolverPool, ExtraThreadsExitWhenIdle) {
-  ResolverPool pool(1, 8, milliseconds(1), milliseconds(50));
   Gate gate;
+  ResolverPool pool(1, 8, milliseconds(1), milliseconds(50));
   for (int i = 0; i < 4; ++i) pool.Submit([&] { gate.Wait(); });
   EXPECT_TRUE(testing::WaitUntil([&] { return gate.waiting() == 4; }));
   gate.Open();

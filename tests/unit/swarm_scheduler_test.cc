@@ -539,12 +539,13 @@ TEST(SwarmScheduler, ASwarmOfSchedulersCompletesWithTheSeedSendingAboutOneCopy) 
         seed_sent.insert(r.chunk);
       }
       if (hosts[r.from]->Has(r.chunk)) continue;
-      for (const Cancel& c : hosts[r.from]->Arrived(p, r.chunk)) {
+      const PeerId from = r.from;
+      for (const Cancel& c : hosts[from]->Arrived(p, r.chunk)) {
         auto& q = queues[c.peer];
-        q.erase(std::remove_if(
-                    q.begin(), q.end(),
-                    [&](const Request& x) { return x.from == r.from && x.chunk == c.chunk; }),
-                q.end());
+        q.erase(
+            std::remove_if(q.begin(), q.end(),
+                           [&](const Request& x) { return x.from == from && x.chunk == c.chunk; }),
+            q.end());
       }
       for (PeerId w : watchers[r.from]) hosts[w]->NeighbourHas(r.from, r.chunk);
     }
