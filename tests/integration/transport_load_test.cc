@@ -249,12 +249,14 @@ TEST_F(TransportTest, ASmallCachedArtifactIsAnsweredWhileEveryResolverIsBusy) {
   auto ask = [&](const Json& request, bool* answered) {
     UniqueFd fd = ConnectRaw(addr_);
     EXPECT_TRUE(fd.valid());
-    timeval tv{2, 0};  // a request waiting for the resolver gets nothing in 2 s
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     Json with_token = request;
     with_token["token"] = kToken;
+    // A request waiting for the resolver gets nothing in 2 s (the socket
+    // blocks: its receive timeout ends the wait, the deadline the read).
+    timeval tv{2, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     SendAll(fd.get(), EncodeJsonFrame(with_token));
-    Json response = ReadResponse(fd.get());
+    Json response = ReadResponse(fd.get(), std::chrono::seconds(2));
     *answered = !response.is_null();
     return response;
   };

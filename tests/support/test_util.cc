@@ -153,9 +153,8 @@ std::string ReadToEof(int fd) {
   }
 }
 
-Json ReadResponse(int fd) {
-  Result<std::string> body =
-      ReadFrameBody(fd, 64 << 20, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+Json ReadResponse(int fd, std::chrono::milliseconds wait) {
+  Result<std::string> body = ReadFrameBody(fd, 64 << 20, std::chrono::steady_clock::now() + wait);
   if (!body.ok()) return Json();
   Result<Json> value = ParseJson(*body);
   return value.ok() ? *value : Json();

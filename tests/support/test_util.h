@@ -101,8 +101,10 @@ bool MakeSigningKeys(const std::filesystem::path& dir, const std::vector<std::st
 void SendAll(int fd, const std::string& bytes);
 // Reads until EOF or error; returns everything received.
 std::string ReadToEof(int fd);
-// Reads one response frame and parses it; a JSON null if the stream ended first.
-Json ReadResponse(int fd);
+// Reads one response frame and parses it; a JSON null if the stream ended
+// first or no whole frame came within `wait` (on a blocking socket, a recv
+// waits for its SO_RCVTIMEO before the deadline is looked at).
+Json ReadResponse(int fd, std::chrono::milliseconds wait = std::chrono::seconds(30));
 // 8-byte big-endian length header for n.
 std::string Header(uint64_t n);
 
