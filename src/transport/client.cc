@@ -31,14 +31,16 @@ int RemainingMs(Clock::time_point deadline) {
 // The stop flag of the exchange this thread runs (ExchangeOptions::cancel).
 thread_local const std::atomic<bool>* t_cancel = nullptr;
 
-Status WaitFor(int fd, short events, Clock::time_point deadline, const char* what) {
+// `cancel` (default: the exchange's) is looked at every 50 ms.
+Status WaitFor(int fd, short events, Clock::time_point deadline, const char* what,
+               const std::atomic<bool>* cancel = t_cancel) {
   for (;;) {
     int ms = RemainingMs(deadline);
     if (ms == 0) {
       return Status::DeadlineExceeded(std::string("timed out ") + what);
     }
-    if (t_cancel != nullptr) {
-      if (t_cancel->load()) return Status::Cancelled(std::string("stopped ") + what);
+    if (cancel != nullptr) {
+      if (cancel->load()) return Status::Cancelled(std::string("stopped ") + what);
       ms = std::min(ms, 50);
     }
     pollfd p{fd, events, 0};
@@ -48,7 +50,8 @@ Status WaitFor(int fd, short events, Clock::time_point deadline, const char* wha
   }
 }
 
-Result<UniqueFd> ConnectOne(const addrinfo& ai, Clock::time_point deadline) {
+Result<UniqueFd> ConnectOne(const addrinfo& ai, Clock::time_point deadline,
+                            const std::atomic<bool>* cancel) {
   UniqueFd fd(
       ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
   if (!fd.valid()) return ErrnoStatus("socket", errno);
@@ -56,7 +59,7 @@ Result<UniqueFd> ConnectOne(const addrinfo& ai, Clock::time_point deadline) {
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
     if (errno != EINPROGRESS) return ErrnoStatus("connect", errno);
-    SEEDD_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, "connecting"));
+    SEEDD_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, "connecting", cancel));
     int err = 0;
     socklen_t len = sizeof(err);
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -67,7 +70,9 @@ Result<UniqueFd> ConnectOne(const addrinfo& ai, Clock::time_point deadline) {
 
 }  // namespace
 
-Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout) {
+Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout,
+                            const std::atomic<bool>* cancel) {
+  if (cancel == nullptr) cancel = t_cancel;
   const Clock::time_point deadline = Clock::now() + timeout;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -81,7 +86,7 @@ Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds time
   }
   Status last = Status::Unavailable("no address for " + peer.host);
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    Result<UniqueFd> fd = ConnectOne(*ai, deadline);
+    Result<UniqueFd> fd = ConnectOne(*ai, deadline, cancel);
     if (fd.ok()) {
       ::freeaddrinfo(res);
       return fd;

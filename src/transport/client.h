@@ -4,6 +4,7 @@
 // Thread safety: free functions without shared state; thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -21,8 +22,11 @@ namespace seedd {
 
 using Clock = std::chrono::steady_clock;
 
-// Connects to `peer` (every resolved address in turn) within `timeout`.
-Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout);
+// Connects to `peer` (every resolved address in turn) within `timeout`. Gives
+// up (Cancelled) within 50 ms of `*cancel` turning true (null: the stop flag
+// of the exchange this thread runs, if any).
+Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds timeout,
+                            const std::atomic<bool>* cancel = nullptr);
 
 // Every address `peer`'s host resolves to (IPv4 and IPv6, in the resolver's
 // order, duplicates removed), each with `peer`'s port: a name such as a

@@ -706,6 +706,51 @@ TEST_F(SwarmTest, ARelayThatAnnouncedItselfHereBecomesANeighbour) {
   EXPECT_EQ(stats.peers, std::vector<std::string>{relay_addr.ToString()});
 }
 
+// A relay whose connect never completes (its accept queue is full, so its
+// host drops the SYNs) does not hold the pull's end: the pull ends once the
+// other relay has sent every chunk, not when that connect times out (5 s).
+// Before, a fleet's last hosts were ready 2-5 s after their last byte.
+TEST_F(SwarmTest, APullEndsWithItsLastChunkNotWhenAConnectStillInProgressTimesOut) {
+  WriteRandom(model_ / "big.bin", 2 << 20, 12);
+  auto relay = Server(WeightServerOptions{});
+  HostPort relay_addr = ServeWeights(relay);
+  auto seed = Server(WeightServerOptions{}, std::make_shared<ChunkSet>(manifest_.chunks.size()));
+  HostPort seed_addr = ServeWeights(seed);
+  // A listener that never accepts, its queue filled: further connects hang.
+  UniqueFd deaf(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(deaf.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(deaf.get(), 0), 0);
+  ASSERT_EQ(::getsockname(deaf.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::vector<UniqueFd> queued;
+  for (int i = 0; i < 2; ++i) {
+    queued.emplace_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    ::connect(queued.back().get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both handshakes done
+  const HostPort deaf_addr{"127.0.0.1", ntohs(addr.sin_port)};
+  Result<UniqueFd> hung = ConnectTcp(deaf_addr, std::chrono::milliseconds(300));
+  ASSERT_FALSE(hung.ok()) << "the deaf listener accepted a connection: its queue is not full";
+  ASSERT_EQ(hung.status().code(), StatusCode::kDeadlineExceeded) << hung.status().ToString();
+
+  FetchOptions options = Options();
+  options.relay = "127.0.0.1:10";
+  options.announced = [&] {
+    return std::vector<std::string>{deaf_addr.ToString(), relay_addr.ToString()};
+  };
+  FetchStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK(FetchModel(manifest_, {seed_addr}, dir_.path() / "out", options, &stats));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(testing::SameTree(model_, dir_.path() / "out"));
+  EXPECT_EQ(stats.bytes_from_peers, manifest_.total_size);
+  EXPECT_LT(took, std::chrono::seconds(4))
+      << "the pull waited for a connect to " << deaf_addr.ToString() << " to time out";
+}
+
 // A source that refuses connections for capacity (here: 2 data connections per
 // host, and the fetcher wants 5) says when to try again; the fetcher does, on
 // the connections it has meanwhile, and does not drop it (before, each refusal

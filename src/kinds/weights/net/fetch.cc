@@ -254,6 +254,7 @@ void Fetch::CheckHopeLocked() {
 }
 
 void Fetch::EndLocked() {
+  ended_flag_ = true;
   for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
   WakeWorkersLocked();
   ended_.notify_all();

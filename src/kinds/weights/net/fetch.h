@@ -223,6 +223,9 @@ class Fetch {
   std::map<PeerId, int> depth_ GUARDED_BY(mu_);  // of each neighbour started
   std::vector<std::thread> workers_ GUARDED_BY(mu_);
   std::set<int> open_fds_ GUARDED_BY(mu_);  // connections EndLocked wakes
+  // Set by EndLocked: connects still in progress give up (a connect whose
+  // SYN went unanswered held the fetch's end for its whole 5 s timeout).
+  std::atomic<bool> ended_flag_{false};
   Status local_error_ GUARDED_BY(mu_);
   bool cancelled_ GUARDED_BY(mu_) = false;  // stopped on request
   uint64_t verified_bytes_ GUARDED_BY(mu_) = 0;

@@ -204,7 +204,7 @@ Result<DataConn> Fetch::Open(Source* source, std::chrono::milliseconds* retry) {
     }
     opened.push_back(std::chrono::steady_clock::now());
   }
-  Result<UniqueFd> fd = ConnectTcp(source->addr, std::chrono::seconds(5));
+  Result<UniqueFd> fd = ConnectTcp(source->addr, std::chrono::seconds(5), &ended_flag_);
   if (!fd.ok()) return fd.status();
   if (!Track(fd->get())) return Status::Unavailable("the fetch is over");
   return Handshake(std::move(*fd), *source, retry);
