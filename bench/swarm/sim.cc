@@ -251,7 +251,7 @@ void Sim::AskRelays(PeerId h) {
     if (!hosts_[w].failed) Learn(h, w);
   }
   FillNeighbours(h);
-  if (host.core->NeighboursWanted() > 0 && !host.ask_pending) {
+  if (host.core->WantsRelays() && !host.ask_pending) {
     host.ask_pending = true;
     Push(now_ + std::min(kAnnouncedPoll, Seconds(host.core->RelayWait())), Ev::kAskRelays, h, 0, 0);
   }
@@ -484,6 +484,8 @@ void Sim::Handle(const Event& e) {
       if (host.core->rotations() != rotations) {
         Prune(e.a);
         AskRelays(e.a);
+      } else if (host.core->WantsRelays() && !host.ask_pending) {
+        AskRelays(e.a);  // the rotation found no candidate
       }
       PumpAll(e.a);
       return;

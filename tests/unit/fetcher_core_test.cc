@@ -317,6 +317,43 @@ TEST(FetcherCore, ARelayOfferingWhatIsLackedIsRotatedOutOnlyOnceItWasBusyAndSent
   EXPECT_FALSE(core.Dropped(b));
 }
 
+// A full set asks for relays only once a rotation found a neighbour to retire
+// and no candidate (relays that joined after the set filled are heard of
+// then); it stops asking once one is learnt, and the next rotation takes it.
+TEST(FetcherCore, ARotationWithNoCandidateAsksForRelaysUntilOneIsLearnt) {
+  Rotating r(2);
+  FetcherCore& core = r.core;
+  const PeerId seed = r.seed, a = r.a, b = r.b;
+  EXPECT_FALSE(core.WantsRelays());  // the set is full
+  // Both relays send: nobody to retire, nothing asked.
+  for (uint32_t i = 0; i < 2; ++i) core.OnArrived(seed, i);  // nobody judged yet
+  core.OnArrived(a, 2);
+  core.OnArrived(b, 3);
+  EXPECT_FALSE(core.WantsRelays());
+  EXPECT_FALSE(core.WantRelays(kT0));
+  // b silent and busy for a window, no candidate: kept, and relays wanted.
+  core.OnBusy(b, 4, kT0 + milliseconds(50));
+  core.OnArrived(a, 4);
+  core.OnArrived(a, 5);
+  EXPECT_EQ(core.rotations(), 0u);
+  EXPECT_TRUE(core.Active(b));
+  EXPECT_TRUE(core.WantsRelays());
+  EXPECT_TRUE(core.WantRelays(kT0));
+  EXPECT_FALSE(core.WantRelays(kT0 + microseconds(1)));  // at the tracker's cadence
+  // A seed's state names a relay: no more asking; the next window retires b.
+  const PeerId c = *core.AddSource("c:1", false);
+  EXPECT_FALSE(core.WantsRelays());
+  core.OnBusy(b, 6, kT0 + milliseconds(100));
+  core.OnArrived(a, 6);
+  core.OnArrived(a, 7);
+  EXPECT_EQ(core.rotations(), 1u);
+  EXPECT_EQ(core.last_rotated(), b);
+  std::vector<NewNeighbour> started = core.FillNeighbours();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].id, c);
+  EXPECT_FALSE(core.WantsRelays());
+}
+
 TEST(FetcherCore, NoRelayIsRotatedOutWithoutACandidateNorWhileEachSendsNorEver) {
   Rotating r(2);
   FetcherCore& core = r.core;

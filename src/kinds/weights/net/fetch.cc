@@ -108,7 +108,7 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
     if (CancelIfAskedLocked()) break;
     CheckHopeLocked();
     ended_.wait_for(lock, kCancelPoll);
-    if (options_.announced && core_.NeighboursWanted() > 0) {
+    if (options_.announced && core_.WantsRelays()) {
       lock.Unlock();
       std::vector<HostPort> relays;
       for (const std::string& text : options_.announced()) {
@@ -118,7 +118,7 @@ void Fetch::Run(const std::vector<HostPort>& seeds) {
       AddRelays(relays);
       lock.Lock();
     }
-    if (options_.registry != nullptr && core_.NeighboursWanted() > 0 &&
+    if (options_.registry != nullptr && core_.WantsRelays() &&
         std::chrono::steady_clock::now() >= next_registry) {
       lock.Unlock();
       AddRelays(AskRegistry());

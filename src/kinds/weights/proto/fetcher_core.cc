@@ -56,6 +56,7 @@ std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed,
   }
   ++live_;
   relays_named_ += !seed;
+  if (!seed) short_of_candidates_ = false;
   if (zone && !seed && *zone == zone_ && !zone_.empty()) UpdateMembers();
   return id;
 }
@@ -300,6 +301,7 @@ void FetcherCore::Rotate() {
     ++rotations_;
     last_rotated_ = *idle;
   }
+  short_of_candidates_ = idle && !candidate;
   for (SourceState& s : sources_) {
     s.sent = 0;
     s.busy = 0;
@@ -325,7 +327,7 @@ void FetcherCore::OnHave(PeerId peer, uint32_t chunk) {
 }
 
 bool FetcherCore::WantRelays(SchedulerClock::time_point now) {
-  return sched_.NeighboursWanted() > 0 && relay_asks_.Due(now);
+  return WantsRelays() && relay_asks_.Due(now);
 }
 
 bool FetcherCore::CheckHope(SchedulerClock::time_point now) {

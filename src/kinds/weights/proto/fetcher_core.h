@@ -148,8 +148,13 @@ class FetcherCore {
   void OnState(PeerId peer, const std::vector<bool>& have);
   void OnHave(PeerId peer, uint32_t chunk);
 
-  // Whether a seed should be asked for more relays now, and how long its watch
-  // waits before asking this again.
+  // Whether relays are wanted: the neighbour set has room, or the last
+  // rotation found a neighbour to retire and no candidate to take its place
+  // (a full set would otherwise never hear of relays that joined after it
+  // filled: at 32 targets, the last 8 daemons' uplinks idled for 4-6 s).
+  bool WantsRelays() const { return sched_.NeighboursWanted() > 0 || short_of_candidates_; }
+  // Whether a seed should be asked for more relays now (WantsRelays, at the
+  // tracker's cadence), and how long its watch waits before asking this again.
   bool WantRelays(SchedulerClock::time_point now);
   std::chrono::milliseconds RelayWait() const { return relay_asks_.wait(); }
 
@@ -239,6 +244,7 @@ class FetcherCore {
   std::vector<PeerId> follow_;  // claim holders to make neighbours first
   uint64_t follows_ = 0;
   uint64_t rotations_ = 0;
+  bool short_of_candidates_ = false;  // see WantsRelays
   PeerId last_rotated_ = 0;
   uint32_t arrived_since_rotation_ = 0;
   bool sources_known_ = false;
