@@ -92,6 +92,7 @@ Result<UniqueFd> ConnectTcp(const HostPort& peer, std::chrono::milliseconds time
       return fd;
     }
     last = fd.status();
+    if (last.code() == StatusCode::kCancelled) break;  // not the next address either
   }
   ::freeaddrinfo(res);
   return last;

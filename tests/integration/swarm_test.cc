@@ -716,22 +716,9 @@ TEST_F(SwarmTest, APullEndsWithItsLastChunkNotWhenAConnectStillInProgressTimesOu
   HostPort relay_addr = ServeWeights(relay);
   auto seed = Server(WeightServerOptions{}, std::make_shared<ChunkSet>(manifest_.chunks.size()));
   HostPort seed_addr = ServeWeights(seed);
-  // A listener that never accepts, its queue filled: further connects hang.
-  UniqueFd deaf(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::bind(deaf.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(deaf.get(), 0), 0);
-  ASSERT_EQ(::getsockname(deaf.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  std::vector<UniqueFd> queued;
-  for (int i = 0; i < 2; ++i) {
-    queued.emplace_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    ::connect(queued.back().get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both handshakes done
-  const HostPort deaf_addr{"127.0.0.1", ntohs(addr.sin_port)};
+  testing::DeafPort deaf;
+  ASSERT_NE(deaf.port(), 0);
+  const HostPort deaf_addr{"127.0.0.1", deaf.port()};
   Result<UniqueFd> hung = ConnectTcp(deaf_addr, std::chrono::milliseconds(300));
   ASSERT_FALSE(hung.ok()) << "the deaf listener accepted a connection: its queue is not full";
   ASSERT_EQ(hung.status().code(), StatusCode::kDeadlineExceeded) << hung.status().ToString();

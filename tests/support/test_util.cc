@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -84,15 +85,15 @@ bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
 
 namespace {
 
-// A loopback socket on a free port, listening or not.
-UniqueFd BindLoopback(uint16_t* port, bool listen) {
+// A loopback socket on a free port, listening (with `backlog`) or not (-1).
+UniqueFd BindLoopback(uint16_t* port, int backlog) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 ||
-      (listen && ::listen(fd.get(), 16) != 0) ||
+      (backlog >= 0 && ::listen(fd.get(), backlog) != 0) ||
       ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     return UniqueFd();
   }
@@ -102,9 +103,31 @@ UniqueFd BindLoopback(uint16_t* port, bool listen) {
 
 }  // namespace
 
-UniqueFd ListenLoopback(uint16_t* port) { return BindLoopback(port, true); }
+UniqueFd ListenLoopback(uint16_t* port) { return BindLoopback(port, 16); }
 
-UniqueFd RefusingPort(uint16_t* port) { return BindLoopback(port, false); }
+UniqueFd RefusingPort(uint16_t* port) { return BindLoopback(port, -1); }
+
+DeafPort::DeafPort() {
+  uint16_t port = 0;
+  listener_ = BindLoopback(&port, 0);
+  if (!listener_.valid()) return;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  // Connections until one is not answered: the queue is full from then on.
+  for (int i = 0; i < 8; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    pollfd p{fd.get(), POLLOUT, 0};
+    const bool answered = ::poll(&p, 1, 200) == 1;
+    queued_.push_back(std::move(fd));
+    if (!answered) {
+      port_ = port;
+      return;
+    }
+  }
+}
 
 UniqueFd ConnectRaw(const HostPort& peer) {
   Result<UniqueFd> fd = ConnectTcp(peer, std::chrono::seconds(5));

@@ -78,6 +78,19 @@ UniqueFd ListenLoopback(uint16_t* port);
 // connections to it are refused, and no other test can take it meanwhile (a
 // port closed after use can be).
 UniqueFd RefusingPort(uint16_t* port);
+// A loopback port that listens and never accepts, its accept queue full: a
+// connect to it gets no answer (its SYNs are dropped) until it times out, as
+// to a host whose answers are lost. port() is 0 if it could not be made.
+class DeafPort {
+ public:
+  DeafPort();
+  uint16_t port() const { return port_; }
+
+ private:
+  UniqueFd listener_;
+  std::vector<UniqueFd> queued_;  // the connections that fill its queue
+  uint16_t port_ = 0;
+};
 
 // A blocking TCP connection to `peer` (no timeouts: tests bound themselves).
 UniqueFd ConnectRaw(const HostPort& peer);
