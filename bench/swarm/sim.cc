@@ -542,10 +542,17 @@ void Sim::Handle(const Event& e) {
       return;
     }
     case Ev::kHave: {  // e.a tells those fetching from it that it has e.chunk (one event)
+      const seedd::SwarmScheduler& from = hosts_[e.a].core->scheduler();
+      const uint64_t count = chunks_ - from.missing();
       for (PeerId w : std::vector<PeerId>(hosts_[e.a].watchers)) {
         Host& host = hosts_[w];
         if (host.failed || host.done >= 0) continue;
-        host.core->OnHave(host.core_of.at(e.a), e.chunk);
+        const PeerId id = host.core_of.at(e.a);
+        // A watch names the chunks its host wants ("SDWW"): one it has is not
+        // answered, only counted.
+        host.core->OnVerifiedCount(id, count);
+        if (host.core->scheduler().Has(e.chunk)) continue;
+        host.core->OnHave(id, e.chunk);
         Pump(w, e.a);
       }
       return;

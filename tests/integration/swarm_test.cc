@@ -196,6 +196,52 @@ TEST_F(SwarmTest, AWatchIsAnsweredWithTheChunksVerifiedSinceItsCursor) {
   EXPECT_EQ(complete.aux, kHaveComplete);
 }
 
+// A watch that names the chunks its fetcher wants ("SDWW") is answered with
+// those alone, and only once one of them is verified: a relay's watchers are
+// not woken for chunks they have. The cursor still moves past the others, and
+// a complete source still says so at once.
+TEST_F(SwarmTest, AWatchForWantedChunksIsAnsweredOnlyForThose) {
+  WriteRandom(model_ / "big.bin", 4 << 20, 3);
+  auto server = Server(WeightServerOptions{});
+  const size_t chunks = manifest_.chunks.size();
+  ASSERT_GE(chunks, 8u);
+  auto partial = std::make_shared<ChunkSet>(chunks);
+  server->Publish(ServedModel{manifest_, model_, partial, {}, nullptr, nullptr});
+  HostPort addr = ServeWeights(server);
+  Json hello;
+  UniqueFd fd = testing::OpenData(addr, manifest_.root_digest, &hello);
+  EXPECT_EQ(hello.value("watch_wanted", false), true);
+  std::string wanted((chunks + 7) / 8, '\0');
+  wanted[0] = static_cast<char>(0x80 >> 5);  // chunk 5 alone
+  std::thread later([&] {
+    partial->Set(1);  // not wanted: no answer for it
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    partial->Set(5);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Record have = Ask(fd.get(), "SDWW", 0, wanted);
+  const auto took = std::chrono::steady_clock::now() - start;
+  later.join();
+  EXPECT_GE(took, std::chrono::milliseconds(300));  // not answered for chunk 1
+  EXPECT_LT(took, kWatchWait + std::chrono::milliseconds(300));
+  EXPECT_EQ(have.status, 0u);
+  EXPECT_EQ(have.index, 2u);  // the cursor: both chunks verified
+  EXPECT_EQ(have.body, std::string("\0\0\0\5", 4));
+  // Chunks it does not want pass by: an empty answer after kWatchWait.
+  partial->Set(2);
+  Record empty = Ask(fd.get(), "SDWW", have.index, wanted);
+  EXPECT_EQ(empty.status, 0u);
+  EXPECT_TRUE(empty.body.empty());
+  EXPECT_EQ(empty.index, 3u);
+  // The connection goes on with plain watches and requests.
+  partial->Set(3);
+  Record plain = Ask(fd.get(), "SDWT", empty.index);
+  EXPECT_EQ(plain.body, std::string("\0\0\0\3", 4));
+  EXPECT_EQ(Ask(fd.get(), "SDRQ", 5).status, 0u);
+  server->Publish(ServedModel{manifest_, model_, nullptr, {}, nullptr, nullptr});
+  EXPECT_EQ(Ask(fd.get(), "SDWW", plain.index, wanted).aux, kHaveComplete);
+}
+
 // A watch is answered for every chunk a relay verifies, to each of its
 // watchers: the header and the chunks it names are one write, so the fetcher
 // has the whole answer when it wakes. Written in two, the second part waited

@@ -74,10 +74,10 @@ std::filesystem::path MakeHubModel(const std::filesystem::path& hub, const std::
   return snapshot;
 }
 
-Record Ask(int fd, const char* magic, uint32_t index) {
+Record Ask(int fd, const char* magic, uint32_t index, const std::string& body) {
   std::string req(magic, 4);
   for (int b = 3; b >= 0; --b) req.push_back(static_cast<char>((index >> (8 * b)) & 0xff));
-  SendAll(fd, req);
+  SendAll(fd, req + body);
   unsigned char h[24];
   size_t got = 0;
   while (got < sizeof(h)) {

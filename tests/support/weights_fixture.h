@@ -45,7 +45,8 @@ struct Record {
   uint32_t index = 0, status = 0, aux = 0;
   std::string body;
 };
-Record Ask(int fd, const char* magic, uint32_t index);
+// `body` follows the record (a filtered watch's bitmap).
+Record Ask(int fd, const char* magic, uint32_t index, const std::string& body = "");
 // Sends the request record `magic` + `index` and reads an answer of `bytes`
 // (header included). *whole: whether all of it could be read as soon as any
 // of it arrived, as when the server writes it at once.

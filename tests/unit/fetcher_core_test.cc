@@ -498,6 +498,36 @@ TEST(FetcherCore, AFetcherThatCaughtUpWithASourceStillFetchingWaitsForItToGrow) 
   EXPECT_FALSE(core.Complete());
 }
 
+// A watch names the chunks this host still wants; a neighbour's answer then
+// names only those, and its count of chunks verified is what shows it growing.
+TEST(FetcherCore, TheMissingBitmapLosesEachChunkVerifiedAndACountedSourceGrows) {
+  FetchPolicy p;
+  p.growth_patience = milliseconds(60000);
+  FetcherCore core = Core(10, 1 << 20, p);
+  EXPECT_EQ(core.MissingBitmap(), std::string("\xff\xc0", 2));
+  core.Resumed(1);
+  const PeerId seed = *core.AddSource("origin:1", true);
+  core.SourcesKnown();
+  core.FillNeighbours();
+  std::vector<bool> offered(10, false);
+  offered[0] = offered[9] = true;
+  core.OnState(seed, offered);
+  for (int i = 0; i < 2; ++i) {
+    const auto t = core.Next(seed, kT0);
+    ASSERT_TRUE(t);
+    core.OnArrived(seed, t->index);
+  }
+  EXPECT_EQ(core.MissingBitmap(), std::string("\x3f\x80", 2));
+  // Caught up with a source still fetching: hopeful while its count grows,
+  // though each chunk it gains is one this host has.
+  EXPECT_FALSE(core.CheckHope(kT0));
+  core.OnVerifiedCount(seed, 3);
+  EXPECT_FALSE(core.CheckHope(kT0 + p.growth_patience));
+  core.OnVerifiedCount(seed, 3);  // no more than it said before
+  EXPECT_FALSE(core.CheckHope(kT0 + 2 * p.growth_patience - microseconds(1)));
+  EXPECT_TRUE(core.CheckHope(kT0 + 2 * p.growth_patience));
+}
+
 TEST(FetcherCore, OneCopyOfAChunkIsWrittenAtATimeAndNoneOnceVerified) {
   FetcherCore core = Core(1, 1 << 20);
   const PeerId seed = *core.AddSource("origin:1", true);

@@ -250,6 +250,28 @@ TEST(SwarmScheduler, AHostBehindItsNeighboursAsksMoreAtOnce) {
   EXPECT_EQ(asked_at_once(false), 2);
 }
 
+// Neighbours watched for wanted chunks name only those; how many they hold in
+// all comes as a count, and a host behind them by that count still catches up.
+TEST(SwarmScheduler, AHostIsBehindNeighboursByTheCountTheySayNotOnlyByWhatTheyOffer) {
+  SchedulerOptions o = Options();
+  o.max_requests = 2;
+  o.catch_up_requests = 2;
+  SwarmScheduler s(64, o);
+  std::vector<bool> theirs(64, false);
+  for (uint32_t c = 0; c < 16; ++c) s.AlreadyHave(c);
+  for (uint32_t c = 16; c < 24; ++c) theirs[c] = true;  // what it lacks of theirs
+  for (PeerId p = 1; p <= 6; ++p) {
+    ASSERT_TRUE(AddRelay(s, p));
+    s.NeighbourState(p, theirs);
+  }
+  EXPECT_FALSE(s.Behind());  // 8 offered against 16 held
+  for (PeerId p = 1; p <= 6; ++p) s.NeighbourCount(p, 40);
+  EXPECT_TRUE(s.Behind());  // they hold 40 each
+  int asked = 0;
+  for (PeerId p = 1; p <= 6; ++p) asked += s.Next(p, kT0).has_value() ? 1 : 0;
+  EXPECT_EQ(asked, 4);
+}
+
 // A seed's request is outside the bound (what only it has must not wait behind
 // the relays, and slow relays holding the bound must not leave it idle); among
 // relays it is asked one chunk at a time.

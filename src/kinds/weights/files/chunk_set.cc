@@ -1,8 +1,18 @@
 #include "kinds/weights/files/chunk_set.h"
 
+#include <algorithm>
+
 #include "common/mutex.h"
 
 namespace seedd {
+
+namespace {
+
+bool Wants(std::string_view wanted, size_t i) {
+  return wanted.empty() || (static_cast<unsigned char>(wanted[i / 8]) & (0x80 >> (i % 8))) != 0;
+}
+
+}  // namespace
 
 ChunkSet::ChunkSet(size_t size) : size_(size), words_(new std::atomic<uint64_t>[(size + 63) / 64]) {
   for (size_t i = 0; i < (size + 63) / 64; ++i) words_[i].store(0, std::memory_order_relaxed);
@@ -15,7 +25,9 @@ void ChunkSet::Set(size_t i) {
   MutexLock lock(mu_);  // the log's order is the bits' order
   if ((words_[i / 64].fetch_or(bit, std::memory_order_release) & bit) != 0) return;
   log_.push_back(static_cast<uint32_t>(i));
-  added_.notify_all();
+  for (Waiter* w : waiters_) {
+    if (Wants(w->wanted, i)) w->woken.notify_one();
+  }
 }
 
 size_t ChunkSet::Count() const {
@@ -40,12 +52,28 @@ std::string ChunkSet::Bitmap(uint64_t* cursor) const {
 }
 
 std::vector<uint32_t> ChunkSet::Since(uint64_t cursor, std::chrono::milliseconds wait,
-                                      uint64_t* next) const {
+                                      uint64_t* next, std::string_view wanted) const {
+  if (!FitsBitmap(wanted)) wanted = {};
   MutexLock lock(mu_);
   if (cursor > log_.size()) cursor = 0;
-  added_.wait_for(lock, wait, [&]() REQUIRES(mu_) { return log_.size() > cursor; });
-  *next = log_.size();
-  return std::vector<uint32_t>(log_.begin() + static_cast<long>(cursor), log_.end());
+  std::vector<uint32_t> found;
+  auto collect = [&]() REQUIRES(mu_) {
+    for (; cursor < log_.size(); ++cursor) {
+      if (Wants(wanted, log_[cursor])) found.push_back(log_[cursor]);
+    }
+    return !found.empty();
+  };
+  if (!collect() && wait.count() > 0) {
+    Waiter me{wanted, {}};
+    waiters_.push_back(&me);
+    const auto until = std::chrono::steady_clock::now() + wait;
+    while (!collect() && me.woken.wait_until(lock, until) != std::cv_status::timeout) {
+    }
+    collect();
+    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &me));
+  }
+  *next = cursor;
+  return found;
 }
 
 }  // namespace seedd

@@ -61,6 +61,7 @@ struct DataConn {
   std::unique_ptr<Conn> conn;
   bool wait_in_line = false;  // the server takes "SDRW" and "SDNW"
   bool claim_holder = false;  // a "claimed" answer names the relay holding the claim
+  bool watch_wanted = false;  // the server takes "SDWW" (a watch for wanted chunks)
   std::string zone;           // the source's zone, as its answer said (empty: none)
   bool valid() const { return fd.valid(); }
 };
@@ -148,7 +149,11 @@ class Fetch {
   // A state response: the bitmap, then relay names one per line.
   void ApplyState(Source* source, std::string_view body);
   // A watch response: chunks `source` verified since the last one.
-  void ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete);
+  // A watch answer: the chunks `source` verified since the last (those this
+  // host wants, to a filtered watch), whether it has every chunk, and how many
+  // it has verified in all.
+  void ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete,
+                 uint64_t verified);
   // Whether a seed should be asked for more relays now.
   bool WantRelays();
   // How long a seed's watch waits before asking WantRelays again.
@@ -196,7 +201,7 @@ class Fetch {
                  const std::function<void()>& halfway);
   Status AskState(Conn& conn, Source* source);
   // Returns false in *more when the source has every chunk.
-  Status AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more);
+  Status AskWatch(DataConn& data, Source* source, uint32_t* cursor, bool* more);
   std::string ZeroDigest(uint64_t length);
   // Chunk `index`'s digest: the manifest's, or FetchOptions::digest_of's for a
   // chunk the manifest leaves without one (empty: not known yet).

@@ -119,7 +119,7 @@ void Fetch::Watch(Source* source) {
       // Once the source has everything a watch is answered at once: it is sent
       // only as often as the source must hear that this relay is alive (it keeps
       // the relay's claims on chunks it sent only while it does).
-      st = AskWatch(*conn.conn, source, &cursor, &more);
+      st = AskWatch(conn, source, &cursor, &more);
     } else {
       const auto wait = std::min<std::chrono::steady_clock::duration>(RelayWait(), kKeepAlive);
       MutexLock lock(mu_);
@@ -157,13 +157,23 @@ Status Fetch::AskState(Conn& conn, Source* source) {
   return Status::Ok();
 }
 
-Status Fetch::AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more) {
+Status Fetch::AskWatch(DataConn& data, Source* source, uint32_t* cursor, bool* more) {
+  Conn& conn = *data.conn;
   const size_t chunks = m_.chunks.size();
   // The server answers within kWatchWait, then the largest answer at the floor rate.
-  const auto deadline =
-      DeadlineFor(*source, kRecordBytes + 4 * chunks) + std::chrono::milliseconds(kWatchWait);
-  const RequestRecord req = EncodeRequest(kWatchMagic, *cursor);
-  if (!conn.SendAllBy(req.data(), req.size(), deadline)) {
+  const auto deadline = DeadlineFor(*source, kRecordBytes + 4 * chunks + (chunks + 7) / 8) +
+                        std::chrono::milliseconds(kWatchWait);
+  // To a server that takes it, the watch names the chunks this host still
+  // wants: the server answers (and wakes this thread) for those alone, not for
+  // every chunk it verifies.
+  const RequestRecord req =
+      EncodeRequest(data.watch_wanted ? kWatchWantedMagic : kWatchMagic, *cursor);
+  std::string ask(req.data(), req.size());
+  if (data.watch_wanted) {
+    MutexLock lock(mu_);
+    ask += core_.MissingBitmap();
+  }
+  if (!conn.SendAllBy(ask.data(), ask.size(), deadline)) {
     return Status::Unavailable("cannot send a watch request");
   }
   HeaderRecord record;
@@ -184,7 +194,7 @@ Status Fetch::AskWatch(Conn& conn, Source* source, uint32_t* cursor, bool* more)
   }
   *more = (h.aux & kHaveComplete) == 0;
   *cursor = h.index;
-  ApplyHave(source, have, !*more);
+  ApplyHave(source, have, !*more, h.index);
   return Status::Ok();
 }
 
@@ -298,13 +308,16 @@ Result<DataConn> Fetch::Handshake(UniqueFd fd_owned, const Source& source,
   const bool wait_in_line = line != response->end() && *line == true;
   auto named = response->find("claim_holder");
   const bool claim_holder = named != response->end() && *named == true;
+  auto filtered = response->find("watch_wanted");
+  const bool watch_wanted = filtered != response->end() && *filtered == true;
   // The source's zone: none when it says none, or something no zone is.
   std::string zone;
   if (auto z = response->find("zone");
       z != response->end() && z->is_string() && IsZoneName(z->get<std::string>())) {
     zone = z->get<std::string>();
   }
-  return DataConn{std::move(*fd), std::move(conn), wait_in_line, claim_holder, std::move(zone)};
+  return DataConn{std::move(*fd), std::move(conn), wait_in_line,
+                  claim_holder,   watch_wanted,    std::move(zone)};
 }
 
 Status Fetch::AnswerChallenge(Conn& conn, const Json& request, const Json& challenge,

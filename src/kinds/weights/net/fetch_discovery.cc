@@ -109,11 +109,14 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
   ended_.notify_all();
 }
 
-void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete) {
+void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool complete,
+                      uint64_t verified) {
   MutexLock lock(mu_);
   if (complete) {
     core_.OnState(source->id, std::vector<bool>(m_.chunks.size(), true));
   } else {
+    core_.OnVerifiedCount(source->id, verified);
+    if (chunks.empty()) return;  // nothing it offers changed
     for (uint32_t c : chunks) core_.OnHave(source->id, c);
   }
   source->work.notify_all();  // what it offers changes no other source's work

@@ -248,10 +248,13 @@ void WeightServer::Serve(Conn& conn, const Json& request) {
   asker.peer = !relay.empty() && Announce(root, relay, session, chunk_count, asker.zone);
   asker.relay = std::move(relay);
   asker.session = std::move(session);
-  // "wait_in_line": this server takes "SDRW" and "SDNW" (older ones close the
-  // connection on them).
-  Json answer{
-      {"status", "ok"}, {"chunks", chunk_count}, {"wait_in_line", true}, {"claim_holder", true}};
+  // "wait_in_line": this server takes "SDRW" and "SDNW"; "watch_wanted": it
+  // takes "SDWW" (older ones close the connection on them).
+  Json answer{{"status", "ok"},
+              {"chunks", chunk_count},
+              {"wait_in_line", true},
+              {"claim_holder", true},
+              {"watch_wanted", true}};
   if (!options_.zone.empty()) answer["zone"] = options_.zone;
   std::string ok = EncodeJsonFrame(answer);
   if (!conn.SendAllBy(ok.data(), ok.size(), SendBy(ok.size()))) return;
@@ -339,9 +342,16 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     const bool state = magic == kStateMagic;
     const bool waiting = magic == kSendWaitingMagic || magic == kClaimWaitingMagic;
     const bool claim = magic == kClaimMagic || magic == kClaimWaitingMagic;
-    const bool watch = magic == kWatchMagic;
+    const bool wanted = magic == kWatchWantedMagic;
+    const bool watch = magic == kWatchMagic || wanted;
     if (!state && !claim && !watch && !waiting && magic != kSendMagic) return;  // not ours
     const uint32_t index = RequestIndex(req);
+    // The chunks a filtered watch asks about follow its record.
+    std::string bitmap;
+    if (wanted) {
+      bitmap.resize((chunk_count + 7) / 8);
+      if (!conn.RecvAllBy(bitmap.data(), bitmap.size(), deadline_for(bitmap.size())).ok()) return;
+    }
     // A fetching daemon publishes its model again when it completes: follow it.
     std::shared_ptr<const ServedModel> now = FindRoot(root);
     if (now == nullptr) return;  // no longer served
@@ -352,7 +362,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
     const auto& chunks = model->manifest.chunks;
     if (state || watch) {
       if (peer) Announce(root, relay, asker.session, chunk_count, asker.zone);
-      if (!ServeState(conn, *model, watch, index, asker)) return;
+      if (!ServeState(conn, *model, watch, index, asker, bitmap)) return;
       continue;
     }
     const auto small = deadline_for(kHeaderBytes);
@@ -476,7 +486,7 @@ void WeightServer::ServeRequests(Conn& conn, const std::string& root,
 }
 
 bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
-                              const Asker& asker) {
+                              const Asker& asker, std::string_view wanted) {
   const size_t chunks = model.manifest.chunks.size();
   std::string body;
   uint64_t next = 0;
@@ -485,7 +495,7 @@ bool WeightServer::ServeState(Conn& conn, const ServedModel& model, bool watch, 
     if (model.available == nullptr) {
       aux = kHaveComplete;  // nothing more will come
     } else {
-      for (uint32_t c : model.available->Since(cursor, kWatchWait, &next)) {
+      for (uint32_t c : model.available->Since(cursor, kWatchWait, &next, wanted)) {
         const uint32_t be = htonl(c);
         body.append(reinterpret_cast<const char*>(&be), sizeof(be));
       }

@@ -130,11 +130,11 @@ class WeightServer {
   };
   void ServeRequests(Conn& conn, const std::string& root, std::shared_ptr<const ServedModel> model,
                      const Asker& asker);
-  // Answers "SDST" (state) or "SDWT" (watch from `cursor`); false when the
-  // connection is to close. A state lists relays with their zones to an asker
-  // that said a zone.
+  // Answers "SDST" (state) or "SDWT"/"SDWW" (watch from `cursor`, for the
+  // chunks in the `wanted` bitmap when not empty); false when the connection is
+  // to close. A state lists relays with their zones to an asker that said a zone.
   bool ServeState(Conn& conn, const ServedModel& model, bool watch, uint32_t cursor,
-                  const Asker& asker);
+                  const Asker& asker, std::string_view wanted = {});
   // An upload slot for a chunk to `relay` from `address`, by the rules of
   // UploadSlots (proto/upload_slots.h), waiting here when they say wait: false
   // for "busy". The slot is held by the connection `fd`, whose progress `sent`

@@ -33,9 +33,20 @@ FetcherCore::FetcherCore(std::vector<uint64_t> chunk_lengths, const FetchPolicy&
       claimed_since_(lengths_.size()),
       force_(lengths_.size(), false),
       writing_(lengths_.size(), false),
-      relay_asks_(kFirstRelayAsk, policy.state_interval) {}
+      missing_((lengths_.size() + 7) / 8, '\xff'),
+      relay_asks_(kFirstRelayAsk, policy.state_interval) {
+  if (lengths_.size() % 8 != 0)
+    missing_.back() = static_cast<char>(0xff00 >> (lengths_.size() % 8));
+}
 
-void FetcherCore::Resumed(uint32_t chunk) { sched_.AlreadyHave(chunk); }
+void FetcherCore::Have(uint32_t chunk) {
+  missing_[chunk / 8] = static_cast<char>(missing_[chunk / 8] & ~(0x80 >> (chunk % 8)));
+}
+
+void FetcherCore::Resumed(uint32_t chunk) {
+  sched_.AlreadyHave(chunk);
+  Have(chunk);
+}
 
 std::optional<PeerId> FetcherCore::AddSource(const std::string& name, bool seed,
                                              const std::optional<std::string>& zone) {
@@ -276,6 +287,7 @@ void FetcherCore::Retire(PeerId id) {
 std::vector<Cancel> FetcherCore::OnArrived(PeerId peer, uint32_t chunk,
                                            SchedulerClock::time_point now) {
   std::vector<Cancel> cancels = sched_.Arrived(peer, chunk, now);
+  Have(chunk);
   ++sources_[peer].sent;
   if (policy_.rotate_after > 0 && ++arrived_since_rotation_ >= policy_.rotate_after) {
     arrived_since_rotation_ = 0;
@@ -324,6 +336,15 @@ void FetcherCore::OnHave(PeerId peer, uint32_t chunk) {
     ++sources_[peer].offers;
   }
   sched_.NeighbourHas(peer, chunk);
+}
+
+void FetcherCore::OnVerifiedCount(PeerId peer, uint64_t count) {
+  SourceState& s = sources_[peer];
+  if (count > s.verified_count) {
+    growth_ += count - s.verified_count;
+    s.verified_count = count;
+  }
+  sched_.NeighbourCount(peer, count);
 }
 
 bool FetcherCore::WantRelays(SchedulerClock::time_point now) {

@@ -147,6 +147,14 @@ class FetcherCore {
   // What a neighbour has: its whole state, or chunks it verified since.
   void OnState(PeerId peer, const std::vector<bool>& have);
   void OnHave(PeerId peer, uint32_t chunk);
+  // How many chunks a neighbour has verified, as its watch answer's cursor
+  // says: a watch for wanted chunks (MissingBitmap) names only those, and a
+  // neighbour gaining chunks this host has is still a source that grows (see
+  // CheckHope).
+  void OnVerifiedCount(PeerId peer, uint64_t count);
+  // The chunks not verified here, as a bitmap (chunk i is bit 0x80 >> (i % 8) of
+  // byte i / 8): what a watch asks neighbours about ("SDWW").
+  const std::string& MissingBitmap() const { return missing_; }
 
   // Whether relays are wanted: the neighbour set has room, or the last
   // rotation found a neighbour to retire and no candidate to take its place
@@ -209,6 +217,7 @@ class FetcherCore {
     bool whole = false;
     std::string zone;  // as it said, once zone_known
     bool zone_known = false;
+    uint64_t verified_count = 0;  // as its last watch answer said (OnVerifiedCount)
   };
   bool Remote(const SourceState& s) const {
     return !zone_.empty() && (!s.zone_known || s.zone != zone_);
@@ -219,6 +228,8 @@ class FetcherCore {
   // Whether `holder` is a neighbour or is to be one, or was dropped here.
   enum class Following { kNo, kYes, kHolderDropped };
   Following Follow(const std::string& holder, uint32_t chunk);
+  // Clears `chunk` from missing_.
+  void Have(uint32_t chunk);
   // Tells the scheduler the relays of this host's zone (SetZoneMembers).
   void UpdateMembers();
   // Retires `id`, a relay neighbour (see Follow, Rotate).
@@ -239,6 +250,7 @@ class FetcherCore {
   std::vector<SchedulerClock::time_point> claimed_since_;  // by chunk; zero: not claimed
   std::vector<bool> force_;                                // ask the seed plainly ("SDRQ")
   std::vector<bool> writing_;                              // a copy is being written
+  std::string missing_;                                    // see MissingBitmap
   std::string self_;
   std::string zone_;
   std::vector<PeerId> follow_;  // claim holders to make neighbours first

@@ -33,6 +33,9 @@ inline constexpr std::string_view kStateMagic = "SDST";  // the server's state
 inline constexpr std::string_view kChunkMagic = "SDCH";  // a chunk response
 inline constexpr std::string_view kWatchMagic = "SDWT";  // the chunks new since a cursor
 inline constexpr std::string_view kHaveMagic = "SDHV";   // its response
+// A watch for the chunks the fetcher wants: the record is followed by a bitmap
+// of them (ceil(chunks/8) bytes, as a state's); answered "SDHV" with those alone.
+inline constexpr std::string_view kWatchWantedMagic = "SDWW";
 // A watch is answered as soon as the server has a new chunk, or after this.
 inline constexpr std::chrono::milliseconds kWatchWait{1000};
 // "SDHV" aux: the server has every chunk (nothing more will come).

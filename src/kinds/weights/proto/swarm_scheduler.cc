@@ -51,7 +51,6 @@ void SwarmScheduler::Recount(uint32_t chunk, int delta) {
   const bool bucketed = state_[chunk] == kMissing;
   if (bucketed) Erase(chunk);
   relays_having_[chunk] = static_cast<uint16_t>(relays_having_[chunk] + delta);
-  relay_chunks_ += delta;
   if (bucketed) Insert(chunk);
 }
 
@@ -522,7 +521,15 @@ const SwarmScheduler::Neighbour* SwarmScheduler::Find(PeerId peer) const {
 bool SwarmScheduler::Behind() const {
   const size_t relays = proven_relays_;
   if (relays == 0) return false;
-  return static_cast<int64_t>((done_ + state_.size() / 32) * relays) < relay_chunks_;
+  uint64_t held = 0;  // by the proven relay neighbours, summed
+  for (const Neighbour& n : neighbours_) {
+    if (!n.seed && n.proven) held += std::max<uint64_t>(n.owned.size(), n.count);
+  }
+  return (done_ + state_.size() / 32) * relays < held;
+}
+
+void SwarmScheduler::NeighbourCount(PeerId peer, uint64_t count) {
+  if (Neighbour* n = Find(peer)) n->count = std::min<uint64_t>(count, state_.size());
 }
 
 std::optional<PeerId> SwarmScheduler::LeastUseful() const {

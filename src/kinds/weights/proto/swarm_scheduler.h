@@ -139,6 +139,9 @@ class SwarmScheduler {
   // policy above); true when not zoned.
   bool Owns(uint32_t chunk) const;
   void NeighbourHas(PeerId peer, uint32_t chunk);
+  // How many chunks `peer` says it has in all, those this host has included
+  // (a watch for wanted chunks tells it only of the others): Behind counts it.
+  void NeighbourCount(PeerId peer, uint64_t count);
   // Its whole state (true: has the chunk).
   void NeighbourState(PeerId peer, const std::vector<bool>& have);
   // A seed answered that it does not have `chunk` (yet): its request ends, and
@@ -222,6 +225,7 @@ class SwarmScheduler {
     std::vector<bool> have;
     std::vector<uint32_t> owned;      // the chunks it has (a relay), in announcement order
     std::vector<uint32_t> requested;  // a few: its slots
+    uint64_t count = 0;               // chunks it says it has in all (NeighbourCount)
     int failures = 0;
     bool proven = false;                      // a relay that delivered a verified chunk
     SchedulerClock::time_point not_before{};  // busy until then
@@ -303,7 +307,6 @@ class SwarmScheduler {
   size_t unrequested_ = 0;    // chunks in the buckets
   size_t first_missing_ = 0;  // no chunk before it is missing (for in_order)
   int relay_requests_ = 0;    // in flight, to relays
-  int64_t relay_chunks_ = 0;  // chunks the proven relay neighbours have, summed
   size_t proven_relays_ = 0;
 };
 
