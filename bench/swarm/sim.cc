@@ -550,7 +550,7 @@ void Sim::Handle(const Event& e) {
         const PeerId id = host.core_of.at(e.a);
         // A watch names the chunks its host wants ("SDWW"): one it has is not
         // answered, only counted.
-        host.core->OnVerifiedCount(id, count);
+        if (host.core->OnVerifiedCount(id, count)) PumpAll(w);
         if (host.core->scheduler().Has(e.chunk)) continue;
         host.core->OnHave(id, e.chunk);
         Pump(w, e.a);

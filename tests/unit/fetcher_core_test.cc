@@ -528,6 +528,35 @@ TEST(FetcherCore, TheMissingBitmapLosesEachChunkVerifiedAndACountedSourceGrows) 
   EXPECT_TRUE(core.CheckHope(kT0 + 2 * p.growth_patience));
 }
 
+// Neighbours' counts that put this host behind them free more requests at
+// once (the catch-up rule): the driver is told, to offer them to its idle
+// connections, since no answer naming a chunk woke any.
+TEST(FetcherCore, ACountThatPutsThisHostBehindItsNeighboursFreesRequests) {
+  FetchPolicy p;
+  p.swarm_requests = 2;
+  p.swarm_catch_up = 2;
+  FetcherCore core = Core(64, 1 << 20, p, /*relaying=*/true);
+  std::vector<PeerId> relays;
+  for (int i = 1; i <= 4; ++i)
+    relays.push_back(*core.AddSource("relay:" + std::to_string(i), false));
+  core.FillNeighbours();
+  for (PeerId r : relays) {
+    std::vector<bool> theirs(64, false);
+    theirs[r] = true;
+    core.OnState(r, theirs);
+    const auto t = core.Next(r, kT0);
+    ASSERT_TRUE(t);
+    core.OnArrived(r, t->index);  // proven
+  }
+  const int free = core.FreeRelayRequests();
+  EXPECT_FALSE(core.OnVerifiedCount(relays[0], 3));  // not behind yet
+  EXPECT_EQ(core.FreeRelayRequests(), free);
+  bool freed = false;
+  for (PeerId r : relays) freed = core.OnVerifiedCount(r, 40) || freed;
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(core.FreeRelayRequests(), free + 2);
+}
+
 TEST(FetcherCore, OneCopyOfAChunkIsWrittenAtATimeAndNoneOnceVerified) {
   FetcherCore core = Core(1, 1 << 20);
   const PeerId seed = *core.AddSource("origin:1", true);

@@ -115,7 +115,8 @@ void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool 
   if (complete) {
     core_.OnState(source->id, std::vector<bool>(m_.chunks.size(), true));
   } else {
-    core_.OnVerifiedCount(source->id, verified);
+    // Fallen behind the neighbours: more requests may go out, from any source.
+    if (core_.OnVerifiedCount(source->id, verified)) WakeAskersLocked();
     if (chunks.empty()) return;  // nothing it offers changed
     for (uint32_t c : chunks) core_.OnHave(source->id, c);
   }

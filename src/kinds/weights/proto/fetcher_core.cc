@@ -338,13 +338,15 @@ void FetcherCore::OnHave(PeerId peer, uint32_t chunk) {
   sched_.NeighbourHas(peer, chunk);
 }
 
-void FetcherCore::OnVerifiedCount(PeerId peer, uint64_t count) {
+bool FetcherCore::OnVerifiedCount(PeerId peer, uint64_t count) {
   SourceState& s = sources_[peer];
   if (count > s.verified_count) {
     growth_ += count - s.verified_count;
     s.verified_count = count;
   }
+  const int free = sched_.FreeRelayRequests();
   sched_.NeighbourCount(peer, count);
+  return sched_.FreeRelayRequests() > free;
 }
 
 bool FetcherCore::WantRelays(SchedulerClock::time_point now) {

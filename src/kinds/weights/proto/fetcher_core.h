@@ -150,8 +150,10 @@ class FetcherCore {
   // How many chunks a neighbour has verified, as its watch answer's cursor
   // says: a watch for wanted chunks (MissingBitmap) names only those, and a
   // neighbour gaining chunks this host has is still a source that grows (see
-  // CheckHope).
-  void OnVerifiedCount(PeerId peer, uint64_t count);
+  // CheckHope). True when more requests to relays may go out now (this host
+  // fell behind its neighbours: SwarmScheduler::Behind): the driver offers
+  // them to its idle connections, as it does a freed request.
+  bool OnVerifiedCount(PeerId peer, uint64_t count);
   // The chunks not verified here, as a bitmap (chunk i is bit 0x80 >> (i % 8) of
   // byte i / 8): what a watch asks neighbours about ("SDWW").
   const std::string& MissingBitmap() const { return missing_; }
