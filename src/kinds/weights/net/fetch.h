@@ -148,7 +148,6 @@ class Fetch {
   void CountLocked(uint64_t n, const Source* source) REQUIRES(mu_);
   // A state response: the bitmap, then relay names one per line.
   void ApplyState(Source* source, std::string_view body);
-  // A watch response: chunks `source` verified since the last one.
   // A watch answer: the chunks `source` verified since the last (those this
   // host wants, to a filtered watch), whether it has every chunk, and how many
   // it has verified in all.
