@@ -515,6 +515,24 @@ TEST_F(StallingPeersTest, AFetcherThatStopsReadingIsCutAtTheSendDeadline) {
   EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
 }
 
+// A watch for wanted chunks whose bitmap never follows its record holds its
+// serving thread only until the send deadline of the bitmap's size.
+TEST_F(StallingPeersTest, AWatchWhoseBitmapNeverArrivesIsCutAtItsDeadline) {
+  WeightServerOptions options;
+  options.send.grace = std::chrono::milliseconds(300);
+  HostPort origin;
+  Manifest m;
+  std::shared_ptr<WeightServer> server = Origin(options, &origin, &m);
+  std::vector<UniqueFd> stalled;
+  for (int i = 0; i < 4; ++i) stalled.push_back(Stall(origin, m, "SDWW", 0, ""));
+  ASSERT_TRUE(testing::WaitUntil([&] { return server->connections() == 4; }));
+  EXPECT_TRUE(
+      testing::WaitUntil([&] { return server->connections() == 0; }, std::chrono::seconds(5)))
+      << server->connections() << " connections still served";
+  ASSERT_TRUE(FetchModel(m, {origin}, dir_.path() / "dest", Options()).ok());
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+}
+
 // Four data connections announcing four invented relays, each asking for an
 // 8 MiB chunk and reading nothing, hold every upload slot (before: until their
 // send deadline, here a minute, every relaying pull answered busy meanwhile).
