@@ -90,6 +90,29 @@ TEST(SwarmScheduler, EachNeighbourHasItsOwnNumberOfSlots) {
   EXPECT_EQ(seed, 8);
 }
 
+// Room is what a driver wakes idle connections for: the requests a
+// neighbour's slots take beyond those in flight, none for a stranger, and a
+// seed's slots cut to seed_requests once a relay is proven.
+TEST(SwarmScheduler, RoomIsTheSlotsLeftBeyondTheRequestsInFlight) {
+  SchedulerOptions o = Options();
+  o.seed_requests = 1;
+  SwarmScheduler s(16, o);
+  s.AddNeighbour(0, true, 4);
+  EXPECT_EQ(s.Room(0), 4);
+  EXPECT_EQ(s.Room(7), 0);
+  ASSERT_TRUE(s.Next(0, kT0));
+  EXPECT_EQ(s.Room(0), 3);
+  AddRelay(s, 1, 2);
+  for (uint32_t c = 8; c < 16; ++c) s.NeighbourHas(1, c);
+  EXPECT_EQ(s.Room(0), 0);  // one in flight, one allowed
+  EXPECT_EQ(s.Room(1), 2);
+  ASSERT_TRUE(s.Next(1, kT0));
+  EXPECT_EQ(s.Room(1), 1);
+  ASSERT_TRUE(s.Next(1, kT0));
+  EXPECT_EQ(s.Room(1), 0);
+  EXPECT_FALSE(s.Next(1, kT0));
+}
+
 // A request that ends without blame (its connection closed) puts the chunk back
 // and costs the neighbour nothing; a failure not tied to a chunk counts.
 TEST(SwarmScheduler, ReturnedChunksGoBackWithoutBlame) {

@@ -105,7 +105,7 @@ void Fetch::ApplyState(Source* source, std::string_view body) {
   }
   core_.OnRelaysListed(source->id);
   FillNeighboursLocked();
-  WakeWorkersLocked();
+  WakeAskersLocked();  // what it offers changed
   ended_.notify_all();
 }
 
@@ -120,7 +120,10 @@ void Fetch::ApplyHave(Source* source, const std::vector<uint32_t>& chunks, bool 
     if (chunks.empty()) return;  // nothing it offers changed
     for (uint32_t c : chunks) core_.OnHave(source->id, c);
   }
-  source->work.notify_all();  // what it offers changes no other source's work
+  // What it offers changes no other source's work, and its own only when it
+  // may be asked now: a fleet near its origin's pace hears of each chunk from
+  // several neighbours while its requests to relays are at their bound.
+  WakeLocked(*source, std::chrono::steady_clock::now());
 }
 
 std::chrono::milliseconds Fetch::RelayWait() {

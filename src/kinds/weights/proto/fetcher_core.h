@@ -103,6 +103,8 @@ class FetcherCore {
     return !Finished() && !sources_[peer].dropped && sched_.MayAsk(peer, now);
   }
   int FreeRelayRequests() const { return sched_.FreeRelayRequests(); }
+  // Requests `peer` may take beyond those in flight to it (its slots).
+  int Room(PeerId peer) const { return sched_.Room(peer); }
   // When `peer` may have a request without any other event (a deferral ends):
   // the driver's idle connection to it looks again then.
   SchedulerClock::time_point NextChance(PeerId peer, SchedulerClock::time_point now) const {

@@ -369,6 +369,11 @@ std::optional<uint32_t> SwarmScheduler::Next(PeerId peer, SchedulerClock::time_p
   return Take(n, *c);
 }
 
+int SwarmScheduler::Room(PeerId peer) const {
+  const Neighbour* n = Find(peer);
+  return n == nullptr ? 0 : std::max(0, SlotsOf(*n) - static_cast<int>(n->requested.size()));
+}
+
 int SwarmScheduler::FreeRelayRequests() const {
   if (options_.max_requests <= 0) return std::numeric_limits<int>::max();
   return options_.max_requests + (Behind() ? options_.catch_up_requests : 0) - relay_requests_;

@@ -200,6 +200,8 @@ class SwarmScheduler {
   bool Stuck() const;
   // Requests in flight to `peer`, and to all relays.
   int InFlight(PeerId peer) const;
+  // Requests `peer`'s slots take beyond those in flight (0 when not a neighbour).
+  int Room(PeerId peer) const;
   int RelayRequests() const { return relay_requests_; }
   // How many proven relay neighbours have `chunk`.
   int Holders(uint32_t chunk) const { return relays_having_[chunk]; }
