@@ -34,6 +34,11 @@ int main(int argc, char** argv) {
                  "FetchPolicy::rotate_after: chunks verified between retirements of a relay "
                  "neighbour that sent none of them (0: never)")
       ->capture_default_str();
+  app.add_option("--neighbour-share", f.fetch.neighbour_share, "FetchPolicy::neighbour_share")
+      ->capture_default_str();
+  app.add_option("--min-relay-neighbours", f.fetch.min_relay_neighbours,
+                 "FetchPolicy::min_relay_neighbours")
+      ->capture_default_str();
   app.add_option("--peer-pipeline", f.fetch.peer_pipeline,
                  "FetchPolicy::peer_pipeline: requests in flight per relay neighbour")
       ->capture_default_str();

@@ -406,6 +406,33 @@ TEST(FetcherCore, NeighboursAreSeedsFirstThenRelaysUpToTheBound) {
   EXPECT_NE(more[0].id, started[2].id);
 }
 
+// Fetchers that start a few hundred ms apart learn the first relays first: had
+// each filled its set with all it knew, every fetcher would fetch from those
+// few and the relays that started last from almost none (bench/fanout.sh, 32
+// targets: 9 daemons each the neighbour of 31 others, 16 of 1 to 8). Half of
+// the relays known at most, a few at least, and more as more are learnt.
+TEST(FetcherCore, AFetcherTakesAtMostHalfTheRelaysItKnowsAsNeighbours) {
+  FetchPolicy p;
+  p.max_neighbours = 16;
+  p.neighbour_share = 0.5;
+  p.min_relay_neighbours = 4;
+  FetcherCore core = Core(64, 1 << 20, p, /*relaying=*/true);
+  core.AddSource("origin:1", true);
+  for (int i = 1; i <= 3; ++i) core.AddSource("relay:" + std::to_string(i), false);
+  auto relays = [](const std::vector<NewNeighbour>& started, const FetcherCore& c) {
+    size_t n = 0;
+    for (const NewNeighbour& s : started) n += !c.IsSeed(s.id);
+    return n;
+  };
+  EXPECT_EQ(relays(core.FillNeighbours(), core), 3u);  // fewer than the least: all
+  for (int i = 4; i <= 10; ++i) core.AddSource("relay:" + std::to_string(i), false);
+  EXPECT_EQ(relays(core.FillNeighbours(), core), 2u);  // 5 of the 10 known
+  EXPECT_TRUE(core.WantsRelays());                     // the set has room: ask for more
+  for (int i = 11; i <= 40; ++i) core.AddSource("relay:" + std::to_string(i), false);
+  EXPECT_EQ(relays(core.FillNeighbours(), core), 10u);  // up to the set's bound: 1 seed, 15 relays
+  EXPECT_FALSE(core.WantsRelays());
+}
+
 TEST(FetcherCore, ARelayingFetcherAsksASeedOneChunkAtATimeOnAtMostTwoConnections) {
   FetcherCore relaying = Core(4, 1 << 20, {}, /*relaying=*/true);
   relaying.AddSource("origin:1", true);
@@ -574,6 +601,7 @@ TEST(FetcherCore, AZonedFetcherTakesRelaysOfItsZoneFirstAndFewOfOthers) {
   FetchPolicy p;
   p.max_neighbours = 8;
   p.remote_neighbours = 2;
+  p.neighbour_share = 1;  // every relay known may be a neighbour: the zones' rule alone
   FetcherCore core = Core(16, 1 << 20, p, /*relaying=*/true);
   core.SetSelf("b0:1");
   core.SetZone("b");

@@ -57,6 +57,10 @@ struct FetchPolicy {
   // wait as candidates and replace those dropped. Each neighbour costs one watch
   // connection (what it newly has) and its data connections.
   size_t max_neighbours = 16;
+  // Of the relays this host knows, at most this share are its neighbours at
+  // once (at least min_relay_neighbours).
+  double neighbour_share = 0.5;
+  size_t min_relay_neighbours = 4;
   // Every this many chunks verified, a relay neighbour that sent none of them
   // and answered "busy" or offers nothing wanted is retired for a candidate not
   // tried yet, when there is one (0: never). Simulated, 1,000 hosts x 1 GiB,

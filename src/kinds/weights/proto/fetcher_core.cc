@@ -1,6 +1,7 @@
 #include "kinds/weights/proto/fetcher_core.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace seedd {
 namespace {
@@ -136,10 +137,14 @@ std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
     if (zone_.empty() || s.seed) return 0;
     return !s.zone_known ? 1 : s.zone == zone_ ? 0 : 2;
   };
-  size_t remote = 0;
+  size_t remote = 0, relays = 0, known = 0;
   for (const SourceState& s : sources_) {
     remote += s.neighbour && !s.dropped && !s.seed && rank(s) == 2;
+    relays += s.neighbour && !s.dropped && !s.seed;
+    known += !s.dropped && !s.seed;
   }
+  const size_t most = std::max(policy_.min_relay_neighbours,
+                               static_cast<size_t>(std::ceil(known * policy_.neighbour_share)));
   for (bool seeds : {true, false}) {
     std::vector<PeerId> candidates;
     for (PeerId id = 0; id < sources_.size(); ++id) {
@@ -153,9 +158,11 @@ std::vector<NewNeighbour> FetcherCore::FillNeighbours() {
       if (sched_.NeighboursWanted() == 0) return started;
       const bool across = rank(sources_[id]) == 2;
       if (across && remote >= policy_.remote_neighbours) break;
+      if (!seeds && relays >= most) break;
       if (std::optional<NewNeighbour> n = Start(id)) {
         started.push_back(*n);
         remote += across;
+        relays += !seeds;
       }
     }
   }
