@@ -230,15 +230,14 @@ void Fetch::WakeWorkersLocked() {
   }
 }
 
-void Fetch::WakeLocked(const Source& s, std::chrono::steady_clock::time_point now, bool self) {
+void Fetch::WakeLocked(const Source& s, std::chrono::steady_clock::time_point now) {
   // As many connections as the requests it may take need (a connection takes
   // up to its depth): every connection of a seed woken for each freed request
   // found one request for the first and nothing for the others.
   if (!core_.MayAsk(s.id, now)) return;
   auto it = depth_.find(s.id);
   const int depth = std::max(1, it == depth_.end() ? 1 : it->second);
-  const int requests = core_.Room(s.id) - (self ? depth : 0);
-  for (int k = (requests + depth - 1) / depth; k > 0; --k) s.work.notify_one();
+  for (int k = (core_.Room(s.id) + depth - 1) / depth; k > 0; --k) s.work.notify_one();
 }
 
 void Fetch::WakeAskersLocked() {
@@ -423,8 +422,10 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   // Endgame copies still on the wire are drained.
   const auto now = std::chrono::steady_clock::now();
   core_.OnArrived(source->id, index, now);
-  // The request it frees is this connection's to take first, after this.
-  WakeLocked(*source, now, /*self=*/true);
+  // The request it frees (this connection, which is not waiting, may take it
+  // first; another of the source's connections when this one's requests ahead
+  // fill its depth).
+  WakeLocked(*source, now);
   if (bound) WakeAskersLocked();
   if (core_.rotations() != rotations) {
     Logger().debug("weight_data: relay {} sent nothing in the last {} chunks; trying another",

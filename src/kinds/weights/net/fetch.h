@@ -107,10 +107,8 @@ class Fetch {
   // (FetcherCore::MayAsk), each source's in turn.
   void WakeAskersLocked() REQUIRES(mu_);
   // Wakes idle connections of `s` when it may be asked now, enough for the
-  // requests it may take; with `self`, less those of the calling connection
-  // (it takes its own next, after this).
-  void WakeLocked(const Source& s, std::chrono::steady_clock::time_point now, bool self = false)
-      REQUIRES(mu_);
+  // requests it may take.
+  void WakeLocked(const Source& s, std::chrono::steady_clock::time_point now) REQUIRES(mu_);
   // A stop was asked (options_.cancel): the fetch ends. True when it was.
   bool CancelIfAskedLocked() REQUIRES(mu_);
   // The fetch is over: connections blocked on a slow source are woken at once.
