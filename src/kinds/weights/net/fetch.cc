@@ -176,8 +176,12 @@ bool Fetch::Dropped(const Source* source) {
 
 int Fetch::Depth(const Source& s) {
   MutexLock lock(mu_);
+  return DepthLocked(s);
+}
+
+int Fetch::DepthLocked(const Source& s) const {
   auto it = depth_.find(s.id);
-  return it == depth_.end() ? 1 : it->second;
+  return it == depth_.end() ? 1 : std::max(1, it->second);
 }
 
 void Fetch::FillNeighboursLocked() {
@@ -235,8 +239,7 @@ void Fetch::WakeLocked(const Source& s, std::chrono::steady_clock::time_point no
   // up to its depth): every connection of a seed woken for each freed request
   // found one request for the first and nothing for the others.
   if (!core_.MayAsk(s.id, now)) return;
-  auto it = depth_.find(s.id);
-  const int depth = std::max(1, it == depth_.end() ? 1 : it->second);
+  const int depth = DepthLocked(s);
   for (int k = (core_.Room(s.id) + depth - 1) / depth; k > 0; --k) s.work.notify_one();
 }
 

@@ -121,6 +121,7 @@ class Fetch {
   bool FailLocked(Source* source, std::optional<uint32_t> chunk) REQUIRES(mu_);
   // Requests in flight on one data connection to `s` (as the core started it).
   int Depth(const Source& s);
+  int DepthLocked(const Source& s) const REQUIRES(mu_);
   // A request for `source` sent while a chunk from it is still arriving (see
   // SwarmScheduler::Next's `ahead`), or none.
   std::optional<Taken> TakeAhead(Source* source);
