@@ -251,7 +251,10 @@ struct FetchStats {
   // nothing arrived for a while, or endgame copies).
   uint64_t requests_across_owned = 0;
   uint64_t requests_across_other = 0;
-  uint64_t chunks_rejected = 0;   // failed verification and were fetched again
+  uint64_t chunks_rejected = 0;  // failed verification and were fetched again
+  // Endgame copies held in memory while another copy of their chunk was being
+  // written, and verified first: these were written, the slower copy read past.
+  uint64_t held_copies_written = 0;
   uint64_t chunks_resumed = 0;    // verified in an earlier, interrupted fetch
   uint64_t chunks_holes = 0;      // all zeros: not sent, not written
   uint64_t bytes_resumed = 0;     // of the chunks_resumed

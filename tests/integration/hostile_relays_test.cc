@@ -292,6 +292,32 @@ INSTANTIATE_TEST_SUITE_P(EveryLie, HostileRelayTest,
                                            Lie::kSpeaksHttp, Lie::kHasNoToken),
                          LieName);
 
+// An endgame copy is held aside while a slower copy of its chunk is written:
+// the first verified is the one written.
+class HeldCopyTest : public testing::WeightsFixture {};
+
+TEST_F(HeldCopyTest, AnEndgameCopyVerifiedFirstIsWrittenWhileASlowCopyStillTrickles) {
+  WriteRandom(model_ / "big.bin", 64 << 20, 23);
+  HostPort origin = Serve(model_);
+  Manifest m = ManifestFrom(origin);
+  // Offers every chunk, then sends a header and a byte every 50 ms.
+  ScriptedRelay trickler(Lie::kTrickles, m);
+  Manifest listed = m;
+  listed.sources = {trickler.addr().ToString()};
+  FetchOptions o = Options();
+  o.chunk_deadline.grace = std::chrono::seconds(20);  // its copy is not cut for 20 s
+  FetchStats stats;
+  ASSERT_OK(FetchModel(listed, {origin}, dir_.path() / "dest", o, &stats));
+  EXPECT_TRUE(SameTree(model_, dir_.path() / "dest"));
+  ASSERT_GE(trickler.chunk_requests(), 1);
+  // The origin's endgame copy won the race: the pull did not wait for the
+  // trickle's deadline, and the trickler was not blamed. Read past instead,
+  // that copy was asked for again and again until the deadline dropped it.
+  EXPECT_GE(stats.held_copies_written, 1u);
+  EXPECT_TRUE(stats.sources_dropped.empty()) << stats.sources_dropped.front();
+  EXPECT_EQ(stats.bytes_from_peers, 0u);
+}
+
 // A relay named by someone else may be any service: one that answers HTTP is
 // dropped at its first answer, not taken for a full source and reconnected to
 // at once for minutes (thousands of connections a second before).

@@ -585,15 +585,16 @@ TEST(FetcherCore, ACountThatPutsThisHostBehindItsNeighboursFreesRequests) {
 }
 
 TEST(FetcherCore, OneCopyOfAChunkIsWrittenAtATimeAndNoneOnceVerified) {
+  using Turn = FetcherCore::WriteTurn;
   FetcherCore core = Core(1, 1 << 20);
   const PeerId seed = *core.AddSource("origin:1", true);
   core.FillNeighbours();
   ASSERT_TRUE(core.Next(seed, kT0));
-  EXPECT_TRUE(core.BeginWrite(0));
-  EXPECT_FALSE(core.BeginWrite(0));
+  EXPECT_EQ(core.BeginWrite(0), Turn::kWrite);
+  EXPECT_EQ(core.BeginWrite(0), Turn::kWriting);  // a second copy: held aside, not written
   core.EndWrite(0);
   core.OnArrived(seed, 0);
-  EXPECT_FALSE(core.BeginWrite(0));
+  EXPECT_EQ(core.BeginWrite(0), Turn::kHave);
   EXPECT_TRUE(core.Complete());
 }
 

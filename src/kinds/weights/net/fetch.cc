@@ -39,7 +39,9 @@ Fetch::Fetch(const Manifest& m, Staging& staging, const FetchOptions& o, FetchSt
       options_(o),
       stats_(s),
       session_(RandomHexOrDie(8)),
-      core_(ChunkLengths(m), o, !o.relay.empty(), std::random_device{}()) {
+      core_(ChunkLengths(m), o, !o.relay.empty(), std::random_device{}()),
+      recorder_(new std::atomic<uint8_t>[m.chunks.size()]) {
+  for (size_t i = 0; i < m.chunks.size(); ++i) recorder_[i].store(kNobody);
   core_.SetSelf(o.relay);
   core_.SetZone(o.zone);
   std::map<std::string_view, uint32_t> file_index;
@@ -398,10 +400,28 @@ void Fetch::Returned(std::deque<Taken>* inflight, const Source* source) {
   WakeAskersLocked();
 }
 
-bool Fetch::BeginWrite(uint32_t index) {
+FetcherCore::WriteTurn Fetch::BeginWrite(uint32_t index) {
   MutexLock lock(mu_);
   return core_.BeginWrite(index);
 }
+
+bool Fetch::TakeRecord(uint32_t index, bool held) {
+  MutexLock lock(RecordMu(index));
+  if (recorder_[index].load(std::memory_order_relaxed) != kNobody) return false;
+  recorder_[index].store(held ? kHeld : kWritten, std::memory_order_relaxed);
+  return true;
+}
+
+std::unique_ptr<char[]> Fetch::Hold(uint64_t length) {
+  if (length > options_.held_copy_bytes) return nullptr;
+  if (held_bytes_.fetch_add(length) + length > options_.held_copy_bytes) {
+    held_bytes_.fetch_sub(length);
+    return nullptr;
+  }
+  return std::unique_ptr<char[]>(new char[length]);
+}
+
+void Fetch::ReleaseHeld(uint64_t length) { held_bytes_.fetch_sub(length); }
 
 void Fetch::EndWrite(uint32_t index) {
   MutexLock lock(mu_);

@@ -140,10 +140,19 @@ class Fetch {
   // Requests that ended without an answer, without blame.
   void Returned(uint32_t index, const Source* source);
   void Returned(std::deque<Taken>* inflight, const Source* source);
-  // A copy of `index` may be written to the staging file: no other copy is being
-  // written and it is not verified yet. Pair with EndWrite.
-  bool BeginWrite(uint32_t index);
+  // Whether an arriving copy of `index` may be written to the staging file
+  // (FetcherCore::BeginWrite); kWrite pairs with EndWrite.
+  FetcherCore::WriteTurn BeginWrite(uint32_t index);
   void EndWrite(uint32_t index);
+  // Who records chunk `index` once its copy is verified: the copy written as it
+  // arrived (`held` false) or a copy held in memory; true when it is the caller.
+  // The first to ask wins; the copy being written stops writing once a held
+  // copy has won (see Receive).
+  bool TakeRecord(uint32_t index, bool held);
+  // A buffer for a held copy of `length` bytes, within held_copy_bytes; null
+  // when over it. ReleaseHeld gives the bytes back.
+  std::unique_ptr<char[]> Hold(uint64_t length);
+  void ReleaseHeld(uint64_t length);
   // Chunk `index` verified and written (`received` bytes of it came from
   // `source`, counted as Count does): journaled, and the core told.
   Status Record(uint32_t index, bool hole, const Source* source, uint64_t received = 0);
@@ -196,12 +205,27 @@ class Fetch {
   // The request record for `t` on `conn`: "waiting" when no chunk is arriving
   // from anyone and the server takes it.
   RequestRecord RequestFor(const DataConn& conn, const Taken& t) const;
-  // Receives chunk `index` (see fetch_connections.cc) through `buf` (a piece's
-  // bytes, fetch_connections.cc's kPieceBytes); `halfway` is called once half
-  // of it has arrived.
-  Status Receive(Conn& conn, uint32_t index, char* buf, bool* verified,
-                 std::chrono::steady_clock::time_point deadline, bool* local,
+  // What Receive does with a chunk's bytes, and what came of it.
+  struct Landing {
+    char* piece = nullptr;    // a piece's buffer (fetch_connections.cc's kPieceBytes)
+    char* held = nullptr;     // or the whole chunk's: a copy held aside, not written
+    bool write = false;       // written to the staging file piece by piece
+    bool verified = false;    // out: the digest matched (not checked when read past)
+    bool superseded = false;  // out: a held copy won; the rest was read past
+    bool local = false;       // out: the failure was this host's (its disk)
+  };
+  // Receives chunk `index` (see fetch_connections.cc): read past, written, or
+  // held, and checked unless read past; `halfway` is called once half of it has
+  // arrived.
+  Status Receive(Conn& conn, uint32_t index, Landing* landing,
+                 std::chrono::steady_clock::time_point deadline,
                  const std::function<void()>& halfway);
+  // A copy of `index` arriving while another is being written: held and raced
+  // (the first verified is written) when held_copy_bytes allows, else read
+  // past. An error ends the connection.
+  Status ReceiveHeld(Conn& conn, Source* source, uint32_t index, char* piece,
+                     std::chrono::steady_clock::time_point deadline,
+                     const std::function<void()>& halfway);
   Status AskState(Conn& conn, Source* source);
   // Returns false in *more when the source has every chunk.
   Status AskWatch(DataConn& data, Source* source, uint32_t* cursor, bool* more);
@@ -245,6 +269,16 @@ class Fetch {
   void CountVerifiedLocked(uint32_t index) REQUIRES(mu_);
   bool registry_failing_ = false;  // only the Run thread asks the registry
   std::atomic<int> receiving_{0};  // chunks arriving now, over every connection
+  // Per chunk, who records it (TakeRecord: kNobody, kWritten, kHeld), changed
+  // under the chunk's stripe of record_mu_, which a copy being written also
+  // holds while it writes a piece: once a held copy has won, no piece of
+  // another copy lands over it.
+  enum Recorder : uint8_t { kNobody, kWritten, kHeld };
+  static constexpr size_t kRecordStripes = 64;
+  Mutex& RecordMu(uint32_t index) { return record_mu_[index % kRecordStripes]; }
+  Mutex record_mu_[kRecordStripes];
+  std::unique_ptr<std::atomic<uint8_t>[]> recorder_;
+  std::atomic<uint64_t> held_bytes_{0};  // in held copies now
   Mutex zero_mu_;
   std::map<uint64_t, std::string> zero_digests_ GUARDED_BY(zero_mu_);
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -436,14 +437,18 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
         continue;
       }
       // Nothing to write but zeros: punched, since an earlier attempt at this
-      // chunk (rejected, or cut short) may have left bytes there.
-      if (!BeginWrite(index)) {
+      // chunk (rejected, or cut short) may have left bytes there. Verified
+      // already, it wins over a copy being written, as a held copy does.
+      const FetcherCore::WriteTurn turn = BeginWrite(index);
+      const bool held = turn == FetcherCore::WriteTurn::kWriting;
+      if (turn == FetcherCore::WriteTurn::kHave || !TakeRecord(index, held)) {
+        if (turn == FetcherCore::WriteTurn::kWrite) EndWrite(index);
         Returned(index, source);
         continue;
       }
       Status st = staging_.Zero(c);
       if (st.ok()) st = Record(index, true, source);
-      EndWrite(index);
+      if (!held) EndWrite(index);
       if (!st.ok()) return LocalFailure(st);
       continue;
     }
@@ -473,25 +478,44 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
       inflight->push_back(*next);
       ahead_unsent = !conn.SendAllBy(req.data(), req.size(), DeadlineFor(*source, req.size()));
     };
-    if (!BeginWrite(index)) {
-      // Another copy is landing or landed (an endgame duplicate): read it past.
-      Status st = Receive(conn, index, buf.get(), nullptr, deadline, nullptr, ahead);
-      Returned(index, source);
-      if (!st.ok()) return st;
-      if (ahead_unsent) return Status::Unavailable("cannot send a chunk request");
-      Count(c.length, source);
-      continue;
+    switch (BeginWrite(index)) {
+      case FetcherCore::WriteTurn::kHave: {
+        // Verified already (an endgame copy that came in second): read past.
+        Landing past{buf.get()};
+        Status st = Receive(conn, index, &past, deadline, ahead);
+        Returned(index, source);
+        if (!st.ok()) return st;
+        if (ahead_unsent) return Status::Unavailable("cannot send a chunk request");
+        Count(c.length, source);
+        continue;
+      }
+      case FetcherCore::WriteTurn::kWriting: {
+        Status st = ReceiveHeld(conn, source, index, buf.get(), deadline, ahead);
+        if (st.ok() && ahead_unsent) st = Status::Unavailable("cannot send a chunk request");
+        if (!st.ok()) return st;
+        if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
+        continue;
+      }
+      case FetcherCore::WriteTurn::kWrite:
+        break;
     }
-    bool verified = false;
-    bool local = false;
-    Status got = Receive(conn, index, buf.get(), &verified, deadline, &local, ahead);
+    Landing landing{buf.get()};
+    landing.write = true;
+    Status got = Receive(conn, index, &landing, deadline, ahead);
     if (got.ok() && ahead_unsent) got = Status::Unavailable("cannot send a chunk request");
     if (!got.ok()) {
       EndWrite(index);
       Returned(index, source);
-      return local ? LocalFailure(got) : got;
+      return landing.local ? LocalFailure(got) : got;
     }
-    if (!verified) {
+    if (landing.superseded || (landing.verified && !TakeRecord(index, false))) {
+      // A copy held aside was verified first and is the one written.
+      EndWrite(index);
+      Returned(index, source);
+      Count(c.length, source);
+      continue;
+    }
+    if (!landing.verified) {
       Count(c.length, source);
       EndWrite(index);
       Logger().warn(
@@ -510,14 +534,61 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
   }
 }
 
+Status Fetch::ReceiveHeld(Conn& conn, Source* source, uint32_t index, char* piece,
+                          std::chrono::steady_clock::time_point deadline,
+                          const std::function<void()>& halfway) {
+  // Another copy is being written: an endgame copy asked elsewhere while that
+  // one was slow to come. Held in memory, this one is written if it is
+  // verified first; read past, it waited for the slower copy.
+  const ManifestChunk& c = m_.chunks[index];
+  std::unique_ptr<char[]> held = Hold(c.length);
+  struct Release {
+    Fetch* f;
+    uint64_t length;
+    ~Release() {
+      if (length != 0) f->ReleaseHeld(length);
+    }
+  } release{this, held != nullptr ? c.length : 0};
+  Landing landing{piece, held.get()};
+  Status st = Receive(conn, index, &landing, deadline, halfway);
+  if (!st.ok()) {
+    Returned(index, source);
+    return st;
+  }
+  if (held == nullptr || (landing.verified && !TakeRecord(index, true))) {
+    Returned(index, source);  // read past, or the other copy was verified first
+    Count(c.length, source);
+    return Status::Ok();
+  }
+  if (!landing.verified) {
+    Count(c.length, source);
+    Logger().warn("weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again",
+                  index, c.file, c.offset, source->name);
+    Reject(index, source);
+    return Status::Ok();
+  }
+  // Won: the copy being written writes no more of its pieces (see Receive).
+  Result<std::shared_ptr<UniqueFd>> file = staging_.FileFor(c);
+  Status written = file.ok() ? staging_.Write(**file, c, 0, held.get(), c.length) : file.status();
+  if (written.ok()) written = Record(index, false, source, c.length);
+  if (!written.ok()) {
+    Returned(index, source);
+    return LocalFailure(written);
+  }
+  MutexLock lock(mu_);
+  ++stats_->held_copies_written;
+  return Status::Ok();
+}
+
 // Receives chunk `index` into its place in the staging file and checks its
 // digest, a cache-sized piece at a time: each piece is received, hashed and
 // written while it is still in the CPU's cache, so the bytes cross memory about
 // twice (socket buffer, page cache) instead of five times. The bytes of a chunk
 // that fails verification are never journaled nor served, and are overwritten
-// when it is fetched again. With no `verified`, the bytes are read and dropped.
-Status Fetch::Receive(Conn& conn, uint32_t index, char* buf, bool* verified,
-                      std::chrono::steady_clock::time_point deadline, bool* local,
+// when it is fetched again. A held copy lands in its buffer, checked but not
+// written; neither written nor held, the bytes are read and dropped.
+Status Fetch::Receive(Conn& conn, uint32_t index, Landing* landing,
+                      std::chrono::steady_clock::time_point deadline,
                       const std::function<void()>& halfway) {
   const ManifestChunk& c = m_.chunks[index];
   bool past_half = false;
@@ -541,35 +612,42 @@ Status Fetch::Receive(Conn& conn, uint32_t index, char* buf, bool* verified,
     if (!past_half && done < half) n = std::min(n, half - done);
     return static_cast<size_t>(n);
   };
-  if (verified == nullptr) {
-    for (uint64_t done = 0; done < c.length;) {
-      const size_t n = piece(done);
-      SEEDD_RETURN_IF_ERROR(conn.RecvAllBy(buf, n, deadline));
-      metrics::BytesReceived(metrics::Plane::kData, n);
-      done += n;
-      at(done);
+  std::shared_ptr<UniqueFd> file;
+  if (landing->write) {
+    Result<std::shared_ptr<UniqueFd>> opened = staging_.FileFor(c);  // once per chunk
+    if (!opened.ok()) {
+      landing->local = true;
+      return opened.status();
     }
-    return Status::Ok();
+    file = std::move(*opened);
   }
-  Result<std::shared_ptr<UniqueFd>> file = staging_.FileFor(c);  // once per chunk
-  if (!file.ok()) {
-    *local = true;
-    return file.status();
-  }
-  ChunkHasher hash(m_.chunk_digest);
+  std::optional<ChunkHasher> hash;
+  if (landing->write || landing->held != nullptr) hash.emplace(m_.chunk_digest);
   Status st;
   for (uint64_t done = 0; done < c.length && st.ok();) {
     const size_t n = piece(done);
-    st = conn.RecvAllBy(buf, n, deadline);
+    char* into = landing->held != nullptr ? landing->held + done : landing->piece;
+    st = conn.RecvAllBy(into, n, deadline);
     if (!st.ok()) break;
     metrics::BytesReceived(metrics::Plane::kData, n);
-    hash.Update(std::string_view(buf, n));
-    st = staging_.Write(**file, c, done, buf, n);
-    *local = !st.ok();
+    if (hash) hash->Update(std::string_view(into, n));
+    if (file != nullptr) {
+      // Under the chunk's stripe: a held copy that won waits for this piece,
+      // and no piece of this copy is written after it.
+      MutexLock lock(RecordMu(index));
+      if (recorder_[index].load(std::memory_order_relaxed) == kHeld) {
+        landing->superseded = true;
+        file.reset();  // the rest is read past
+        hash.reset();
+      } else {
+        st = staging_.Write(*file, c, done, into, n);
+        landing->local = !st.ok();
+      }
+    }
     done += n;
     if (st.ok()) at(done);
   }
-  *verified = st.ok() && hash.HexDigest() == DigestOf(index);
+  landing->verified = st.ok() && hash && hash->HexDigest() == DigestOf(index);
   return st;
 }
 

@@ -74,6 +74,12 @@ struct FetchPolicy {
   // well there (1.23-1.25x every 16 chunks, 1.25-1.33x every 32) and cost the
   // 32-target fan-out 3-8% in reconnections.
   uint32_t rotate_after = 16;
+  // A copy of a chunk that arrives while another copy of it is being written
+  // (an endgame copy) is held in memory, up to this many bytes at once, and the
+  // copy verified first is the one written; a copy beyond it is read past. Read
+  // past, a whole endgame copy from an idle neighbour waited for a copy
+  // trickling from a congested one, and was asked again meanwhile.
+  uint64_t held_copy_bytes = 64 << 20;
   // Chunks in the manifest's order (files complete one after another, in
   // their paths' order) while no relay has sent a chunk (pulling from seeds
   // alone) and once a quarter of the chunks or fewer are left to ask for;

@@ -279,10 +279,11 @@ bool FetcherCore::OnFailed(PeerId peer, std::optional<uint32_t> chunk) {
   return true;
 }
 
-bool FetcherCore::BeginWrite(uint32_t chunk) {
-  if (writing_[chunk] || sched_.Has(chunk)) return false;
+FetcherCore::WriteTurn FetcherCore::BeginWrite(uint32_t chunk) {
+  if (sched_.Has(chunk)) return WriteTurn::kHave;
+  if (writing_[chunk]) return WriteTurn::kWriting;
   writing_[chunk] = true;
-  return true;
+  return WriteTurn::kWrite;
 }
 
 void FetcherCore::Retire(PeerId id) {

@@ -127,8 +127,12 @@ class FetcherCore {
   // `peer` failed (a bad chunk, a missed deadline, a broken connection): true
   // when it is dropped now or was before. The driver then fills neighbours.
   bool OnFailed(PeerId peer, std::optional<uint32_t> chunk = std::nullopt);
-  // A copy of `chunk` may be written: none is being written, it is not verified.
-  bool BeginWrite(uint32_t chunk);
+  // Whether a copy of `chunk` that is arriving may be written: kWrite when none
+  // is being written and it is not verified (pair with EndWrite); kWriting when
+  // another copy is being written (an endgame copy: the driver may hold this one
+  // aside and write whichever copy is verified first); kHave when verified.
+  enum class WriteTurn { kWrite, kWriting, kHave };
+  WriteTurn BeginWrite(uint32_t chunk);
   void EndWrite(uint32_t chunk) { writing_[chunk] = false; }
   // `chunk` from `peer` verified and committed: the requests for it still out
   // elsewhere (endgame copies), which the driver may cancel or drain.
