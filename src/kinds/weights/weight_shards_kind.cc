@@ -145,10 +145,12 @@ Status FetchAndRelay(const std::shared_ptr<WeightServer>& server,
       by_source += (by_source.empty() ? "" : ", ") + u.name + " " + HumanBytes(u.bytes);
     }
     Logger().debug(
-        "Model {}: {} received, {} rejected chunks; {} chunk requests across zones (owned), {} "
-        "(others'); verified bytes by source: {}",
+        "Model {}: {} received, {} rejected chunks, {} endgame copies held and written before a "
+        "slower copy; {} chunk requests across zones (owned), {} (others'); verified bytes by "
+        "source: {}",
         manifest.model, HumanBytes(stats.bytes_received), stats.chunks_rejected,
-        stats.requests_across_owned, stats.requests_across_other, by_source);
+        stats.held_copies_written, stats.requests_across_owned, stats.requests_across_other,
+        by_source);
   }
   return Status::Ok();
 }
