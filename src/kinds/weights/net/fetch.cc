@@ -472,6 +472,21 @@ Status Fetch::Record(uint32_t index, bool hole, const Source* source, uint64_t r
   return Status::Ok();
 }
 
+void Fetch::RejectCopy(uint32_t index, Source* source) {
+  const ManifestChunk& c = m_.chunks[index];
+  Count(c.length, source);
+  Logger().warn("weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again",
+                index, c.file, c.offset, source->name);
+  Reject(index, source);
+}
+
+void Fetch::ReadPast(uint32_t index, const Source* source) {
+  MutexLock lock(mu_);
+  CountLocked(m_.chunks[index].length, source);
+  core_.OnReturned(source->id, index);
+  WakeAskersLocked();
+}
+
 void Fetch::Reject(uint32_t index, Source* source) {
   metrics::ChunkVerificationFailed();
   MutexLock lock(mu_);

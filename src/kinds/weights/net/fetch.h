@@ -157,6 +157,12 @@ class Fetch {
   // `source`, counted as Count does): journaled, and the core told.
   Status Record(uint32_t index, bool hole, const Source* source, uint64_t received = 0);
   void Reject(uint32_t index, Source* source);
+  // A whole copy of `index` from `source` failed verification: counted,
+  // logged and rejected.
+  void RejectCopy(uint32_t index, Source* source);
+  // A whole copy of `index` from `source` was read and dropped (another copy
+  // was written): counted, and its request returned without blame.
+  void ReadPast(uint32_t index, const Source* source);
   void Count(uint64_t n, const Source* source);
   void CountLocked(uint64_t n, const Source* source) REQUIRES(mu_);
   // A state response: the bitmap, then relay names one per line.

@@ -483,10 +483,12 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
         // Verified already (an endgame copy that came in second): read past.
         Landing past{buf.get()};
         Status st = Receive(conn, index, &past, deadline, ahead);
-        Returned(index, source);
-        if (!st.ok()) return st;
+        if (!st.ok()) {
+          Returned(index, source);
+          return st;
+        }
+        ReadPast(index, source);
         if (ahead_unsent) return Status::Unavailable("cannot send a chunk request");
-        Count(c.length, source);
         continue;
       }
       case FetcherCore::WriteTurn::kWriting: {
@@ -511,17 +513,12 @@ Status Fetch::Pump(DataConn& data, Source* source, std::deque<Taken>* inflight, 
     if (landing.superseded || (landing.verified && !TakeRecord(index, false))) {
       // A copy held aside was verified first and is the one written.
       EndWrite(index);
-      Returned(index, source);
-      Count(c.length, source);
+      ReadPast(index, source);
       continue;
     }
     if (!landing.verified) {
-      Count(c.length, source);
       EndWrite(index);
-      Logger().warn(
-          "weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again", index,
-          c.file, c.offset, source->name);
-      Reject(index, source);
+      RejectCopy(index, source);
       if (Dropped(source)) return Status::DataLoss("source dropped after bad chunks");
       continue;
     }
@@ -556,15 +553,11 @@ Status Fetch::ReceiveHeld(Conn& conn, Source* source, uint32_t index, char* piec
     return st;
   }
   if (held == nullptr || (landing.verified && !TakeRecord(index, true))) {
-    Returned(index, source);  // read past, or the other copy was verified first
-    Count(c.length, source);
+    ReadPast(index, source);  // beyond the memory held, or the other copy was verified first
     return Status::Ok();
   }
   if (!landing.verified) {
-    Count(c.length, source);
-    Logger().warn("weight_data: chunk {} ({} at {}) from {} failed verification; fetching it again",
-                  index, c.file, c.offset, source->name);
-    Reject(index, source);
+    RejectCopy(index, source);
     return Status::Ok();
   }
   // Won: the copy being written writes no more of its pieces (see Receive).
